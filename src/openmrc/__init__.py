@@ -1,0 +1,3 @@
+"""openmrc: an open Python implementation of MRC (Multipath Reliable Connection), OCP MRC 1.0."""
+
+__version__ = "0.1.0"

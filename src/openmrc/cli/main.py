@@ -1,0 +1,178 @@
+"""The ``openmrc`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from openmrc import __version__
+from openmrc.cli.render import opcode_name, packet_table
+from openmrc.wire import MRC_UDP_PORT, WireError, parse, parse_frame
+from openmrc.wire.examples import ExampleFrame, example_conversation
+from openmrc.wire.framing import encapsulate
+from openmrc.wire.pcap import write_pcap
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="openmrc: MRC 1.0 (OCP) in Python.")
+console = Console()
+
+
+@app.command()
+def version() -> None:
+    """Print the openmrc version."""
+    console.print(__version__)
+
+
+@app.command("wireshark-plugin")
+def wireshark_plugin() -> None:
+    """Print the path of the bundled Wireshark Lua dissector (use: tshark -X lua_script:PATH)."""
+    from openmrc.contrib.wireshark import DISSECTOR_PATH
+
+    typer.echo(str(DISSECTOR_PATH))
+
+
+@app.command()
+def pcap(
+    file: Annotated[Path, typer.Argument(help="pcap file to write")],
+    port: Annotated[int, typer.Option(help="UDP destination port of the MRC packets")] = MRC_UDP_PORT,
+) -> None:
+    """Write a short example MRC conversation (every packet kind; IPv4, IPv6, SRv6+SRH) as a pcap."""
+    frames = []
+    for ex in example_conversation():
+        frame = ex.frame
+        if port != MRC_UDP_PORT:
+            frame = encapsulate(
+                ex.packet, src=ex.src, dst=ex.dst, sport=ex.sport, dport=port, srv6=ex.srv6, ether=True
+            )
+        frames.append((ex.ts_ns, frame))
+    n = write_pcap(file, frames)
+    console.print(f"wrote {n} packets to {file}")
+    console.print(f"decode: tshark -X lua_script:$(openmrc wireshark-plugin) -r {file} -V")
+
+
+@app.command()
+def decode(
+    data: Annotated[str, typer.Argument(help="hex bytes: an MRC UDP payload, or a whole frame with --frame")],
+    frame: Annotated[bool, typer.Option(help="the bytes start at an Ethernet header")] = False,
+    ip: Annotated[bool, typer.Option(help="the bytes start at an IP header")] = False,
+) -> None:
+    """Decode one MRC packet and print its headers."""
+    try:
+        raw = bytes.fromhex(data.replace(" ", "").replace(":", ""))
+    except ValueError as exc:
+        raise typer.BadParameter(f"not hex: {exc}") from exc
+    try:
+        if frame or ip:
+            fr = parse_frame(raw, ether=frame)
+            console.print(
+                f"{fr.src}:{fr.sport} → {fr.dst}:{fr.dport}  ECN={fr.ecn} flow_label=0x{fr.flow_label:05x}"
+            )
+            if fr.srv6 is not None:
+                console.print(f"SRv6 outer dst {fr.srv6.dst}  SRH {list(fr.srv6.segments)}")
+            pkt = fr.packet
+        else:
+            pkt = parse(raw)
+    except WireError as exc:
+        console.print(f"[red]malformed:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(packet_table(pkt))
+
+
+@app.command()
+def demo() -> None:
+    """A tour of the wire format and EV expansion (the simulator demo comes with the fabric work)."""
+    from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, packet_fields
+
+    console.rule("[bold]MRC 1.0 packets")
+    examples = example_conversation()
+    t = Table("t (µs)", "what", "opcode", "dest QP", "PSN", "bytes", "path")
+    for ex in examples:
+        p = ex.packet
+        path = f"SRv6 {ex.srv6.dst}" if ex.srv6 else ("IPv6" if ":" in ex.src else "IPv4")
+        t.add_row(
+            f"{ex.ts_ns / 1000:.0f}",
+            ex.description,
+            opcode_name(p.bth.opcode),
+            f"0x{p.bth.dest_qp:06x}",
+            str(p.bth.psn),
+            str(len(ex.frame)),
+            path,
+        )
+    console.print(t)
+    first = examples[0]
+    console.print(f"\n[bold]{first.description}[/bold], as the UDP payload on the wire:")
+    console.print(first.packet.encode().hex(" ", 4))
+    console.print(packet_table(first.packet))
+    _tshark_tour(examples)
+
+    console.rule("[bold]EV expansion (SRv6 uSID paths)")
+    fmt = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
+    # locator fc00:0000; uSIDs: T0 uplink (plane<<8 | uplink), T1, destination T0, destination port.
+    fields = (
+        EVField(32, init_val=0xFC000000),
+        EVField(16, init_val=0x0100, min_val=0, max_val=0xF, mask=0x000F),
+        EVField(16, init_val=0x0200, min_val=0, max_val=0xF, mask=0x000F),
+        EVField(16, init_val=0x0305),
+        EVField(16, init_val=0x0401),
+    )
+    prof = EVProfile(EVProfileMode.GEN, fmt, fields, ev_count=6, ev_min_active=2, event_mask=0)
+    t = Table("compact EV", "expanded (32 B)", "outer IPv6 destination", "sport", "flow label")
+    for compact in prof.generate(random.Random(7)):
+        expanded = prof.expand(compact)
+        pf = packet_fields(prof, expanded)
+        t.add_row(
+            compact.hex(),
+            expanded[:16].hex() + "…",
+            str(pf.dst),
+            f"0x{pf.udp_sport:04x}",
+            f"0x{pf.flow_label:05x}",
+        )
+    console.print(t)
+    console.print("Next: `openmrc pcap mrc.pcap`, then open it in Wireshark with `openmrc wireshark-plugin`.")
+
+
+def _tshark_tour(examples: list[ExampleFrame]) -> None:
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        console.print("[dim](tshark not installed: skipping the Wireshark decode)[/dim]")
+        return
+    from openmrc.contrib.wireshark import DISSECTOR_PATH
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "demo.pcap"
+        write_pcap(path, [(e.ts_ns, e.frame) for e in examples])
+        try:
+            out = subprocess.run(
+                [
+                    tshark,
+                    "-X",
+                    f"lua_script:{DISSECTOR_PATH}",
+                    "-r",
+                    str(path),
+                    "-T",
+                    "fields",
+                    "-e",
+                    "_ws.col.Info",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            console.print(f"[dim](tshark failed: {exc})[/dim]")
+            return
+    console.print("\n[bold]tshark with the openmrc dissector[/bold] (Info column):")
+    for line in out.stdout.splitlines():
+        console.print(f"  {line}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,55 @@
+"""Rich renderings of MRC packets for the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rich.table import Table
+
+from openmrc.wire import Opcode, Packet
+from openmrc.wire.packet import HEADER_ATTRS
+
+__all__ = ["opcode_name", "packet_table"]
+
+
+def opcode_name(op: int) -> str:
+    try:
+        return Opcode(op).name
+    except ValueError:
+        return f"0x{op:02x}"
+
+
+def _fmt(name: str, value: object) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int) and name in (
+        "entropy",
+        "bitmap",
+        "va",
+        "rkey",
+        "imm_data",
+        "port_status",
+        "p_key",
+    ):
+        return f"0x{value:x}"
+    if isinstance(value, int) and not isinstance(value, bool) and type(value) is not int:
+        return f"{getattr(value, 'name', value)} ({int(value)})"
+    return str(value)
+
+
+def packet_table(pkt: Packet) -> Table:
+    """One row per header with all its fields."""
+    t = Table("header", "fields", title=f"{opcode_name(pkt.bth.opcode)} ({pkt.header_size()} B of headers)")
+    for attr in ("bth", *HEADER_ATTRS):
+        hdr = getattr(pkt, attr)
+        if hdr is None:
+            continue
+        vals = []
+        for f in dataclasses.fields(hdr):
+            v = getattr(hdr, f.name)
+            vals.append(f"{f.name}={opcode_name(v) if f.name == 'opcode' else _fmt(f.name, v)}")
+        t.add_row(type(hdr).NAME, " ".join(vals))
+    if pkt.is_data:
+        t.add_row("payload", f"{len(pkt.payload)} B")
+    t.add_row("ICRC", f"0x{pkt.icrc:08x}")
+    return t

@@ -1,0 +1,99 @@
+"""MRC 1.0 code points: opcodes, NACK reasons, SACK M values, AETH syndromes, endpoint operations."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = [
+    "DATA_OPCODES",
+    "IMM_OPCODES",
+    "MRC_OPCODE_RANGE",
+    "MRC_UDP_PORT",
+    "PSN_MASK",
+    "QPN_MASK",
+    "RESERVED_QP_ENDPOINT",
+    "AethSyndrome",
+    "EpOp",
+    "NackReason",
+    "Opcode",
+    "SackM",
+]
+
+#: UDP destination port. Sources disagree (4791, the RoCEv2 port, or 4971); openmrc defaults to 4791.
+MRC_UDP_PORT = 4791
+
+PSN_MASK = 0xFFFFFF
+QPN_MASK = 0xFFFFFF
+
+#: Endpoint requests and responses (EV probes, port status updates) go to this reserved QP number.
+RESERVED_QP_ENDPOINT = 0x2
+
+#: Opcodes 0xC0..0xDF form MRC's own range; any value there not listed in `Opcode` is reserved.
+MRC_OPCODE_RANGE = range(0xC0, 0xE0)
+
+
+class Opcode(IntEnum):
+    """BTH opcodes of MRC 1.0 (not interoperable with RoCE RC opcodes)."""
+
+    WRITE_FIRST = 0xC6
+    WRITE_MIDDLE = 0xC7
+    WRITE_LAST = 0xC8
+    WRITE_LAST_WITH_IMM = 0xC9
+    WRITE_ONLY = 0xCA
+    WRITE_ONLY_WITH_IMM = 0xCB
+    ACK = 0xD1
+    EP_REQUEST = 0xD8
+    EP_RESPONSE = 0xD9
+    SACK = 0xDC
+    NACK = 0xDD
+    PROBE = 0xDE
+
+
+DATA_OPCODES = frozenset(
+    {
+        Opcode.WRITE_FIRST,
+        Opcode.WRITE_MIDDLE,
+        Opcode.WRITE_LAST,
+        Opcode.WRITE_LAST_WITH_IMM,
+        Opcode.WRITE_ONLY,
+        Opcode.WRITE_ONLY_WITH_IMM,
+    }
+)
+IMM_OPCODES = frozenset({Opcode.WRITE_LAST_WITH_IMM, Opcode.WRITE_ONLY_WITH_IMM})
+
+
+class NackReason(IntEnum):
+    """NETH reason codes. Every reason but UNEXP_EVENT is retriable and counts against the retry counter."""
+
+    TRIMMED = 0x01
+    TRIMMED_LASTHOP = 0x02
+    NO_BITMAP = 0x06
+    NO_PKT_BUFFER = 0x07
+    NO_RESOURCE = 0x0A
+    PSN_OOR_WINDOW = 0x0B
+    UNEXP_EVENT = 0x19
+
+
+class SackM(IntEnum):
+    """The 2-bit M field of SETH: what the responder says about the path of the triggering packet."""
+
+    NONE = 0
+    SKIP_ONCE = 1  # the triggering packet arrived ECN-marked
+    ALWAYS_SKIP = 2  # the responder judges the path persistently bad
+
+
+class AethSyndrome(IntEnum):
+    """AETH syndrome values, as in RoCE (high three bits: 000 ACK, 011 NAK)."""
+
+    ACK = 0x00
+    NAK_PSN_SEQUENCE_ERROR = 0x60
+    NAK_INVALID_REQUEST = 0x61
+    NAK_REMOTE_ACCESS_ERROR = 0x62
+    NAK_REMOTE_OPERATIONAL_ERROR = 0x63
+
+
+class EpOp(IntEnum):
+    """Endpoint operation carried in ERTH/EETH (2 bits)."""
+
+    PORT_STATUS_UPDATE = 0
+    EV_PROBE = 1

@@ -1,0 +1,649 @@
+"""One class per MRC 1.0 header, each with a precompiled `struct.Struct` layout.
+
+Theory of operation
+-------------------
+Every header is a small ``__slots__`` dataclass whose fields carry the spec's names in snake_case. A header
+knows its size, how to pull itself from a `Buffer` (one ``unpack_from`` call) and how to push itself (one
+``pack`` call after a range check of every field). Reserved bits are written as zero and ignored on parse.
+
+Layouts (byte offsets within the header, network byte order; ``[openmrc]`` marks a choice made where the
+MRC 1.0 tables are not public, kept here so that a correction is a one-line change):
+
+* **BTH** (12): 0 opcode; 1 SE(7) M(6) Pad(5:4) TVer(3:0); 2-3 P_Key; 4 FECN(7) BECN(6) resv(5:0);
+  5-7 DestQP; 8 A(7) resv(6) RTX(5) TS(4) resv(3:0); 9-11 PSN.
+* **METH** (4): 0-1 RQMSN; 2-3 MSN.
+* **TSETH** (4): 0-1 tx_timestamp; 2-3 TSR(15) resv(14:4) format_type(3:0).
+  ``[openmrc]`` timestamp units: TSR=0 → 128 ns, TSR=1 → 1.024 µs (16-bit, wrapping).
+* **RETH** (16): 0-7 VA; 8-11 R_Key; 12-15 DMA length (of the whole operation).
+* **ImmDt** (4): 0-3 immediate data.
+* **AETH** (4): 0 syndrome; 1-3 MSN.
+* Extension headers (SETH, NETH, PETH, ERTH, EETH) open with two bytes "type/next". ``[openmrc]`` byte 0 is
+  hdr_type(7:4) next_hdr(3:0); byte 1 holds the header's own flag bits, the rest of byte 1 is reserved.
+* **SETH** (28): 0 type/next; 1 M(7:6) PR(5); 2-3 ack_psn_offset (signed, PSN of the triggering packet minus
+  cack_psn); 4-7 entropy (EV echo); 8-9 src_qp; 10-11 dst_qp (low 16 bits of the QPNs); 12 resv;
+  13-15 cack_psn; 16 cc_type(7:4) cc_flags(3:0); 17 MPR (128-PSN units, 0 = not advertised);
+  18-19 sack_offset (signed, bitmap base minus cack_psn); 20-27 bitmap (bit i, LSB first, = PSN base+i).
+  ``[openmrc]`` bit order inside byte 1 and of the bitmap.
+* **CC_STATE** (8, follows SETH): 0-1 ts_echo; 2-3 resv(15) ooo_count(14:0); 4 R_C(7) rcv_cwnd_pen(6:0);
+  5-7 received bytes in 256-byte units (``rcvd_256b``).
+* **NETH** (20): 0 type/next; 1 resv; 2 reason; 3 vendor_info; 4-7 entropy echo; 8-9 src_qp; 10-11 dst_qp;
+  12 resv; 13-15 NACK PSN; 16 cc_type(7:4) cc_flags(3:0); 17 resv; 18-19 ts_echo.
+* **PETH** (16): 0 type/next; 1 resv; 2 resv; 3 vendor_info; 4-5 probe_id; 6-7 resv; 8-9 src_qp;
+  10-11 dst_qp; 12-13 tx_timestamp; 14-15 TSR(15) resv(14:4) format_type(3:0).
+* **ERTH** (16): 0 type/next; 1 resv(7:2) op(1:0); 2 resv; 3 vendor_info; 4-7 port_status (bit N = port
+  N+1 up); 8-11 resv; 12-13 tx_timestamp; 14-15 TSR(15) resv(14:4) format_type(3:0).
+* **EETH** (36): 0 type/next; 1 resv(7:6) op(5:4) resv(3:0); 2 resv; 3 vendor_info; ``[openmrc]`` response
+  body in 4-27: 4-7 service_time (ns the responder held the request), 8-11 port_status (responder's port
+  mask, bit N = port N+1 up), 12 rx_port (1-based port the request arrived on), 13-27 resv;
+  28-29 ts_echo (the request's tx_timestamp); 30-31 TSR(15) resv(14:4) format_type(3:0) of the echo;
+  32-35 resv.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from openmrc.wire.buffer import Buffer, WireError
+from openmrc.wire.constants import SackM
+
+__all__ = [
+    "AETH",
+    "BTH",
+    "EETH",
+    "ERTH",
+    "METH",
+    "NETH",
+    "PETH",
+    "RETH",
+    "SETH",
+    "TSETH",
+    "CcState",
+    "Header",
+    "ImmDt",
+]
+
+# (field name, byte offset of the field inside the header, width in bits, signed)
+_Spec = tuple[tuple[str, int, int, bool], ...]
+
+
+class Header:
+    """Base of every header class: size, name, and the range check shared by all encoders."""
+
+    __slots__ = ()
+    NAME: ClassVar[str]
+    SIZE: ClassVar[int]
+    SPEC: ClassVar[_Spec]
+    _out_of_range: ClassVar[Callable[[Any], int]]
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("SPEC")
+        if spec:
+            # Compile the range test of every field into one shift-or expression (dataclasses-style):
+            # ``v >> bits`` is non-zero exactly when an unsigned field is negative or too wide.
+            terms = [
+                f"((h.{n} + {1 << (b - 1)}) >> {b})" if signed else f"(h.{n} >> {b})"
+                for n, _o, b, signed in spec
+            ]
+            ns: dict[str, Any] = {}
+            exec(f"def out_of_range(h):\n    return {' | '.join(terms)}", ns)
+            cls._out_of_range = staticmethod(ns["out_of_range"])
+
+    def validate(self, base: int = 0) -> None:
+        """Fast range test of every field; on failure `check` names the field. ``base``: header offset."""
+        try:
+            bad = type(self)._out_of_range(self)
+        except TypeError:
+            bad = True
+        if bad:
+            self.check(base)
+
+    def check(self, base: int = 0) -> None:
+        """Raise `WireError` if any field does not fit its width. ``base`` is the header's offset."""
+        for name, off, bits, signed in self.SPEC:
+            v = getattr(self, name)
+            if not isinstance(v, int):
+                ok = False
+            elif signed:
+                ok = -(1 << (bits - 1)) <= v < (1 << (bits - 1))
+            else:
+                ok = 0 <= v < (1 << bits)
+            if not ok:
+                kind = "signed" if signed else "unsigned"
+                raise WireError(
+                    self.NAME, name, base + off, f"value {v!r} does not fit {bits}-bit {kind} field"
+                )
+
+    def push(self, buf: Buffer) -> None:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+    def encode(self) -> bytes:
+        """The header alone, as bytes."""
+        buf = Buffer()
+        self.push(buf)
+        return buf.data()
+
+
+def _prefix(hdr_type: int, next_hdr: int) -> int:
+    return (hdr_type << 4) | next_hdr
+
+
+@dataclass(slots=True)
+class BTH(Header):
+    """Base Transport Header (RoCE layout; MRC adds RTX and TS in the byte after DestQP)."""
+
+    NAME: ClassVar[str] = "BTH"
+    SIZE: ClassVar[int] = 12
+    ST: ClassVar[struct.Struct] = struct.Struct("!BBHII")
+    SPEC: ClassVar[_Spec] = (
+        ("opcode", 0, 8, False),
+        ("se", 1, 1, False),
+        ("m", 1, 1, False),
+        ("pad", 1, 2, False),
+        ("tver", 1, 4, False),
+        ("p_key", 2, 16, False),
+        ("fecn", 4, 1, False),
+        ("becn", 4, 1, False),
+        ("dest_qp", 5, 24, False),
+        ("ack_req", 8, 1, False),
+        ("rtx", 8, 1, False),
+        ("ts", 8, 1, False),
+        ("psn", 9, 24, False),
+    )
+
+    opcode: int
+    se: bool = False
+    m: bool = False
+    pad: int = 0
+    tver: int = 0
+    p_key: int = 0xFFFF
+    fecn: bool = False
+    becn: bool = False
+    dest_qp: int = 0
+    ack_req: bool = False
+    rtx: bool = False
+    ts: bool = False
+    psn: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> BTH:
+        return cls.from_words(*buf.pull_struct(cls.ST, "BTH", "opcode"))
+
+    @classmethod
+    def from_words(cls, op: int, b1: int, pkey: int, w4: int, w8: int) -> BTH:
+        """Build from the values `ST` unpacks to (the inverse of `words`)."""
+        return cls(
+            op,
+            bool(b1 & 0x80),
+            bool(b1 & 0x40),
+            (b1 >> 4) & 3,
+            b1 & 0xF,
+            pkey,
+            bool(w4 & 0x80000000),
+            bool(w4 & 0x40000000),
+            w4 & 0xFFFFFF,
+            bool(w8 & 0x80000000),
+            bool(w8 & 0x20000000),
+            bool(w8 & 0x10000000),
+            w8 & 0xFFFFFF,
+        )
+
+    def words(self, base: int = 0) -> tuple[int, int, int, int, int]:
+        """The values of `ST`, range-checked (``base``: BTH's offset, for error messages)."""
+        self.validate(base)
+        return self.unchecked_words()
+
+    def unchecked_words(self) -> tuple[int, int, int, int, int]:
+        """`words` for callers that have range-checked already."""
+        return (
+            self.opcode,
+            (self.se << 7) | (self.m << 6) | (self.pad << 4) | self.tver,
+            self.p_key,
+            (self.fecn << 31) | (self.becn << 30) | self.dest_qp,
+            (self.ack_req << 31) | (self.rtx << 29) | (self.ts << 28) | self.psn,
+        )
+
+    def push(self, buf: Buffer) -> None:
+        buf.push_struct(self.ST, *self.words(len(buf)))
+
+
+@dataclass(slots=True)
+class METH(Header):
+    """MRC Extended Transport Header: message sequence numbers, in every request packet."""
+
+    NAME: ClassVar[str] = "METH"
+    SIZE: ClassVar[int] = 4
+    ST: ClassVar[struct.Struct] = struct.Struct("!HH")
+    SPEC: ClassVar[_Spec] = (("rqmsn", 0, 16, False), ("msn", 2, 16, False))
+
+    rqmsn: int = 0
+    msn: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> METH:
+        rqmsn, msn = buf.pull_struct(cls.ST, "METH", "rqmsn")
+        return cls(rqmsn, msn)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(self.ST, self.rqmsn, self.msn)
+
+
+@dataclass(slots=True)
+class TSETH(Header):
+    """Timestamp Extended Transport Header (present when BTH.TS is set)."""
+
+    NAME: ClassVar[str] = "TSETH"
+    SIZE: ClassVar[int] = 4
+    ST: ClassVar[struct.Struct] = struct.Struct("!HH")
+    SPEC: ClassVar[_Spec] = (
+        ("tx_timestamp", 0, 16, False),
+        ("tsr", 2, 1, False),
+        ("format_type", 3, 4, False),
+    )
+
+    tx_timestamp: int = 0
+    tsr: int = 0
+    format_type: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> TSETH:
+        ts, w = buf.pull_struct(cls.ST, "TSETH", "tx_timestamp")
+        return cls(ts, w >> 15, w & 0xF)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(self.ST, self.tx_timestamp, (self.tsr << 15) | self.format_type)
+
+
+@dataclass(slots=True)
+class RETH(Header):
+    """RDMA Extended Transport Header, in every data packet (VA advanced by one MTU per packet)."""
+
+    NAME: ClassVar[str] = "RETH"
+    SIZE: ClassVar[int] = 16
+    ST: ClassVar[struct.Struct] = struct.Struct("!QII")
+    SPEC: ClassVar[_Spec] = (("va", 0, 64, False), ("rkey", 8, 32, False), ("dma_len", 12, 32, False))
+
+    va: int = 0
+    rkey: int = 0
+    dma_len: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> RETH:
+        va, rkey, dma_len = buf.pull_struct(cls.ST, "RETH", "va")
+        return cls(va, rkey, dma_len)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(self.ST, self.va, self.rkey, self.dma_len)
+
+
+@dataclass(slots=True)
+class ImmDt(Header):
+    """Immediate data of a Write-with-Immediate (the last packet of the message)."""
+
+    NAME: ClassVar[str] = "ImmDt"
+    SIZE: ClassVar[int] = 4
+    ST: ClassVar[struct.Struct] = struct.Struct("!I")
+    SPEC: ClassVar[_Spec] = (("imm_data", 0, 32, False),)
+
+    imm_data: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> ImmDt:
+        return cls(buf.pull_struct(cls.ST, "ImmDt", "imm_data")[0])
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(self.ST, self.imm_data)
+
+
+@dataclass(slots=True)
+class AETH(Header):
+    """ACK Extended Transport Header (Transport ACK / NAK, RoCE syndromes)."""
+
+    NAME: ClassVar[str] = "AETH"
+    SIZE: ClassVar[int] = 4
+    ST: ClassVar[struct.Struct] = struct.Struct("!I")
+    SPEC: ClassVar[_Spec] = (("syndrome", 0, 8, False), ("msn", 1, 24, False))
+
+    syndrome: int = 0
+    msn: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> AETH:
+        w = buf.pull_struct(cls.ST, "AETH", "syndrome")[0]
+        return cls(w >> 24, w & 0xFFFFFF)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(self.ST, (self.syndrome << 24) | self.msn)
+
+
+@dataclass(slots=True)
+class SETH(Header):
+    """Selective-ACK Extended Transport Header: cumulative PSN plus a 64-bit bitmap and the EV echo."""
+
+    NAME: ClassVar[str] = "SETH"
+    SIZE: ClassVar[int] = 28
+    ST: ClassVar[struct.Struct] = struct.Struct("!BBhIHHIBBhQ")
+    SPEC: ClassVar[_Spec] = (
+        ("hdr_type", 0, 4, False),
+        ("next_hdr", 0, 4, False),
+        ("m", 1, 2, False),
+        ("pr", 1, 1, False),
+        ("ack_psn_offset", 2, 16, True),
+        ("entropy", 4, 32, False),
+        ("src_qp", 8, 16, False),
+        ("dst_qp", 10, 16, False),
+        ("cack_psn", 13, 24, False),
+        ("cc_type", 16, 4, False),
+        ("cc_flags", 16, 4, False),
+        ("mpr", 17, 8, False),
+        ("sack_offset", 18, 16, True),
+        ("bitmap", 20, 64, False),
+    )
+
+    hdr_type: int = 0
+    next_hdr: int = 0
+    m: int = SackM.NONE
+    pr: bool = False
+    ack_psn_offset: int = 0
+    entropy: int = 0
+    src_qp: int = 0
+    dst_qp: int = 0
+    cack_psn: int = 0
+    cc_type: int = 0
+    cc_flags: int = 0
+    mpr: int = 0
+    sack_offset: int = 0
+    bitmap: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> SETH:
+        start = buf.pos
+        b0, b1, apo, ent, sqp, dqp, w12, cc, mpr, so, bm = buf.pull_struct(cls.ST, "SETH", "hdr_type")
+        m = b1 >> 6
+        if m == 3:
+            raise WireError("SETH", "m", start + 1, "reserved M value 3")
+        return cls(
+            b0 >> 4,
+            b0 & 0xF,
+            SackM(m),
+            bool(b1 & 0x20),
+            apo,
+            ent,
+            sqp,
+            dqp,
+            w12 & 0xFFFFFF,
+            cc >> 4,
+            cc & 0xF,
+            mpr,
+            so,
+            bm,
+        )
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        if self.m == 3:
+            raise WireError("SETH", "m", len(buf) + 1, "reserved M value 3")
+        buf.push_struct(
+            self.ST,
+            _prefix(self.hdr_type, self.next_hdr),
+            (self.m << 6) | (self.pr << 5),
+            self.ack_psn_offset,
+            self.entropy,
+            self.src_qp,
+            self.dst_qp,
+            self.cack_psn,
+            (self.cc_type << 4) | self.cc_flags,
+            self.mpr,
+            self.sack_offset,
+            self.bitmap,
+        )
+
+
+@dataclass(slots=True)
+class CcState(Header):
+    """Congestion-control state that follows SETH in every SACK."""
+
+    NAME: ClassVar[str] = "CC_STATE"
+    SIZE: ClassVar[int] = 8
+    ST: ClassVar[struct.Struct] = struct.Struct("!HHI")
+    SPEC: ClassVar[_Spec] = (
+        ("ts_echo", 0, 16, False),
+        ("ooo_count", 2, 15, False),
+        ("r_c", 4, 1, False),
+        ("rcv_cwnd_pen", 4, 7, False),
+        ("rcvd_256b", 5, 24, False),
+    )
+
+    ts_echo: int = 0
+    ooo_count: int = 0
+    r_c: bool = False
+    rcv_cwnd_pen: int = 0
+    rcvd_256b: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> CcState:
+        ts, w2, w4 = buf.pull_struct(cls.ST, "CC_STATE", "ts_echo")
+        return cls(ts, w2 & 0x7FFF, bool(w4 & 0x80000000), (w4 >> 24) & 0x7F, w4 & 0xFFFFFF)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(
+            self.ST,
+            self.ts_echo,
+            self.ooo_count,
+            (self.r_c << 31) | (self.rcv_cwnd_pen << 24) | self.rcvd_256b,
+        )
+
+
+@dataclass(slots=True)
+class NETH(Header):
+    """NACK Extended Transport Header: reason, NACKed PSN and the EV echo."""
+
+    NAME: ClassVar[str] = "NETH"
+    SIZE: ClassVar[int] = 20
+    ST: ClassVar[struct.Struct] = struct.Struct("!BBBBIHHIBBH")
+    SPEC: ClassVar[_Spec] = (
+        ("hdr_type", 0, 4, False),
+        ("next_hdr", 0, 4, False),
+        ("reason", 2, 8, False),
+        ("vendor_info", 3, 8, False),
+        ("entropy", 4, 32, False),
+        ("src_qp", 8, 16, False),
+        ("dst_qp", 10, 16, False),
+        ("psn", 13, 24, False),
+        ("cc_type", 16, 4, False),
+        ("cc_flags", 16, 4, False),
+        ("ts_echo", 18, 16, False),
+    )
+
+    hdr_type: int = 0
+    next_hdr: int = 0
+    reason: int = 0
+    vendor_info: int = 0
+    entropy: int = 0
+    src_qp: int = 0
+    dst_qp: int = 0
+    psn: int = 0
+    cc_type: int = 0
+    cc_flags: int = 0
+    ts_echo: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> NETH:
+        b0, _b1, reason, vend, ent, sqp, dqp, w12, cc, _r17, ts = buf.pull_struct(cls.ST, "NETH", "hdr_type")
+        return cls(b0 >> 4, b0 & 0xF, reason, vend, ent, sqp, dqp, w12 & 0xFFFFFF, cc >> 4, cc & 0xF, ts)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(
+            self.ST,
+            _prefix(self.hdr_type, self.next_hdr),
+            0,
+            self.reason,
+            self.vendor_info,
+            self.entropy,
+            self.src_qp,
+            self.dst_qp,
+            self.psn,
+            (self.cc_type << 4) | self.cc_flags,
+            0,
+            self.ts_echo,
+        )
+
+
+@dataclass(slots=True)
+class PETH(Header):
+    """Probe Extended Transport Header (reliability probe to the peer QP; consumes no PSN)."""
+
+    NAME: ClassVar[str] = "PETH"
+    SIZE: ClassVar[int] = 16
+    ST: ClassVar[struct.Struct] = struct.Struct("!BBBBHHHHHH")
+    SPEC: ClassVar[_Spec] = (
+        ("hdr_type", 0, 4, False),
+        ("next_hdr", 0, 4, False),
+        ("vendor_info", 3, 8, False),
+        ("probe_id", 4, 16, False),
+        ("src_qp", 8, 16, False),
+        ("dst_qp", 10, 16, False),
+        ("tx_timestamp", 12, 16, False),
+        ("tsr", 14, 1, False),
+        ("format_type", 15, 4, False),
+    )
+
+    hdr_type: int = 0
+    next_hdr: int = 0
+    vendor_info: int = 0
+    probe_id: int = 0
+    src_qp: int = 0
+    dst_qp: int = 0
+    tx_timestamp: int = 0
+    tsr: int = 0
+    format_type: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> PETH:
+        b0, _b1, _b2, vend, pid, _r6, sqp, dqp, ts, w14 = buf.pull_struct(cls.ST, "PETH", "hdr_type")
+        return cls(b0 >> 4, b0 & 0xF, vend, pid, sqp, dqp, ts, w14 >> 15, w14 & 0xF)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(
+            self.ST,
+            _prefix(self.hdr_type, self.next_hdr),
+            0,
+            0,
+            self.vendor_info,
+            self.probe_id,
+            0,
+            self.src_qp,
+            self.dst_qp,
+            self.tx_timestamp,
+            (self.tsr << 15) | self.format_type,
+        )
+
+
+@dataclass(slots=True)
+class ERTH(Header):
+    """Endpoint Request Transport Header (EV probe or port status update, to reserved QP 0x2)."""
+
+    NAME: ClassVar[str] = "ERTH"
+    SIZE: ClassVar[int] = 16
+    ST: ClassVar[struct.Struct] = struct.Struct("!BBBBIIHH")
+    SPEC: ClassVar[_Spec] = (
+        ("hdr_type", 0, 4, False),
+        ("next_hdr", 0, 4, False),
+        ("op", 1, 2, False),
+        ("vendor_info", 3, 8, False),
+        ("port_status", 4, 32, False),
+        ("tx_timestamp", 12, 16, False),
+        ("tsr", 14, 1, False),
+        ("format_type", 15, 4, False),
+    )
+
+    hdr_type: int = 0
+    next_hdr: int = 0
+    op: int = 0
+    vendor_info: int = 0
+    port_status: int = 0
+    tx_timestamp: int = 0
+    tsr: int = 0
+    format_type: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> ERTH:
+        b0, b1, _b2, vend, ps, _r8, ts, w14 = buf.pull_struct(cls.ST, "ERTH", "hdr_type")
+        return cls(b0 >> 4, b0 & 0xF, b1 & 3, vend, ps, ts, w14 >> 15, w14 & 0xF)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(
+            self.ST,
+            _prefix(self.hdr_type, self.next_hdr),
+            self.op,
+            0,
+            self.vendor_info,
+            self.port_status,
+            0,
+            self.tx_timestamp,
+            (self.tsr << 15) | self.format_type,
+        )
+
+
+@dataclass(slots=True)
+class EETH(Header):
+    """Endpoint Response Transport Header; the response body in bytes 4-27 is openmrc's."""
+
+    NAME: ClassVar[str] = "EETH"
+    SIZE: ClassVar[int] = 36
+    ST: ClassVar[struct.Struct] = struct.Struct("!BBBBIIB15xHH4x")
+    SPEC: ClassVar[_Spec] = (
+        ("hdr_type", 0, 4, False),
+        ("next_hdr", 0, 4, False),
+        ("op", 1, 2, False),
+        ("vendor_info", 3, 8, False),
+        ("service_time", 4, 32, False),
+        ("port_status", 8, 32, False),
+        ("rx_port", 12, 8, False),
+        ("ts_echo", 28, 16, False),
+        ("tsr", 30, 1, False),
+        ("format_type", 31, 4, False),
+    )
+
+    hdr_type: int = 0
+    next_hdr: int = 0
+    op: int = 0
+    vendor_info: int = 0
+    service_time: int = 0
+    port_status: int = 0
+    rx_port: int = 0
+    ts_echo: int = 0
+    tsr: int = 0
+    format_type: int = 0
+
+    @classmethod
+    def pull(cls, buf: Buffer) -> EETH:
+        b0, b1, _b2, vend, svc, ps, rxp, ts, w30 = buf.pull_struct(cls.ST, "EETH", "hdr_type")
+        return cls(b0 >> 4, b0 & 0xF, (b1 >> 4) & 3, vend, svc, ps, rxp, ts, w30 >> 15, w30 & 0xF)
+
+    def push(self, buf: Buffer) -> None:
+        self.validate(len(buf))
+        buf.push_struct(
+            self.ST,
+            _prefix(self.hdr_type, self.next_hdr),
+            self.op << 4,
+            0,
+            self.vendor_info,
+            self.service_time,
+            self.port_status,
+            self.rx_port,
+            self.ts_echo,
+            (self.tsr << 15) | self.format_type,
+        )

@@ -1,0 +1,69 @@
+"""The RoCEv2 invariant CRC (ICRC) that ends every MRC packet.
+
+RoCEv2 (IBTA Annex A17) computes a CRC-32 (the Ethernet polynomial, as `zlib.crc32`) over::
+
+    8 bytes of 0xFF (stands for the InfiniBand LRH)
+    the IP header with its variant fields set to all ones:
+        IPv4: TOS, TTL, header checksum          IPv6: traffic class, flow label, hop limit
+    the UDP header with its checksum set to all ones
+    BTH with byte 4 (FECN, BECN, reserved) set to all ones
+    everything after BTH up to, not including, the ICRC
+
+and stores the result least-significant byte first. In SRv6 mode the ICRC covers the inner (RoCE) IP
+packet only; outer encapsulation is variant by nature.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from openmrc.wire.buffer import WireError
+
+__all__ = ["compute_icrc", "icrc_bytes"]
+
+_LRH = b"\xff" * 8
+_UDP = 17
+
+
+def compute_icrc(ip_packet: bytes | bytearray | memoryview) -> int:
+    """ICRC of an IPv4 or IPv6 RoCE packet given from the IP header up to (not including) the ICRC."""
+    pkt = bytes(ip_packet)
+    if not pkt:
+        raise WireError("IP", "version", 0, "empty packet")
+    version = pkt[0] >> 4
+    if version == 4:
+        ihl = (pkt[0] & 0xF) * 4
+        if ihl < 20 or len(pkt) < ihl + 8 + 12:
+            raise WireError("IPv4", "ihl", 0, f"header length {ihl} B leaves no room for UDP and BTH")
+        if pkt[9] != _UDP:
+            raise WireError("IPv4", "protocol", 9, f"protocol {pkt[9]} is not UDP")
+        ip = bytearray(pkt[:ihl])
+        ip[1] = 0xFF  # TOS
+        ip[8] = 0xFF  # TTL
+        ip[10:12] = b"\xff\xff"  # header checksum
+    elif version == 6:
+        ihl = 40
+        if len(pkt) < ihl + 8 + 12:
+            raise WireError("IPv6", "payload_length", 4, "too short for UDP and BTH")
+        if pkt[6] != _UDP:
+            raise WireError("IPv6", "next_header", 6, f"next header {pkt[6]} is not UDP")
+        ip = bytearray(pkt[:ihl])
+        ip[0:4] = b"\x6f\xff\xff\xff"  # version stays; traffic class and flow label all ones
+        ip[7] = 0xFF  # hop limit
+    else:
+        raise WireError("IP", "version", 0, f"IP version {version} is neither 4 nor 6")
+    udp = bytearray(pkt[ihl : ihl + 8])
+    udp[6:8] = b"\xff\xff"
+    bth = bytearray(pkt[ihl + 8 : ihl + 20])
+    bth[4] = 0xFF
+    crc = zlib.crc32(_LRH)
+    crc = zlib.crc32(ip, crc)
+    crc = zlib.crc32(udp, crc)
+    crc = zlib.crc32(bth, crc)
+    crc = zlib.crc32(memoryview(pkt)[ihl + 20 :], crc)
+    return crc & 0xFFFFFFFF
+
+
+def icrc_bytes(icrc: int) -> bytes:
+    """The 4-byte trailer as it appears on the wire."""
+    return (icrc & 0xFFFFFFFF).to_bytes(4, "little")

@@ -1,0 +1,346 @@
+"""Whole MRC UDP payloads: ``BTH, extension headers..., payload, pad, ICRC`` <-> `Packet`.
+
+The opcode chooses the header chain (MRC-SPEC-NOTES §3):
+
+========================================  ===============================================
+opcode                                    headers after BTH
+========================================  ===============================================
+WRITE_FIRST / MIDDLE / LAST / ONLY        METH, [TSETH if BTH.TS], RETH, payload
+WRITE_LAST_WITH_IMM / WRITE_ONLY_WITH_IMM METH, [TSETH if BTH.TS], RETH, ImmDt, payload
+ACK                                       AETH
+SACK                                      SETH, CC_STATE
+NACK                                      NETH
+PROBE                                     PETH
+EP_REQUEST / EP_RESPONSE                  ERTH / EETH
+========================================  ===============================================
+
+`parse` accepts any bytes and raises only `WireError`. On parse the payload is a zero-copy `memoryview` of
+the input (pad bytes excluded) and the 4-byte ICRC trailer is exposed as ``pkt.icrc`` (read little-endian,
+as RoCEv2 stores it) without being checked: checking needs the IP and UDP headers, see
+`openmrc.wire.framing.parse_frame`. A packet trimmed by the fabric (payload cut off) is parsed with
+``trimmed=True``, which skips the payload-length checks.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from openmrc.wire.buffer import Buffer, WireError
+from openmrc.wire.constants import DATA_OPCODES, IMM_OPCODES, MRC_OPCODE_RANGE, Opcode
+from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
+
+__all__ = ["HEADER_ATTRS", "Packet", "parse"]
+
+ICRC_SIZE = 4
+_ICRC = struct.Struct("<I")
+_ZERO_PAD = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
+_EMPTY = memoryview(b"")
+_ONLY = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_WITH_IMM})
+_OPCODE_VALUES = frozenset(int(o) for o in Opcode)
+_BTH_OOR, _METH_OOR, _RETH_OOR = BTH._out_of_range, METH._out_of_range, RETH._out_of_range
+_DATA_INTS = frozenset(int(o) for o in DATA_OPCODES)
+_IMM_INTS = frozenset(int(o) for o in IMM_OPCODES)
+_ONLY_INTS = frozenset(int(o) for o in _ONLY)
+_FM_INTS = frozenset((int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)))
+# BTH + METH + [TSETH] + RETH + [ImmDt] in one layout, keyed by (TSETH present, ImmDt present).
+_DATA_ST = {
+    (ts, imm): struct.Struct("!BBHIIHH" + ("HH" if ts else "") + "QII" + ("I" if imm else ""))
+    for ts in (False, True)
+    for imm in (False, True)
+}
+
+# Non-data opcodes: which optional attributes each one carries, in wire order.
+_CONTROL_CHAIN: dict[int, tuple[tuple[str, type[AETH | SETH | CcState | NETH | PETH | ERTH | EETH]], ...]] = {
+    Opcode.ACK: (("aeth", AETH),),
+    Opcode.SACK: (("seth", SETH), ("cc_state", CcState)),
+    Opcode.NACK: (("neth", NETH),),
+    Opcode.PROBE: (("peth", PETH),),
+    Opcode.EP_REQUEST: (("erth", ERTH),),
+    Opcode.EP_RESPONSE: (("eeth", EETH),),
+}
+HEADER_ATTRS = ("meth", "tseth", "reth", "imm", "aeth", "seth", "cc_state", "neth", "peth", "erth", "eeth")
+
+
+def _opcode_error(op: int) -> WireError:
+    if op in MRC_OPCODE_RANGE:
+        return WireError("BTH", "opcode", 0, f"reserved MRC opcode 0x{op:02x}")
+    return WireError("BTH", "opcode", 0, f"unknown opcode 0x{op:02x} (not an MRC opcode)")
+
+
+@dataclass(slots=True, eq=False)
+class Packet:
+    """One MRC packet. Header attributes are ``None`` when the opcode does not carry that header."""
+
+    bth: BTH
+    meth: METH | None = None
+    tseth: TSETH | None = None
+    reth: RETH | None = None
+    imm: ImmDt | None = None
+    aeth: AETH | None = None
+    seth: SETH | None = None
+    cc_state: CcState | None = None
+    neth: NETH | None = None
+    peth: PETH | None = None
+    erth: ERTH | None = None
+    eeth: EETH | None = None
+    payload: memoryview = _EMPTY
+    icrc: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.payload, memoryview):
+            self.payload = memoryview(self.payload)  # bytes-like given by a caller
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Packet):
+            return NotImplemented
+        return (
+            self.bth == other.bth
+            and all(getattr(self, a) == getattr(other, a) for a in HEADER_ATTRS)
+            and self.payload == other.payload
+            and self.icrc == other.icrc
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def opcode(self) -> int:
+        return self.bth.opcode
+
+    @property
+    def is_data(self) -> bool:
+        return self.bth.opcode in DATA_OPCODES
+
+    def header_size(self) -> int:
+        """Bytes from the start of BTH to the start of the payload."""
+        n = BTH.SIZE
+        for a in HEADER_ATTRS:
+            h = getattr(self, a)
+            if h is not None:
+                n += h.SIZE
+        return n
+
+    # -- encoding --------------------------------------------------------------------------------------
+    def encode_headers(self) -> bytes:
+        """BTH and every extension header, ready to be followed by the payload, pad and ICRC.
+
+        BTH.Pad is set from the payload length. Raises `WireError` if a field is out of range or the
+        headers present do not match the opcode's chain.
+        """
+        bth = self.bth
+        op = bth.opcode
+        if op not in _OPCODE_VALUES:
+            raise _opcode_error(op)
+        if op in DATA_OPCODES:
+            return self._encode_data_headers(bth)
+        chain = _CONTROL_CHAIN[op]
+        self._check_control_chain(chain)
+        if bth.ts:
+            raise WireError("BTH", "ts", 8, f"TS bit set on {Opcode(op).name}, which carries no TSETH")
+        if len(self.payload):
+            raise WireError(
+                Opcode(op).name, "payload", self.header_size(), "control packets carry no payload"
+            )
+        bth.pad = 0
+        buf = Buffer()
+        bth.push(buf)
+        for attr, _cls in chain:
+            getattr(self, attr).push(buf)
+        return buf.data()
+
+    def encode(self) -> bytes:
+        """The whole UDP payload: headers, payload, pad and the ICRC trailer (``self.icrc``, LSB first)."""
+        hdr = self.encode_headers()
+        return b"".join((hdr, self.payload, _ZERO_PAD[self.bth.pad], _ICRC.pack(self.icrc & 0xFFFFFFFF)))
+
+    def _encode_data_headers(self, bth: BTH) -> bytes:
+        # Hot path: one struct.pack for BTH, METH, [TSETH], RETH, [ImmDt]; a shift-or range test per field
+        # and the detailed per-header check only when that test fails.
+        meth, tseth, reth, imm = self.meth, self.tseth, self.reth, self.imm
+        if (
+            meth is None
+            or reth is None
+            or bth.ts != (tseth is not None)
+            or (bth.opcode in IMM_OPCODES) != (imm is not None)
+            or self.aeth is not None
+            or self.seth is not None
+            or self.cc_state is not None
+            or self.neth is not None
+            or self.peth is not None
+            or self.erth is not None
+            or self.eeth is not None
+        ):
+            self._check_data_chain()
+        assert meth is not None and reth is not None
+        n = len(self.payload)
+        bth.pad = -n & 3
+        try:
+            bad = _BTH_OOR(bth) | _METH_OOR(meth) | _RETH_OOR(reth)
+        except TypeError:
+            bad = 1
+        if bad:  # name the first offending field
+            off = 0
+            for h in (bth, meth, tseth, reth):
+                if h is not None:
+                    h.check(off)
+                    off += h.SIZE
+        head: tuple[int, ...] = (
+            *bth.unchecked_words(),
+            meth.rqmsn,
+            meth.msn,
+        )
+        if tseth is not None:
+            tseth.validate(BTH.SIZE + METH.SIZE)
+            head += (tseth.tx_timestamp, (tseth.tsr << 15) | tseth.format_type)
+        head += (reth.va, reth.rkey, reth.dma_len)
+        if imm is not None:
+            imm.validate(BTH.SIZE + METH.SIZE + (TSETH.SIZE if tseth is not None else 0) + RETH.SIZE)
+            head += (imm.imm_data,)
+        st = _DATA_ST[tseth is not None, imm is not None]
+        _check_payload(bth, reth, n, st.size, False)
+        return st.pack(*head)
+
+    def _check_data_chain(self) -> None:
+        name = Opcode(self.bth.opcode).name
+        off = BTH.SIZE
+        if self.meth is None:
+            raise WireError(name, "meth", off, "data packets carry METH")
+        off += METH.SIZE
+        if self.bth.ts != (self.tseth is not None):
+            why = "BTH.TS set but no TSETH" if self.bth.ts else "TSETH present but BTH.TS clear"
+            raise WireError(name, "tseth", off, why)
+        if self.reth is None:
+            raise WireError(name, "reth", off, "data packets carry RETH in every packet")
+        want_imm = self.bth.opcode in IMM_OPCODES
+        if want_imm != (self.imm is not None):
+            raise WireError(name, "imm", off, "ImmDt " + ("missing" if want_imm else "not allowed"))
+        for a in ("aeth", "seth", "cc_state", "neth", "peth", "erth", "eeth"):
+            if getattr(self, a) is not None:
+                raise WireError(name, a, off, f"{a.upper()} does not belong in a data packet")
+
+    def _check_control_chain(self, chain: tuple[tuple[str, type], ...]) -> None:
+        name = Opcode(self.bth.opcode).name
+        wanted = {a for a, _ in chain}
+        for a in HEADER_ATTRS:
+            present = getattr(self, a) is not None
+            if present != (a in wanted):
+                why = "missing" if a in wanted else "does not belong here"
+                raise WireError(name, a, BTH.SIZE, f"{a.upper()} {why}")
+
+
+def _check_payload(bth: BTH, reth: RETH, n: int, off: int, trimmed: bool) -> None:
+    """Payload length against opcode, pad and RETH.DMA_length. ``off`` is where the payload starts."""
+    if trimmed:
+        return
+    op = bth.opcode
+    if (n + bth.pad) & 3:
+        raise WireError("BTH", "pad", 1, f"payload {n} B + pad {bth.pad} B is not a multiple of 4")
+    dma = reth.dma_len
+    if op in _ONLY:
+        if n != dma:
+            raise WireError(
+                "RETH", "dma_len", off - 4, f"{Opcode(op).name} carries {n} B but DMA length is {dma}"
+            )
+        return
+    if op in (Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE) and bth.pad:
+        raise WireError("BTH", "pad", 1, f"{Opcode(op).name} must be a whole number of words (pad {bth.pad})")
+    if not 0 < n < dma:
+        raise WireError(
+            "RETH", "dma_len", off - 4, f"{Opcode(op).name} carries {n} B, outside (0, DMA length {dma})"
+        )
+
+
+def parse(data: bytes | bytearray | memoryview, *, trimmed: bool = False) -> Packet:
+    """Decode one MRC UDP payload (BTH through ICRC). Raises only `WireError`."""
+    try:
+        return _parse(data, trimmed)
+    except WireError:
+        raise
+    except Exception as exc:  # a codec bug must still surface as malformed input, never as a crash
+        raise WireError("packet", "?", 0, f"undecodable: {exc!r}") from exc
+
+
+def _parse(data: bytes | bytearray | memoryview, trimmed: bool) -> Packet:
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    total = len(view)
+    if total < BTH.SIZE + ICRC_SIZE:
+        hdr = "BTH" if total < BTH.SIZE else "ICRC"
+        raise WireError(hdr, "length", total, f"truncated: {total} B is shorter than BTH + ICRC (16 B)")
+    icrc = _ICRC.unpack_from(view, total - ICRC_SIZE)[0]
+    op = view[0]
+    if op in _DATA_INTS:
+        ts = bool(view[8] & 0x10)
+        imm_op = op in _IMM_INTS
+        st = _DATA_ST[ts, imm_op]
+        hlen = st.size
+        if total - ICRC_SIZE >= hlen:  # hot path: every header in one unpack
+            v = st.unpack_from(view, 0)
+            bth = BTH.from_words(op, v[1], v[2], v[3], v[4])
+            i = 7
+            tseth = None
+            if ts:
+                tseth = TSETH(v[7], v[8] >> 15, v[8] & 0xF)
+                i = 9
+            reth = RETH(v[i], v[i + 1], v[i + 2])
+            imm = ImmDt(v[i + 3]) if imm_op else None
+            rest = total - ICRC_SIZE - hlen
+            if trimmed:
+                n = rest
+            else:
+                if bth.pad > rest:
+                    raise WireError("BTH", "pad", 1, f"pad {bth.pad} B but only {rest} B follow the headers")
+                pad = bth.pad
+                n = rest - pad
+                dma = reth.dma_len
+                if (n + pad) & 3 or (
+                    n != dma if op in _ONLY_INTS else (pad and op in _FM_INTS) or not 0 < n < dma
+                ):
+                    _check_payload(bth, reth, n, hlen, False)  # raises with the precise reason
+            return Packet(
+                bth,
+                METH(v[5], v[6]),
+                tseth,
+                reth,
+                imm,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                view[hlen : hlen + n],
+                icrc,
+            )
+    buf = Buffer(view[: total - ICRC_SIZE])
+    bth = BTH.pull(buf)
+    if op in DATA_OPCODES:  # too short for its headers: pull them one by one to name the one cut off
+        meth = METH.pull(buf)
+        tseth = TSETH.pull(buf) if bth.ts else None
+        reth = RETH.pull(buf)
+        imm = ImmDt.pull(buf) if op in IMM_OPCODES else None
+        start = buf.pos
+        rest = buf.remaining
+        if bth.pad > rest and not trimmed:
+            raise WireError("BTH", "pad", 1, f"pad {bth.pad} B but only {rest} B follow the headers")
+        n = max(rest - bth.pad, 0) if not trimmed else rest
+        _check_payload(bth, reth, n, start, trimmed)
+        payload = buf.pull_bytes(n, "payload", "data")
+        return Packet(bth, meth, tseth, reth, imm, payload=payload, icrc=icrc)
+    chain = _CONTROL_CHAIN.get(op)
+    if chain is None:
+        raise _opcode_error(op)
+    if bth.ts:
+        raise WireError("BTH", "ts", 8, f"TS bit set on {Opcode(op).name}, which carries no TSETH")
+    if bth.pad:
+        raise WireError("BTH", "pad", 1, f"pad {bth.pad} on {Opcode(op).name}, which carries no payload")
+    pkt = Packet(bth, icrc=icrc)
+    for attr, cls in chain:
+        setattr(pkt, attr, cls.pull(buf))
+    if buf.remaining:
+        raise WireError(
+            Opcode(op).name, "length", buf.pos, f"{buf.remaining} unexpected byte(s) after the headers"
+        )
+    return pkt

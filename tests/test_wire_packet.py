@@ -1,0 +1,404 @@
+"""Header and packet codecs: byte layouts, round trips, strictness, and robustness against any input."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from openmrc.wire import (
+    AETH,
+    BTH,
+    EETH,
+    ERTH,
+    METH,
+    NETH,
+    PETH,
+    RETH,
+    SETH,
+    TSETH,
+    CcState,
+    ImmDt,
+    NackReason,
+    Opcode,
+    Packet,
+    SackM,
+    WireError,
+    parse,
+)
+from openmrc.wire.buffer import Buffer
+from openmrc.wire.examples import example_conversation
+from openmrc.wire.headers import Header
+from openmrc.wire.packet import _parse
+
+from .wire_strategies import HEADER_CLASSES, header, packets
+
+# -- byte layouts, derived by hand from the layouts documented in openmrc.wire.headers -------------------
+
+
+def test_bth_layout() -> None:
+    bth = BTH(
+        0xCA,
+        se=True,
+        m=False,
+        pad=2,
+        tver=0,
+        p_key=0xFFFF,
+        fecn=True,
+        becn=False,
+        dest_qp=0xABCDEF,
+        ack_req=True,
+        rtx=True,
+        ts=True,
+        psn=0x123456,
+    )
+    assert bth.encode().hex() == "ca a0 ffff 80abcdef b0123456".replace(" ", "")
+
+
+def test_seth_cc_state_layout() -> None:
+    seth = SETH(
+        hdr_type=0x1,
+        next_hdr=0x2,
+        m=SackM.ALWAYS_SKIP,
+        pr=True,
+        ack_psn_offset=-2,
+        entropy=0xDEADBEEF,
+        src_qp=0x0123,
+        dst_qp=0x4567,
+        cack_psn=0x89ABCD,
+        cc_type=0x1,
+        cc_flags=0x3,
+        mpr=8,
+        sack_offset=-1,
+        bitmap=0x0102030405060708,
+    )
+    assert seth.encode().hex() == ("12a0fffedeadbeef012345670089abcd1308ffff0102030405060708")
+    cc = CcState(ts_echo=0xBEEF, ooo_count=0x7FFF, r_c=True, rcv_cwnd_pen=127, rcvd_256b=0x000102)
+    assert cc.encode().hex() == "beef7fffff000102"
+
+
+def test_neth_peth_erth_eeth_layouts() -> None:
+    neth = NETH(
+        reason=NackReason.TRIMMED,
+        vendor_info=0x55,
+        entropy=0x01020304,
+        src_qp=1,
+        dst_qp=2,
+        psn=0xFFFFFF,
+        cc_type=1,
+        cc_flags=0,
+        ts_echo=0x0A0B,
+    )
+    assert neth.encode().hex() == "00000155010203040001000200ffffff10000a0b"
+    peth = PETH(probe_id=0x1234, src_qp=5, dst_qp=6, tx_timestamp=0x7788, tsr=1, format_type=2)
+    assert peth.encode().hex() == "00000000123400000005000677888002"
+    erth = ERTH(op=1, port_status=0x000000FF, tx_timestamp=0x0300)
+    assert erth.encode().hex() == "00010000000000ff0000000003000000"
+    eeth = EETH(op=1, service_time=850, port_status=0xEF, rx_port=3, ts_echo=0x0300, tsr=1)
+    assert eeth.encode().hex() == ("0010000000000352000000ef03" + "00" * 15 + "03008000" + "00" * 4)
+    assert [len(h.encode()) for h in (neth, peth, erth, eeth)] == [20, 16, 16, 36]
+
+
+def test_small_header_layouts() -> None:
+    assert METH(0x0102, 0x0304).encode() == bytes.fromhex("01020304")
+    assert TSETH(0xABCD, 1, 0xF).encode() == bytes.fromhex("abcd800f")
+    assert RETH(0x0102030405060708, 0xAABBCCDD, 0x1000).encode() == bytes.fromhex(
+        "0102030405060708aabbccdd00001000"
+    )
+    assert ImmDt(0xFEEDF00D).encode() == bytes.fromhex("feedf00d")
+    assert AETH(0x62, 0x000102).encode() == bytes.fromhex("62000102")
+
+
+def test_write_only_packet_bytes() -> None:
+    pkt = Packet(
+        BTH(Opcode.WRITE_ONLY, dest_qp=0x12, psn=7),
+        meth=METH(0, 1),
+        reth=RETH(0x1000, 0x99, 5),
+        payload=b"hello",
+        icrc=0x11223344,
+    )
+    raw = pkt.encode()
+    assert raw.hex() == (
+        "ca30ffff00000012"
+        "00000007"  # BTH, pad 3
+        "00000001"  # METH
+        "0000000000001000"
+        "00000099"
+        "00000005"  # RETH
+        "68656c6c6f"
+        "000000"  # payload + pad
+        "44332211"  # ICRC, least significant byte first
+    )
+    assert pkt.bth.pad == 3
+
+
+# -- round trips --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", HEADER_CLASSES, ids=lambda c: c.NAME)
+@settings(max_examples=60)
+@given(data=st.data())
+def test_every_header_round_trips(cls: type[Header], data: st.DataObject) -> None:
+    hdr = data.draw(header(cls))
+    raw = hdr.encode()
+    assert len(raw) == cls.SIZE
+    back = cls.pull(Buffer(raw))  # type: ignore[attr-defined]
+    assert back == hdr
+
+
+@settings(max_examples=400)
+@given(packets())
+def test_every_packet_round_trips(pkt: Packet) -> None:
+    raw = pkt.encode()
+    back = parse(raw)
+    assert back == pkt
+    assert back.encode() == raw
+    assert len(raw) == pkt.header_size() + len(pkt.payload) + pkt.bth.pad + 4
+
+
+@pytest.mark.parametrize("ex", example_conversation(), ids=lambda e: e.description)
+def test_example_packets_round_trip(ex: object) -> None:
+    pkt = ex.packet  # type: ignore[attr-defined]
+    assert parse(pkt.encode()) == pkt
+
+
+def test_payload_is_a_view_of_the_input() -> None:
+    pkt = Packet(BTH(Opcode.WRITE_MIDDLE, psn=1), meth=METH(), reth=RETH(0, 1, 8192), payload=b"x" * 4096)
+    raw = bytearray(pkt.encode())
+    back = parse(raw)
+    assert isinstance(back.payload, memoryview)
+    raw[BTH.SIZE + METH.SIZE + RETH.SIZE] = ord("y")
+    assert back.payload[0] == ord("y")  # no copy was made
+
+
+def test_optional_tseth_follows_ts_bit() -> None:
+    pkt = Packet(
+        BTH(Opcode.WRITE_ONLY_WITH_IMM, ts=True),
+        meth=METH(),
+        tseth=TSETH(0x1234, 0, 1),
+        reth=RETH(0, 0, 4),
+        imm=ImmDt(9),
+        payload=b"abcd",
+    )
+    back = parse(pkt.encode())
+    assert back.tseth == TSETH(0x1234, 0, 1)
+    assert back.imm == ImmDt(9)
+
+
+# -- strictness ---------------------------------------------------------------------------------------
+
+
+def _raises(data: bytes, header: str, field: str, **kw: bool) -> WireError:
+    with pytest.raises(WireError) as ei:
+        parse(data, **kw)
+    assert (ei.value.header, ei.value.field) == (header, field), str(ei.value)
+    return ei.value
+
+
+def _write_only(n: int = 8, **bth: int) -> Packet:
+    return Packet(BTH(Opcode.WRITE_ONLY, **bth), meth=METH(), reth=RETH(0, 0, n), payload=b"\x01" * n)
+
+
+def test_unknown_and_reserved_opcodes() -> None:
+    raw = bytearray(_write_only().encode())
+    raw[0] = 0x04  # a RoCE RC opcode, not MRC
+    err = _raises(bytes(raw), "BTH", "opcode")
+    assert "unknown opcode 0x04" in str(err)
+    raw[0] = 0xC0  # inside MRC's range, unassigned
+    err = _raises(bytes(raw), "BTH", "opcode")
+    assert "reserved MRC opcode 0xc0" in str(err)
+    assert err.offset == 0
+
+
+def test_ts_bit_without_room_for_tseth() -> None:
+    raw = bytearray(
+        Packet(BTH(Opcode.ACK, psn=1), aeth=AETH()).encode()
+    )  # 12 + 4 + 4: flipping TS on ACK is rejected outright
+    raw[8] |= 0x10
+    _raises(bytes(raw), "BTH", "ts")
+    # A data packet whose TS bit is set but which ends right after METH: no room for TSETH.
+    head = bytearray(_write_only(0).encode()[: BTH.SIZE + METH.SIZE])
+    head[8] |= 0x10
+    err = _raises(bytes(head) + b"\0\0\0\0", "TSETH", "tx_timestamp")
+    assert err.offset == BTH.SIZE + METH.SIZE
+
+
+def test_payload_inconsistent_with_dma_length() -> None:
+    pkt = _write_only(8)
+    pkt.reth.dma_len = 9  # type: ignore[union-attr]
+    with pytest.raises(WireError) as ei:
+        pkt.encode()
+    assert ei.value.header == "RETH"
+    raw = bytearray(_write_only(8).encode())
+    raw[BTH.SIZE + METH.SIZE + 15] = 12  # DMA length 12, payload 8
+    err = _raises(bytes(raw), "RETH", "dma_len")
+    assert err.offset == BTH.SIZE + METH.SIZE + 12
+    # A Middle packet can never carry the whole DMA length, nor leave a pad.
+    mid = Packet(BTH(Opcode.WRITE_MIDDLE), meth=METH(), reth=RETH(0, 0, 8), payload=b"\0" * 8)
+    with pytest.raises(WireError):
+        mid.encode()
+    mid2 = Packet(BTH(Opcode.WRITE_MIDDLE), meth=METH(), reth=RETH(0, 0, 100), payload=b"\0" * 7)
+    with pytest.raises(WireError) as ei:
+        mid2.encode()
+    assert ei.value.field == "pad"
+
+
+def test_bad_pad() -> None:
+    raw = bytearray(_write_only(8).encode())
+    raw[1] |= 0x10  # pad 1 with an 8-byte payload: 7 + 1 ≠ DMA length / alignment
+    with pytest.raises(WireError):
+        parse(bytes(raw))
+    ack = bytearray(Packet(BTH(Opcode.ACK), aeth=AETH()).encode())
+    ack[1] |= 0x20
+    _raises(bytes(ack), "BTH", "pad")
+
+
+def test_trailing_bytes_after_control_headers() -> None:
+    raw = Packet(BTH(Opcode.NACK), neth=NETH(reason=1)).encode()
+    _raises(raw[:-4] + b"\0\0\0\0" + raw[-4:], "NACK", "length")
+
+
+def test_reserved_sack_m() -> None:
+    raw = bytearray(Packet(BTH(Opcode.SACK), seth=SETH(), cc_state=CcState()).encode())
+    raw[BTH.SIZE + 1] |= 0xC0
+    err = _raises(bytes(raw), "SETH", "m")
+    assert err.offset == BTH.SIZE + 1
+
+
+def test_trimmed_packet_keeps_headers_only() -> None:
+    full = Packet(
+        BTH(Opcode.WRITE_MIDDLE, psn=5), meth=METH(), reth=RETH(0x40, 1, 8192), payload=b"\0" * 4096
+    )
+    raw = full.encode()
+    trimmed = raw[: full.header_size()] + raw[-4:]
+    with pytest.raises(WireError):
+        parse(trimmed)
+    pkt = parse(trimmed, trimmed=True)
+    assert pkt.bth.psn == 5 and len(pkt.payload) == 0 and pkt.reth == full.reth
+
+
+@pytest.mark.parametrize(
+    ("hdr", "field", "value"),
+    [
+        (BTH(Opcode.ACK), "psn", 1 << 24),
+        (BTH(Opcode.ACK), "dest_qp", 1 << 24),
+        (BTH(Opcode.ACK), "psn", -1),
+        (BTH(Opcode.ACK), "p_key", 1 << 16),
+        (BTH(Opcode.ACK), "rtx", 2),
+        (CcState(), "r_c", 2),
+        (METH(), "msn", 1 << 16),
+        (RETH(), "va", 1 << 64),
+        (SETH(), "cack_psn", 1 << 24),
+        (SETH(), "sack_offset", 1 << 15),
+        (CcState(), "rcv_cwnd_pen", 128),
+        (NETH(), "psn", 1 << 24),
+        (AETH(), "msn", 1 << 24),
+    ],
+)
+def test_out_of_range_fields_raise_on_encode(hdr: Header, field: str, value: int) -> None:
+    setattr(hdr, field, value)
+    with pytest.raises(WireError) as ei:
+        hdr.encode()
+    assert ei.value.header == hdr.NAME and ei.value.field == field
+
+
+def test_psn_out_of_range_in_packet_names_offset() -> None:
+    pkt = _write_only(4, psn=1 << 24)
+    with pytest.raises(WireError) as ei:
+        pkt.encode()
+    assert (ei.value.header, ei.value.field, ei.value.offset) == ("BTH", "psn", 9)
+
+
+def test_header_chain_mismatch_raises_on_encode() -> None:
+    with pytest.raises(WireError, match="RETH"):
+        Packet(BTH(Opcode.WRITE_ONLY), meth=METH()).encode()
+    with pytest.raises(WireError, match="ImmDt missing"):
+        Packet(BTH(Opcode.WRITE_ONLY_WITH_IMM), meth=METH(), reth=RETH()).encode()
+    with pytest.raises(WireError, match="TS"):
+        Packet(BTH(Opcode.WRITE_ONLY), meth=METH(), tseth=TSETH(), reth=RETH()).encode()
+    with pytest.raises(WireError, match="CC_STATE"):
+        Packet(BTH(Opcode.SACK), seth=SETH()).encode()
+    with pytest.raises(WireError, match="AETH"):
+        Packet(BTH(Opcode.NACK), neth=NETH(), aeth=AETH()).encode()
+    with pytest.raises(WireError, match="payload"):
+        Packet(BTH(Opcode.PROBE), peth=PETH(), payload=b"x").encode()
+    with pytest.raises(WireError, match="unknown opcode"):
+        Packet(BTH(0x10)).encode()
+
+
+# -- truncation and fuzzing ------------------------------------------------------------------------------
+
+_FIXED_SIZE = (
+    Opcode.ACK,
+    Opcode.SACK,
+    Opcode.NACK,
+    Opcode.PROBE,
+    Opcode.EP_REQUEST,
+    Opcode.EP_RESPONSE,
+    Opcode.WRITE_ONLY,
+    Opcode.WRITE_ONLY_WITH_IMM,
+)
+
+
+@settings(max_examples=150)
+@given(packets(_FIXED_SIZE))
+def test_truncation_at_every_offset_raises(pkt: Packet) -> None:
+    """Control packets have fixed sizes and Only packets carry their exact length in RETH."""
+    raw = pkt.encode()
+    for cut in range(len(raw)):
+        with pytest.raises(WireError):
+            parse(raw[:cut])
+
+
+@settings(max_examples=100)
+@given(packets())
+def test_truncation_inside_the_headers_raises(pkt: Packet) -> None:
+    """For multi-packet Writes only the UDP length and the ICRC bound the payload (see test_framing)."""
+    raw = pkt.encode()
+    for cut in range(pkt.header_size() + 4):
+        with pytest.raises(WireError):
+            parse(raw[:cut])
+
+
+def _only_wire_errors(data: bytes) -> None:
+    # The codec proper, without parse()'s last-resort wrapper, so that a codec bug shows up here.
+    with contextlib.suppress(WireError):
+        _parse(data, False)
+
+
+def test_random_bytes_raise_only_wire_error() -> None:
+    rng = random.Random(1)
+    opcodes = list(range(256))
+    for i in range(100_000):
+        n = rng.randrange(0, 96)
+        data = bytearray(rng.randbytes(n))
+        if n and i % 2:
+            data[0] = rng.choice(opcodes[0xC0:0xE0])  # bias towards MRC opcodes to reach deeper code
+        _only_wire_errors(bytes(data))
+
+
+def test_bit_flipped_packets_raise_only_wire_error() -> None:
+    rng = random.Random(2)
+    valid = [e.packet.encode() for e in example_conversation()]
+    valid += [
+        Packet(BTH(o), **kw).encode()
+        for o, kw in (  # type: ignore[arg-type]
+            (Opcode.ACK, {"aeth": AETH()}),
+            (Opcode.SACK, {"seth": SETH(), "cc_state": CcState()}),
+        )
+    ]
+    parsed = 0
+    for i in range(100_000):
+        data = bytearray(valid[i % len(valid)])
+        for _ in range(rng.randrange(1, 4)):
+            bit = rng.randrange(len(data) * 8)
+            data[bit >> 3] ^= 1 << (bit & 7)
+        try:
+            _parse(bytes(data), False)
+            parsed += 1
+        except WireError:
+            pass
+    assert parsed > 0  # most flips land in fields any value of which is valid
