@@ -1,0 +1,66 @@
+"""The sans-IO MRC transport core: NIC, QPs, EV tables, reliability and congestion control."""
+
+from openmrc.transport.cc import CongestionControl, cc_algorithms, create_cc, register_cc
+from openmrc.transport.config import NicConfig
+from openmrc.transport.cq import CompletionQueue
+from openmrc.transport.evtable import EvEntry, EvEvent, EvTable
+from openmrc.transport.mr import MemoryRegion
+from openmrc.transport.nic import EpResponse, Nic, NicStats
+from openmrc.transport.nscc import Nscc, NsccConfig
+from openmrc.transport.qp import TRANSITIONS, Qp, QpAttr, QpInitAttr
+from openmrc.transport.types import (
+    Access,
+    LocalProtocolError,
+    QpCapFlags,
+    QpState,
+    RecvWR,
+    SendFlags,
+    SendWR,
+    Sge,
+    Transmit,
+    TrimMark,
+    WcOpcode,
+    WcStatus,
+    WorkCompletion,
+    WrOpcode,
+    psn_diff,
+    unwrap_psn,
+)
+
+__all__ = [
+    "TRANSITIONS",
+    "Access",
+    "CompletionQueue",
+    "CongestionControl",
+    "EpResponse",
+    "EvEntry",
+    "EvEvent",
+    "EvTable",
+    "LocalProtocolError",
+    "MemoryRegion",
+    "Nic",
+    "NicConfig",
+    "NicStats",
+    "Nscc",
+    "NsccConfig",
+    "Qp",
+    "QpAttr",
+    "QpCapFlags",
+    "QpInitAttr",
+    "QpState",
+    "RecvWR",
+    "SendFlags",
+    "SendWR",
+    "Sge",
+    "Transmit",
+    "TrimMark",
+    "WcOpcode",
+    "WcStatus",
+    "WorkCompletion",
+    "WrOpcode",
+    "cc_algorithms",
+    "create_cc",
+    "psn_diff",
+    "register_cc",
+    "unwrap_psn",
+]

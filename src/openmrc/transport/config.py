@@ -1,0 +1,64 @@
+"""Configuration of a transport `Nic` (one dataclass, a docstring per field)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["NicConfig"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NicConfig:
+    """Knobs of the sans-IO MRC NIC. Times in ns, sizes in bytes, rates in bit/s."""
+
+    mtu: int = 4096
+    """Payload bytes per packet (the path MTU of every QP)."""
+    link_bps: int = 100_000_000_000
+    """Rate of one NIC port; used for congestion-control defaults."""
+    base_rtt_ns: int = 10_000
+    """Unloaded round-trip time of the longest path; used for congestion-control defaults."""
+    trimming: bool = True
+    """Whether the fabric trims packets (chooses NSCC defaults)."""
+    sack_every: int = 4
+    """Coalesce: a SACK at least every this many data packets (and at once on holes, ECN, trims, last
+    packets of messages, probes and ACK-requested packets)."""
+    sack_delay_ns: int = 2_000
+    """A pending SACK is sent at the latest this long after the packet that made it pending."""
+    reorder_allowance: int = 32
+    """A packet is declared lost once more than this many packets sent after it have been acknowledged."""
+    reshuffle_rotations: int = 1
+    """Re-shuffle a QP's EV rotation after this many complete rotations."""
+    active_ev_fraction: float = 0.75
+    """Share of a QP's EVs (per plane) in the spraying set; the rest are backups of the same plane."""
+    probe_interval_ns: int = 50_000
+    """How often an ASSUMED_BAD EV is probed."""
+    probes_to_restore: int = 2
+    """Consecutive successful probes that turn an ASSUMED_BAD EV back to GOOD."""
+    default_ev_count: int = 128
+    """EVs per QP when the QP names no EV profile (UDP source-port EVs, drawn equally from all ports)."""
+    validate_wire: bool = False
+    """Encode and re-parse every packet sent and received (validation mode; slow)."""
+    max_send_wr: int = 4096
+    """Default send-queue depth when a QP is created without caps."""
+    max_recv_wr: int = 4096
+    """Default receive-queue depth when a QP is created without caps."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "mtu": self.mtu > 0 and self.mtu % 4 == 0,
+            "link_bps": self.link_bps > 0,
+            "base_rtt_ns": self.base_rtt_ns > 0,
+            "sack_every": self.sack_every >= 1,
+            "sack_delay_ns": self.sack_delay_ns >= 0,
+            "reorder_allowance": self.reorder_allowance >= 0,
+            "reshuffle_rotations": self.reshuffle_rotations >= 1,
+            "active_ev_fraction": 0 < self.active_ev_fraction <= 1,
+            "probe_interval_ns": self.probe_interval_ns > 0,
+            "probes_to_restore": self.probes_to_restore >= 1,
+            "default_ev_count": self.default_ev_count >= 1,
+            "max_send_wr": self.max_send_wr >= 1,
+            "max_recv_wr": self.max_recv_wr >= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"NicConfig.{name}: invalid value {getattr(self, name)!r}")

@@ -1,0 +1,256 @@
+"""The per-QP EV table: spraying rotation, EV states, backups, probing and EV events.
+
+Theory of operation (MRC-SPEC-NOTES §2)
+---------------------------------------
+A QP sprays each packet on the next usable EV of a pseudo-random *rotation* over its active EV set, which
+is drawn equally from all planes (NIC ports); the rotation is re-shuffled every ``reshuffle_rotations``
+complete passes (an *epoch* is one pass). An EV is usable when it is GOOD (or SKIP from an earlier epoch)
+and both its local port and the peer's port of that plane are up.
+
+* ECN echo (SACK M=SKIP_ONCE) or a trim NACK that is not last-hop → SKIP: not used for the rest of the
+  current rotation.
+* Loss without trim (inferred or timeout) or SACK M=ALWAYS_SKIP → ASSUMED_BAD at once. The EV leaves the
+  rotation and a GOOD backup *of the same plane* takes its slot, so planes stay balanced. If no backup is
+  left, the EV stays in its slot but is skipped. Never below ``min_active`` usable EVs: at the floor a bad
+  EV is only skipped for the rotation.
+* ASSUMED_BAD EVs are probed every ``probe_interval``; ``probes_to_restore`` successful probes in a row
+  restore them to GOOD (they return to their slot if it is still theirs, else to the backups).
+* DENIED is set and cleared only by the controller; a denied EV is never used nor probed.
+
+Every change of the controller-visible state (GOOD, ASSUMED_BAD, DENIED) is appended to ``events``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from openmrc.ev import EVState
+
+__all__ = ["EvEntry", "EvEvent", "EvTable"]
+
+_GOOD, _SKIP, _BAD, _DENIED = EVState.GOOD, EVState.SKIP, EVState.ASSUMED_BAD, EVState.DENIED
+
+
+class EvEntry:
+    """One EV of a QP: the expanded value, its port (plane), the 32-bit echo, and its state."""
+
+    __slots__ = (
+        "entropy",
+        "expanded",
+        "next_probe",
+        "port",
+        "probe_ok",
+        "skip_epoch",
+        "slot",
+        "state",
+        "uses",
+    )
+
+    def __init__(self, expanded: bytes, port: int, entropy: int) -> None:
+        self.expanded = expanded
+        self.port = port
+        self.entropy = entropy
+        self.state = _GOOD
+        self.skip_epoch = -1
+        self.probe_ok = 0
+        self.next_probe = 0
+        self.slot = -1  # index in the rotation, -1 for a backup
+        self.uses = 0
+
+    def __repr__(self) -> str:
+        return f"EvEntry(port={self.port}, entropy=0x{self.entropy:08x}, {self.state.name}, slot={self.slot})"
+
+
+@dataclass(frozen=True, slots=True)
+class EvEvent:
+    """An EV state change, as the controller's EV event queue reports it."""
+
+    time: int
+    qp_num: int
+    profile_id: int
+    port: int
+    ev: bytes
+    entropy: int
+    state: EVState
+
+
+class EvTable:
+    """Spraying state of one QP over its EVs."""
+
+    def __init__(
+        self,
+        entries: Sequence[tuple[bytes, int, int]],
+        *,
+        rng: random.Random,
+        min_active: int,
+        active_fraction: float = 0.75,
+        reshuffle_rotations: int = 1,
+        probe_interval: int = 50_000,
+        probes_to_restore: int = 2,
+        emit: Callable[[EvEvent], None] | None = None,
+        qp_num: int = 0,
+        profile_id: int = 0,
+    ) -> None:
+        if not entries:
+            raise ValueError("an EV table needs at least one EV")
+        self._rng = rng
+        self.min_active = min_active
+        self.reshuffle_rotations = reshuffle_rotations
+        self.probe_interval = probe_interval
+        self.probes_to_restore = probes_to_restore
+        self._emit = emit
+        self.qp_num = qp_num
+        self.profile_id = profile_id
+        self.entries = [EvEntry(ev, port, ent) for ev, port, ent in entries]
+        self.by_entropy = {e.entropy: e for e in self.entries}
+        per_port: dict[int, list[EvEntry]] = {}
+        for e in self.entries:
+            per_port.setdefault(e.port, []).append(e)
+        self.rotation: list[EvEntry] = []
+        self.backups: dict[int, list[EvEntry]] = {}
+        for port in sorted(per_port):
+            group = per_port[port]
+            rng.shuffle(group)
+            n_active = max(1, round(len(group) * active_fraction))
+            self.rotation.extend(group[:n_active])
+            self.backups[port] = group[n_active:]
+        rng.shuffle(self.rotation)
+        for i, e in enumerate(self.rotation):
+            e.slot = i
+        self._pos = 0
+        self.epoch = 0
+        self.port_mask = (1 << 32) - 1  # bit p-1: port p usable (local and peer side up)
+        self.bad: set[EvEntry] = set()
+
+    # -- spraying ------------------------------------------------------------------------------------------
+    def pick(self, avoid: EvEntry | None = None, port: int = 0) -> EvEntry | None:
+        """The next usable EV of the rotation (not ``avoid`` if another exists; on ``port`` if non-zero)."""
+        rot = self.rotation
+        n = len(rot)
+        mask = self.port_mask
+        fallback = None
+        for _ in range(n):
+            e = rot[self._pos]
+            self._pos += 1
+            if self._pos == n:
+                self._new_epoch()
+            st = e.state
+            if st is _GOOD or (st is _SKIP and e.skip_epoch != self.epoch):
+                if not (mask >> (e.port - 1)) & 1 or (port and e.port != port):
+                    continue
+                if e is avoid:
+                    fallback = e
+                    continue
+                if st is _SKIP:
+                    e.state = _GOOD
+                e.uses += 1
+                return e
+        return fallback
+
+    def _new_epoch(self) -> None:
+        self._pos = 0
+        self.epoch += 1
+        if self.epoch % self.reshuffle_rotations == 0:
+            rot = self.rotation
+            self._rng.shuffle(rot)
+            for i, e in enumerate(rot):
+                e.slot = i
+
+    def usable_count(self) -> int:
+        mask = self.port_mask
+        return sum(1 for e in self.rotation if e.state in (_GOOD, _SKIP) and (mask >> (e.port - 1)) & 1)
+
+    # -- feedback ------------------------------------------------------------------------------------------
+    def skip(self, e: EvEntry) -> None:
+        """ECN echo or a (not last-hop) trim: do not use ``e`` for the rest of this rotation."""
+        if e.state is _GOOD or e.state is _SKIP:
+            e.state = _SKIP
+            e.skip_epoch = self.epoch
+
+    def mark_bad(self, e: EvEntry, now: int) -> None:
+        """Loss without trim, timeout, or M=ALWAYS_SKIP: ASSUMED_BAD now, replaced from the same plane."""
+        if e.state is _BAD or e.state is _DENIED:
+            if e.state is _BAD:
+                e.probe_ok = 0
+            return
+        if e.slot >= 0 and self.usable_count() <= self.min_active:
+            self.skip(e)  # at the floor: keep the EV, only rest it for this rotation
+            return
+        self._retire(e)
+        self._set_state(e, _BAD, now)
+        e.probe_ok = 0
+        e.next_probe = now + self.probe_interval
+        self.bad.add(e)
+
+    def _retire(self, e: EvEntry) -> None:
+        """Give ``e``'s rotation slot to a GOOD backup of the same plane, if there is one."""
+        if e.slot < 0:
+            backups = self.backups.get(e.port, [])
+            if e in backups:
+                backups.remove(e)
+            return
+        backups = self.backups.get(e.port, [])
+        for i, b in enumerate(backups):
+            if b.state is _GOOD:
+                del backups[i]
+                b.slot = e.slot
+                self.rotation[e.slot] = b
+                e.slot = -1
+                return
+
+    def _set_state(self, e: EvEntry, state: EVState, now: int) -> None:
+        e.state = state
+        if self._emit is not None:
+            self._emit(EvEvent(now, self.qp_num, self.profile_id, e.port, e.expanded, e.entropy, state))
+
+    # -- probing -------------------------------------------------------------------------------------------
+    def due_probes(self, now: int) -> list[EvEntry]:
+        """ASSUMED_BAD EVs whose probe is due (and whose port is usable); schedules their next probe."""
+        out = []
+        mask = self.port_mask
+        for e in self.bad:
+            if e.next_probe <= now and (mask >> (e.port - 1)) & 1:
+                e.next_probe = now + self.probe_interval
+                out.append(e)
+        out.sort(key=lambda e: e.entropy)  # set order is not deterministic across runs
+        return out
+
+    def next_probe_time(self) -> int | None:
+        """When the next probe is due (EVs of unusable ports are not probed until their port is back)."""
+        mask = self.port_mask
+        return min((e.next_probe for e in self.bad if (mask >> (e.port - 1)) & 1), default=None)
+
+    def probe_answered(self, e: EvEntry, now: int, good: bool) -> None:
+        """A probe (or any packet) sent on ASSUMED_BAD ``e`` was acknowledged; ``good``: with M=NONE."""
+        if e.state is not _BAD:
+            return
+        if not good:
+            e.probe_ok = 0
+            return
+        e.probe_ok += 1
+        if e.probe_ok >= self.probes_to_restore:
+            self.bad.discard(e)
+            self._set_state(e, _GOOD, now)
+            if e.slot < 0:
+                self.backups.setdefault(e.port, []).append(e)
+
+    # -- controller ----------------------------------------------------------------------------------------
+    def set_state(self, e: EvEntry, state: EVState, now: int) -> None:
+        """Controller MODIFY_EV_STATE: DENIED, GOOD (also lifts a denial) or ASSUMED_BAD."""
+        if state is _DENIED:
+            self.bad.discard(e)
+            self._retire(e)
+            self._set_state(e, _DENIED, now)
+        elif state is _GOOD:
+            self.bad.discard(e)
+            e.probe_ok = 0
+            if e.state is not _GOOD:
+                self._set_state(e, _GOOD, now)
+            if e.slot < 0 and e not in self.backups.setdefault(e.port, []):
+                self.backups[e.port].append(e)
+        elif state is _BAD:
+            self.mark_bad(e, now)
+        else:
+            raise ValueError(f"controller cannot set EV state {state.name}")

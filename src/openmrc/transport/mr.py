@@ -1,0 +1,92 @@
+"""Memory regions: registered buffers with a base VA, lkey/rkey and access rights.
+
+Placement writes straight into the registered buffer through a memoryview (zero-copy). Every remote
+access is checked (R_Key, bounds, REMOTE_WRITE) before a single byte is written.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from openmrc.transport.types import Access, LocalProtocolError
+
+__all__ = ["MemoryRegion", "MrTable"]
+
+
+@dataclass(slots=True, eq=False)
+class MemoryRegion:
+    """A registered buffer. ``addr`` is its base virtual address (as RETH.VA / Sge.addr refer to it)."""
+
+    view: memoryview
+    addr: int
+    length: int
+    lkey: int
+    rkey: int
+    access: Access
+
+    def slice(self, addr: int, length: int) -> memoryview | None:
+        """The bytes ``[addr, addr+length)`` if they lie inside the region, else None."""
+        off = addr - self.addr
+        if off < 0 or length < 0 or off + length > self.length:
+            return None
+        return self.view[off : off + length]
+
+
+class MrTable:
+    """The NIC's memory regions, by lkey and by rkey."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+        self._by_lkey: dict[int, MemoryRegion] = {}
+        self._by_rkey: dict[int, MemoryRegion] = {}
+        self._next_va = 0x1000_0000
+
+    def register(self, buffer: Any, access: Access, addr: int | None = None) -> MemoryRegion:
+        try:
+            view = memoryview(buffer)
+        except TypeError as exc:
+            raise LocalProtocolError(
+                errno.EINVAL, f"buffer does not support the buffer protocol: {exc}"
+            ) from exc
+        if view.readonly:
+            raise LocalProtocolError(errno.EINVAL, "buffer is read-only; register a writable buffer")
+        if not view.c_contiguous:
+            raise LocalProtocolError(errno.EINVAL, "buffer is not C-contiguous")
+        view = view.cast("B")
+        if addr is None:
+            addr = self._next_va
+            self._next_va += (len(view) + 0xFFFF) & ~0xFFF  # keep regions apart
+        if addr < 0 or addr + len(view) > 1 << 64:
+            raise LocalProtocolError(
+                errno.EINVAL, f"address 0x{addr:x} + {len(view)} B outside the 64-bit space"
+            )
+        lkey, rkey = self._fresh_key(self._by_lkey), self._fresh_key(self._by_rkey)
+        mr = MemoryRegion(view, addr, len(view), lkey, rkey, Access(access))
+        self._by_lkey[lkey] = mr
+        self._by_rkey[rkey] = mr
+        return mr
+
+    def deregister(self, mr: MemoryRegion) -> None:
+        if self._by_lkey.get(mr.lkey) is not mr:
+            raise LocalProtocolError(errno.EINVAL, "memory region is not registered")
+        del self._by_lkey[mr.lkey]
+        del self._by_rkey[mr.rkey]
+
+    def _fresh_key(self, used: dict[int, MemoryRegion]) -> int:
+        while True:
+            key = self._rng.getrandbits(32)
+            if key and key not in used:
+                return key
+
+    def by_lkey(self, lkey: int) -> MemoryRegion | None:
+        return self._by_lkey.get(lkey)
+
+    def remote_target(self, rkey: int, addr: int, length: int) -> memoryview | None:
+        """Where a remote Write may land, or None if R_Key, bounds or REMOTE_WRITE forbid it."""
+        mr = self._by_rkey.get(rkey)
+        if mr is None or not mr.access & Access.REMOTE_WRITE:
+            return None
+        return mr.slice(addr, length)

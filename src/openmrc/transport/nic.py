@@ -1,0 +1,469 @@
+"""The sans-IO MRC NIC: ports (planes), QPs, memory regions, EV/CC profiles, demux, timers, endpoint ops.
+
+The driver's loop is the aioquic one::
+
+    nic.receive(datagram, port, now, ecn=..., entropy=...)   # for every packet that arrives
+    for t in nic.datagrams_to_send(now): send t.packet on t.port along t.ev
+    deadline = nic.get_timer()  ->  at that time: nic.handle_timer(now)
+
+Nothing here reads a clock, opens a socket or uses the global random module. Bad input from the network is
+dropped and counted in `NicStats` at the `receive` boundary; it never raises and never writes memory
+outside a registered region.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import random
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from openmrc.ev import (
+    EVENT_MASK_ALLOWED,
+    EVFormatMode,
+    EVProfile,
+    EVProfileMode,
+    EVState,
+    ev_echo32,
+)
+from openmrc.transport.cc import CongestionControl, create_cc
+from openmrc.transport.config import NicConfig
+from openmrc.transport.cq import CompletionQueue
+from openmrc.transport.evtable import EvEvent, EvTable
+from openmrc.transport.mr import MemoryRegion, MrTable
+from openmrc.transport.nscc import NsccConfig
+from openmrc.transport.qp import Qp, QpInitAttr
+from openmrc.transport.types import Access, LocalProtocolError, QpState, Transmit, TrimMark
+from openmrc.wire import (
+    BTH,
+    DATA_OPCODES,
+    EETH,
+    ERTH,
+    RESERVED_QP_ENDPOINT,
+    EpOp,
+    Opcode,
+    Packet,
+    WireError,
+    parse,
+)
+
+__all__ = ["EpResponse", "EvProfileBinding", "Nic", "NicStats"]
+
+_DATA = frozenset(int(o) for o in DATA_OPCODES)
+
+
+@dataclass(slots=True)
+class NicStats:
+    """Counters of everything the NIC did or refused."""
+
+    rx_packets: int = 0
+    rx_data: int = 0
+    rx_malformed: int = 0
+    rx_dropped_no_qp: int = 0
+    rx_dropped_state: int = 0
+    rx_dropped_port: int = 0
+    rx_bogus_ack: int = 0
+    tx_packets: int = 0
+    tx_data: int = 0
+    retransmits: int = 0
+    losses_inferred: int = 0
+    timeouts: int = 0
+    duplicates: int = 0
+    sacks_sent: int = 0
+    nacks_sent: int = 0
+    nacks_received: int = 0
+    trims_seen: int = 0
+    trims_received: int = 0
+    probes_sent: int = 0
+    probes_answered: int = 0
+    access_errors: int = 0
+    protocol_errors: int = 0
+    qp_errors: int = 0
+    ep_requests: int = 0
+    ep_responses: int = 0
+    ev_events_dropped: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class EvProfileBinding:
+    """An EV profile as the NIC holds it: every EV expanded, with its port and 32-bit echo value."""
+
+    profile_id: int
+    mode: EVFormatMode
+    entries: tuple[tuple[bytes, int, int], ...]
+    min_active: int
+    event_mask: int
+
+
+@dataclass(frozen=True, slots=True)
+class EpResponse:
+    """The answer to an endpoint request (mrc_ctl_ep_rsp): RTT corrected for the responder's service time."""
+
+    req_id: int
+    op: EpOp
+    port: int
+    rtt: int
+    adj_svc_time: bool
+    service_time: int
+    port_status: int
+    peer: Hashable
+
+
+class Nic:
+    """A software MRC NIC with ``num_ports`` ports, one per plane (ports are 1-based, as in verbs)."""
+
+    def __init__(self, num_ports: int, *, rng: random.Random, config: NicConfig | None = None) -> None:
+        if not 1 <= num_ports <= 32:
+            raise ValueError(f"num_ports: {num_ports} outside 1..32")
+        self.num_ports = num_ports
+        self.rng = rng
+        self.config = config or NicConfig()
+        self.stats = NicStats()
+        self.ports_up = [False] + [True] * num_ports
+        self.mrs = MrTable(rng)
+        self.qps: dict[int, Qp] = {}
+        self.ev_profiles: dict[int, EvProfileBinding] = {}
+        self.cc_profiles: dict[int, tuple[str, object | None]] = {}
+        self.ev_events: deque[EvEvent] = deque(maxlen=1 << 16)
+        self.ep_responses: deque[EpResponse] = deque()
+        self.peer_ports: dict[Hashable, int] = {}
+        self._ctrl: list[Transmit] = []
+        self._active: dict[Qp, None] = {}
+        self._timers: list[tuple[int, int, Qp]] = []
+        self._sched: dict[Qp, int | None] = {}
+        self._seq = itertools.count()
+        self._ep_pending: dict[int, tuple[int, EpOp]] = {}
+        self._ep_next = 0
+        self._add_default_profiles()
+
+    # -- resources -----------------------------------------------------------------------------------------
+    def register(
+        self, buffer: Any, access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE, addr: int | None = None
+    ) -> MemoryRegion:
+        """Register a writable buffer-protocol object (bytearray, numpy array, mmap) as a memory region."""
+        return self.mrs.register(buffer, access, addr)
+
+    def deregister(self, mr: MemoryRegion) -> None:
+        self.mrs.deregister(mr)
+
+    def create_cq(self, depth: int = 65536) -> CompletionQueue:
+        return CompletionQueue(depth)
+
+    def create_qp(self, init: QpInitAttr) -> Qp:
+        while True:
+            qpn = self.rng.randrange(0x100, 1 << 24)
+            if qpn not in self.qps:
+                break
+        qp = Qp(self, qpn, init)
+        self.qps[qpn] = qp
+        return qp
+
+    def destroy_qp(self, qp: Qp) -> None:
+        if self.qps.get(qp.qp_num) is not qp:
+            raise LocalProtocolError(errno.EINVAL, "QP does not belong to this NIC")
+        del self.qps[qp.qp_num]
+        self._active.pop(qp, None)
+        self._sched.pop(qp, None)
+
+    # -- profiles ------------------------------------------------------------------------------------------
+    def _add_default_profiles(self) -> None:
+        cfg = self.config
+        n = cfg.default_ev_count
+        values = self.rng.sample(range(1, 1 << 16), n)
+        entries = []
+        for i, v in enumerate(values):
+            ev = v.to_bytes(2, "big") + bytes(30)
+            entries.append((ev, 1 + i % self.num_ports, ev_echo32(ev, EVFormatMode.UDP)))
+        self.ev_profiles[0] = EvProfileBinding(
+            0, EVFormatMode.UDP, tuple(entries), max(1, n // 8), int(EVENT_MASK_ALLOWED)
+        )
+        self.cc_profiles[0] = (
+            "uet-1.0-nscc",
+            NsccConfig.defaults(cfg.link_bps, cfg.base_rtt_ns, cfg.mtu, trimming=cfg.trimming),
+        )
+
+    def add_ev_profile(
+        self, profile_id: int, profile: EVProfile, ports: Sequence[int] | None = None
+    ) -> EvProfileBinding:
+        """Install an EV profile. EXP EVs take ``ports`` (one per EV) or round-robin over the ports; GEN EVs
+        are drawn with the NIC's rng and spread round-robin, so planes get equal shares."""
+        if profile.mode is EVProfileMode.AUTO:
+            raise LocalProtocolError(
+                errno.EINVAL, "AUTO EV profiles are vendor-managed; the NIC's default profile 0 is one"
+            )
+        assert profile.fmt is not None
+        compact = list(profile.evs or ()) if profile.mode is EVProfileMode.EXP else profile.generate(self.rng)
+        if ports is not None and len(ports) != len(compact):
+            raise LocalProtocolError(errno.EINVAL, f"ports: {len(ports)} given for {len(compact)} EVs")
+        entries = []
+        for i, c in enumerate(compact):
+            port = ports[i] if ports is not None else 1 + i % self.num_ports
+            if not 1 <= port <= self.num_ports:
+                raise LocalProtocolError(errno.EINVAL, f"ports[{i}]: port {port} outside 1..{self.num_ports}")
+            ev = profile.expand(c)
+            entries.append((ev, port, ev_echo32(ev, profile.fmt.mode)))
+        b = EvProfileBinding(
+            profile_id, profile.fmt.mode, tuple(entries), profile.ev_min_active, profile.event_mask
+        )
+        self.ev_profiles[profile_id] = b
+        return b
+
+    def add_cc_profile(self, profile_id: int, algorithm: str, config: object | None = None) -> None:
+        create_cc(algorithm, mtu=self.config.mtu, config=config)  # validates name and config type now
+        self.cc_profiles[profile_id] = (algorithm, config)
+
+    def make_cc(self, profile_id: int, now: int) -> CongestionControl:
+        name, cfg = self.cc_profiles[profile_id]
+        return create_cc(name, mtu=self.config.mtu, config=cfg, now=now)
+
+    def build_ev_table(self, qp: Qp) -> EvTable:
+        b = self.ev_profiles[qp.attr.ev_profile_id or 0]
+        cfg = self.config
+
+        def emit(ev: EvEvent) -> None:
+            if ev.state & b.event_mask:
+                if len(self.ev_events) == self.ev_events.maxlen:
+                    self.stats.ev_events_dropped += 1
+                self.ev_events.append(ev)
+
+        t = EvTable(
+            b.entries,
+            rng=self.rng,
+            min_active=b.min_active,
+            active_fraction=cfg.active_ev_fraction,
+            reshuffle_rotations=cfg.reshuffle_rotations,
+            probe_interval=cfg.probe_interval_ns,
+            probes_to_restore=cfg.probes_to_restore,
+            emit=emit,
+            qp_num=qp.qp_num,
+            profile_id=b.profile_id,
+        )
+        t.port_mask = self._port_mask(qp.attr.peer)
+        return t
+
+    def poll_ev_events(self, n: int = 64) -> list[EvEvent]:
+        out: list[EvEvent] = []
+        while self.ev_events and len(out) < n:
+            out.append(self.ev_events.popleft())
+        return out
+
+    def modify_ev_state(self, qp: Qp, entropy: int, state: EVState, now: int) -> None:
+        """Controller MODIFY_EV_STATE on one QP's EV (found by its 32-bit echo value)."""
+        if qp.evs is None or entropy not in qp.evs.by_entropy:
+            raise LocalProtocolError(errno.ENOENT, f"QP 0x{qp.qp_num:06x} has no EV 0x{entropy:08x}")
+        qp.evs.set_state(qp.evs.by_entropy[entropy], state, now)
+        self.wake(qp)
+
+    # -- ports ---------------------------------------------------------------------------------------------
+    def _port_mask(self, peer: Hashable | None) -> int:
+        local = sum(1 << (p - 1) for p in range(1, self.num_ports + 1) if self.ports_up[p])
+        return local & self.peer_ports.get(peer, (1 << 32) - 1)
+
+    def local_port_status(self) -> int:
+        return self._port_mask(None)
+
+    def _refresh_port_masks(self) -> None:
+        for qp in self.qps.values():
+            if qp.evs is not None:
+                qp.evs.port_mask = self._port_mask(qp.attr.peer)
+                self.wake(qp)
+
+    def port_down(self, port: int, now: int) -> None:
+        """NIC port ``port`` (plane) went down: stop using its EVs and tell every peer."""
+        self._set_port(port, False, now)
+
+    def port_up(self, port: int, now: int) -> None:
+        self._set_port(port, True, now)
+
+    def _set_port(self, port: int, up: bool, now: int) -> None:
+        if not 1 <= port <= self.num_ports:
+            raise LocalProtocolError(errno.EINVAL, f"port {port} outside 1..{self.num_ports}")
+        if self.ports_up[port] == up:
+            return
+        self.ports_up[port] = up
+        self._refresh_port_masks()
+        peers = {qp.attr.peer for qp in self.qps.values() if qp.attr.peer is not None}
+        status = self.local_port_status()
+        for peer in sorted(peers, key=repr):
+            self.ep_request(EpOp.PORT_STATUS_UPDATE, peer, now, port_status=status)
+
+    # -- endpoint operations (reserved QP 0x2) -------------------------------------------------------------
+    def ep_request(
+        self,
+        op: EpOp,
+        peer: Hashable,
+        now: int,
+        *,
+        port: int = 0,
+        ev: bytes | None = None,
+        entropy: int = 0,
+        port_status: int | None = None,
+    ) -> int:
+        """Send an EV probe or a port status update to ``peer``; returns the request id (BTH PSN[15:0])."""
+        if port == 0:
+            port = next((p for p in range(1, self.num_ports + 1) if self.ports_up[p]), 0)
+            if port == 0:
+                raise LocalProtocolError(errno.ENETDOWN, "no port is up")
+        self._ep_next = (self._ep_next + 1) & 0xFFFF
+        rid = self._ep_next
+        status = self.local_port_status() if port_status is None else port_status
+        pkt = Packet(
+            BTH(Opcode.EP_REQUEST, dest_qp=RESERVED_QP_ENDPOINT, psn=rid),
+            erth=ERTH(op=op, port_status=status, tx_timestamp=(now >> 7) & 0xFFFF),
+        )
+        self._ep_pending[rid] = (now, op)
+        self.stats.ep_requests += 1
+        self._ctrl.append(Transmit(port, peer, ev or bytes(32), entropy, pkt, RESERVED_QP_ENDPOINT, 0))
+        return rid
+
+    def _on_endpoint(self, pkt: Packet, now: int, port: int, entropy: int, src: Hashable) -> None:
+        rid = pkt.bth.psn & 0xFFFF
+        if pkt.erth is not None:
+            op = pkt.erth.op
+            if op == EpOp.PORT_STATUS_UPDATE and src is not None:
+                self.peer_ports[src] = pkt.erth.port_status
+                self._refresh_port_masks()
+            resp = Packet(
+                BTH(Opcode.EP_RESPONSE, dest_qp=RESERVED_QP_ENDPOINT, psn=rid),
+                eeth=EETH(
+                    op=op,
+                    service_time=0,
+                    port_status=self.local_port_status(),
+                    rx_port=port,
+                    ts_echo=pkt.erth.tx_timestamp,
+                ),
+            )
+            self.stats.ep_responses += 1
+            self._ctrl.append(Transmit(port, src, bytes(32), entropy, resp, RESERVED_QP_ENDPOINT, 0))
+        elif pkt.eeth is not None:
+            pending = self._ep_pending.pop(rid, None)
+            if pending is None:
+                return
+            sent, op = pending
+            svc = pkt.eeth.service_time
+            self.ep_responses.append(
+                EpResponse(rid, EpOp(op), port, now - sent - svc, True, svc, pkt.eeth.port_status, src)
+            )
+
+    # -- the driver interface ------------------------------------------------------------------------------
+    def receive(
+        self,
+        data: Packet | bytes | bytearray | memoryview,
+        port: int,
+        now: int,
+        *,
+        ecn: bool = False,
+        entropy: int = 0,
+        trim: TrimMark = TrimMark.NONE,
+        src: Hashable = None,
+    ) -> None:
+        """Process one packet that arrived on ``port``. Never raises on bad input: drops and counts it."""
+        stats = self.stats
+        stats.rx_packets += 1
+        if not 0 < port <= self.num_ports or not self.ports_up[port]:
+            stats.rx_dropped_port += 1
+            return
+        try:
+            if isinstance(data, Packet):
+                pkt = parse(data.encode(), trimmed=bool(trim)) if self.config.validate_wire else data
+            else:
+                pkt = parse(data, trimmed=bool(trim))
+        except WireError:
+            stats.rx_malformed += 1
+            return
+        bth = pkt.bth
+        op = bth.opcode
+        if trim and op not in _DATA:
+            stats.rx_malformed += 1  # control traffic is never trimmed
+            return
+        if bth.dest_qp == RESERVED_QP_ENDPOINT:
+            self._on_endpoint(pkt, now, port, entropy, src)
+            return
+        qp = self.qps.get(bth.dest_qp)
+        if qp is None:
+            stats.rx_dropped_no_qp += 1
+            return
+        if op in _DATA:
+            qp.responder.on_data(pkt, now, port, ecn, entropy, trim)
+        elif op == Opcode.SACK:
+            qp.requester.on_sack(pkt, now)
+        elif op == Opcode.NACK:
+            qp.requester.on_nack(pkt, now)
+        elif op == Opcode.ACK:
+            qp.requester.on_aeth(pkt, now)
+        elif op == Opcode.PROBE:
+            qp.responder.on_probe(pkt, now, port, ecn, entropy)
+        else:
+            stats.rx_dropped_state += 1
+            return
+        self.wake(qp)
+
+    def send_control(self, qp: Qp, pkt: Packet, port: int) -> None:
+        """Queue a SACK/NACK/ACK of ``qp``: on the plane it answers, on one of the QP's own EVs."""
+        evs = qp.evs
+        e = None
+        if evs is not None:
+            e = evs.pick(port=port) or evs.pick()
+        if e is None:
+            self._ctrl.append(Transmit(port, qp.attr.peer, bytes(32), 0, pkt, qp.qp_num, 0))
+        else:
+            self._ctrl.append(Transmit(e.port, qp.attr.peer, e.expanded, e.entropy, pkt, qp.qp_num, 0))
+
+    def wake(self, qp: Qp) -> None:
+        """Note that ``qp`` may have packets to send or a new timer deadline."""
+        if qp.state is QpState.RTS and qp.requester.has_work():
+            self._active[qp] = None
+        t = qp.next_timer()
+        if t is not None and self._sched.get(qp) != t:
+            self._sched[qp] = t
+            heapq.heappush(self._timers, (t, next(self._seq), qp))
+        elif t is None:
+            self._sched.pop(qp, None)
+
+    def datagrams_to_send(self, now: int) -> list[Transmit]:
+        """Every packet that may leave now: control first, then each QP's retransmissions and new data."""
+        out = self._ctrl
+        self._ctrl = []
+        if self._active:
+            active = list(self._active)
+            self._active.clear()
+            for qp in active:
+                qp.requester.emit(now, out)
+                self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
+        self.stats.tx_packets += len(out)
+        if self.config.validate_wire:
+            for t in out:
+                if isinstance(t.packet, Packet):
+                    t.packet = parse(t.packet.encode())
+        return out
+
+    def get_timer(self) -> int | None:
+        """The earliest deadline at which `handle_timer` must be called, or None."""
+        timers = self._timers
+        while timers:
+            t, _, qp = timers[0]
+            if self._sched.get(qp) == t:
+                return t
+            heapq.heappop(timers)
+        return None
+
+    def handle_timer(self, now: int) -> None:
+        timers = self._timers
+        due = []
+        while timers and timers[0][0] <= now:
+            t, _, qp = heapq.heappop(timers)
+            if self._sched.get(qp) == t:
+                del self._sched[qp]
+                due.append(qp)
+        for qp in due:
+            qp.on_timer(now)
+            self.wake(qp)
+            if qp.evs is not None and qp.evs.bad and qp.state is QpState.RTS:
+                self._active[qp] = None  # probes may be due

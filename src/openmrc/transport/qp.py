@@ -1,0 +1,273 @@
+"""Queue pairs: attributes, the state machine (one table), work-request posting and flushing.
+
+A QP moves RESET → INIT → RTR → RTS (mrc.h ``mrc_qp_attr_mask``), and to ERROR from any state (a fatal
+transport event, or by request); ERROR → RESET. `TRANSITIONS` is the whole state machine: for each legal
+(from, to) pair, the attributes that must be given and those that may be. Anything else raises
+`LocalProtocolError` at once with an errno-like reason.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from openmrc.transport.cq import CompletionQueue
+from openmrc.transport.requester import Requester
+from openmrc.transport.responder import Responder
+from openmrc.transport.types import (
+    LocalProtocolError,
+    QpCapFlags,
+    QpState,
+    RecvWR,
+    SendFlags,
+    SendWR,
+    WcOpcode,
+    WcStatus,
+    WorkCompletion,
+    WrOpcode,
+)
+from openmrc.wire import PSN_MASK, QPN_MASK
+
+if TYPE_CHECKING:
+    from openmrc.transport.evtable import EvTable
+    from openmrc.transport.nic import Nic
+
+__all__ = ["TRANSITIONS", "Qp", "QpAttr", "QpInitAttr"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QpInitAttr:
+    """Creation attributes (mrc_qp_init_attr)."""
+
+    send_cq: CompletionQueue
+    recv_cq: CompletionQueue
+    max_send_wr: int | None = None
+    """Send-queue depth (outstanding WRs); default from NicConfig."""
+    max_recv_wr: int | None = None
+    """Receive-queue depth; default from NicConfig."""
+    sq_sig_all: bool = False
+    """Every send WR generates a completion, signaled or not."""
+
+
+@dataclass(slots=True, kw_only=True)
+class QpAttr:
+    """Attributes set by `Qp.modify` (verbs + mrc.h ``mrc_qp_attr``). Only the given ones change."""
+
+    qp_hint: object | None = None
+    """INIT: opaque QP hint (mrc_qp_hint)."""
+    ev_profile_id: int | None = None
+    """INIT: EV profile the QP sprays over (see `Nic.add_ev_profile`)."""
+    cc_profile_id: int | None = None
+    """INIT: congestion-control profile (see `Nic.add_cc_profile`)."""
+    dest_qp_num: int | None = None
+    """RTR: the peer QP number."""
+    peer: Hashable | None = None
+    """RTR: the peer's address (opaque to the core; handed to the driver in every `Transmit`)."""
+    rq_psn: int | None = None
+    """RTR: first PSN expected from the peer."""
+    mpr_dest: int | None = None
+    """RTR: responder tracking window, in 128-PSN units (1..255)."""
+    max_wimm_dest: int | None = None
+    """RTR: Write-with-Imm messages the responder accepts in flight."""
+    cap: QpCapFlags | None = None
+    """RTR: mrc_qp_cap flags (DYNAMIC_MPR, ...)."""
+    sq_psn: int | None = None
+    """RTS: first PSN this QP sends."""
+    mpr: int | None = None
+    """RTS: requester window, in 128-PSN units (1..255)."""
+    max_wimm: int | None = None
+    """RTS: Write-with-Imm messages this requester keeps in flight."""
+    timeout: int | None = None
+    """RTS: ACK timeout exponent: 1.024 µs · 2^timeout (0..24)."""
+    retry_linear: int | None = None
+    """RTS: retries at the fixed interval (0..7)."""
+    retry_exp: int | None = None
+    """RTS: further retries with exponential backoff (0..25; 25 = infinite)."""
+
+
+_ALL = frozenset(f.name for f in fields(QpAttr))
+_INIT_REQ = frozenset({"ev_profile_id", "cc_profile_id"})
+_INIT_OPT = frozenset({"qp_hint"})
+_RTR_REQ = frozenset({"dest_qp_num", "peer", "rq_psn", "mpr_dest", "max_wimm_dest"})
+_RTR_OPT = frozenset({"cap"})
+_RTS_REQ = frozenset({"sq_psn", "mpr", "max_wimm", "timeout", "retry_linear", "retry_exp"})
+_RTS_OPT = frozenset({"timeout", "retry_linear", "retry_exp", "max_wimm"})
+
+#: (from, to) → (required attributes, optional attributes). Absent pairs are illegal.
+TRANSITIONS: dict[tuple[QpState, QpState], tuple[frozenset[str], frozenset[str]]] = {
+    (QpState.RESET, QpState.RESET): (frozenset(), frozenset()),
+    (QpState.RESET, QpState.INIT): (_INIT_REQ, _INIT_OPT),
+    (QpState.INIT, QpState.INIT): (frozenset(), _INIT_REQ | _INIT_OPT),
+    (QpState.INIT, QpState.RTR): (_RTR_REQ, _RTR_OPT | _INIT_OPT),
+    (QpState.RTR, QpState.RTS): (_RTS_REQ, frozenset()),
+    (QpState.RTS, QpState.RTS): (frozenset(), _RTS_OPT),
+    **{(s, QpState.ERROR): (frozenset(), frozenset()) for s in QpState},
+    (QpState.ERROR, QpState.RESET): (frozenset(), frozenset()),
+    **{(s, QpState.RESET): (frozenset(), frozenset()) for s in (QpState.INIT, QpState.RTR, QpState.RTS)},
+}
+
+_RANGES: dict[str, tuple[int, int]] = {
+    "mpr_dest": (1, 255),
+    "mpr": (1, 255),
+    "max_wimm_dest": (0, 0xFFFF),
+    "max_wimm": (0, 0xFFFF),
+    "timeout": (0, 24),
+    "retry_linear": (0, 7),
+    "retry_exp": (0, 25),
+    "dest_qp_num": (0, QPN_MASK),
+    "rq_psn": (0, PSN_MASK),
+    "sq_psn": (0, PSN_MASK),
+}
+
+
+class Qp:
+    """One MRC queue pair: a requester and a responder sharing attributes, CQs and an EV table."""
+
+    def __init__(self, nic: Nic, qp_num: int, init: QpInitAttr) -> None:
+        self.nic = nic
+        self.qp_num = qp_num
+        self.send_cq = init.send_cq
+        self.recv_cq = init.recv_cq
+        self.max_send_wr = init.max_send_wr or nic.config.max_send_wr
+        self.max_recv_wr = init.max_recv_wr or nic.config.max_recv_wr
+        self.sq_sig_all = init.sq_sig_all
+        self.state = QpState.RESET
+        self.attr = QpAttr()
+        self.recv_queue: deque[RecvWR] = deque()
+        self.evs: EvTable | None = None
+        self.requester = Requester(self)
+        self.responder = Responder(self)
+
+    def __repr__(self) -> str:
+        return f"Qp(0x{self.qp_num:06x}, {self.state.name})"
+
+    # -- state machine -------------------------------------------------------------------------------------
+    def modify(self, state: QpState, now: int = 0, **attrs: Any) -> None:
+        """Move to ``state`` setting ``attrs`` (names of `QpAttr` fields). Raises `LocalProtocolError`."""
+        rule = TRANSITIONS.get((self.state, state))
+        if rule is None:
+            raise LocalProtocolError(errno.EINVAL, f"illegal QP transition {self.state.name} -> {state.name}")
+        required, optional = rule
+        unknown = set(attrs) - _ALL
+        if unknown:
+            raise LocalProtocolError(errno.EINVAL, f"unknown QP attribute(s): {', '.join(sorted(unknown))}")
+        given = {k for k, v in attrs.items() if v is not None}
+        missing = required - given - self._already_set(state)
+        if missing:
+            raise LocalProtocolError(
+                errno.EINVAL,
+                f"{self.state.name} -> {state.name} needs attribute(s): {', '.join(sorted(missing))}",
+            )
+        extra = given - required - optional
+        if extra:
+            raise LocalProtocolError(
+                errno.EINVAL,
+                f"attribute(s) not allowed on {self.state.name} -> {state.name}: {', '.join(sorted(extra))}",
+            )
+        for name in given:
+            lo_hi = _RANGES.get(name)
+            v = attrs[name]
+            if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
+                raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo_hi[0]}, {lo_hi[1]}]")
+        if "ev_profile_id" in given and attrs["ev_profile_id"] not in self.nic.ev_profiles:
+            raise LocalProtocolError(errno.EINVAL, f"no EV profile {attrs['ev_profile_id']}")
+        if "cc_profile_id" in given and attrs["cc_profile_id"] not in self.nic.cc_profiles:
+            raise LocalProtocolError(errno.EINVAL, f"no CC profile {attrs['cc_profile_id']}")
+        for name in given:
+            setattr(self.attr, name, attrs[name])
+        old, self.state = self.state, state
+        if state is QpState.RTR and old is QpState.INIT:
+            self.evs = self.nic.build_ev_table(self)
+            self.responder.start(now)
+        elif state is QpState.RTS and old is QpState.RTR:
+            self.requester.start(now)
+        elif state is QpState.ERROR and old is not QpState.ERROR:
+            self._flush(now)
+        elif state is QpState.RESET:
+            self.attr = QpAttr()
+            self.evs = None
+            self.recv_queue.clear()
+            self.requester = Requester(self)
+            self.responder = Responder(self)
+        self.nic.wake(self)
+
+    def _already_set(self, to: QpState) -> set[str]:
+        # INIT -> INIT and RTS -> RTS modify; the required sets apply to fresh transitions only.
+        return set(_ALL) if to is self.state else set()
+
+    def set_error(self, now: int, status: WcStatus) -> None:
+        """A fatal transport event: ERROR, the first outstanding WR fails with ``status``, the rest flush."""
+        if self.state is QpState.ERROR:
+            return
+        self.requester.fail_head(status)
+        self.modify(QpState.ERROR, now)
+        self.nic.stats.qp_errors += 1
+
+    def _flush(self, now: int) -> None:
+        self.requester.flush()
+        while self.recv_queue:
+            wr = self.recv_queue.popleft()
+            self.recv_cq.push(
+                WorkCompletion(
+                    wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV_RDMA_WITH_IMM, qp_num=self.qp_num
+                )
+            )
+
+    # -- timers --------------------------------------------------------------------------------------------
+    def next_timer(self) -> int | None:
+        a, b = self.requester.next_timer(), self.responder.next_timer()
+        if a is None:
+            return b
+        return a if b is None or a < b else b
+
+    def on_timer(self, now: int) -> None:
+        self.responder.on_timer(now)
+        self.requester.on_timer(now)
+
+    # -- work requests -------------------------------------------------------------------------------------
+    def post_send(self, wr: SendWR, now: int = 0) -> None:
+        """Queue an RDMA Write (with immediate). Raises `LocalProtocolError` on misuse, nothing queued."""
+        if self.state is not QpState.RTS:
+            if self.state is QpState.ERROR:
+                raise LocalProtocolError(errno.EINVAL, "QP is in ERROR; post_send refused")
+            raise LocalProtocolError(errno.EINVAL, f"post_send needs RTS, QP is {self.state.name}")
+        if wr.opcode not in (WrOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM):
+            raise LocalProtocolError(errno.EINVAL, f"opcode {wr.opcode!r} is not supported by MRC")
+        if (wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM) != (wr.imm_data is not None):
+            raise LocalProtocolError(
+                errno.EINVAL, "imm_data is required with RDMA_WRITE_WITH_IMM and only then"
+            )
+        if wr.imm_data is not None and not 0 <= wr.imm_data <= 0xFFFFFFFF:
+            raise LocalProtocolError(errno.EINVAL, f"imm_data {wr.imm_data} does not fit 32 bits")
+        if not 0 <= wr.rkey <= 0xFFFFFFFF or not 0 <= wr.remote_addr < 1 << 64:
+            raise LocalProtocolError(errno.EINVAL, "rkey / remote_addr out of range")
+        if len(self.requester.wrs) >= self.max_send_wr:
+            raise LocalProtocolError(errno.ENOMEM, f"send queue full ({self.max_send_wr} outstanding WRs)")
+        views = []
+        total = 0
+        for i, sge in enumerate(wr.sg_list):
+            mr = self.nic.mrs.by_lkey(sge.lkey)
+            if mr is None:
+                raise LocalProtocolError(errno.EINVAL, f"sg_list[{i}]: unknown lkey 0x{sge.lkey:08x}")
+            view = mr.slice(sge.addr, sge.length)
+            if view is None:
+                raise LocalProtocolError(
+                    errno.EINVAL, f"sg_list[{i}]: [0x{sge.addr:x}, +{sge.length}) outside its memory region"
+                )
+            views.append(view)
+            total += sge.length
+        if total >= 1 << 32:
+            raise LocalProtocolError(errno.EINVAL, f"message of {total} B exceeds the 32-bit DMA length")
+        signaled = self.sq_sig_all or bool(wr.send_flags & SendFlags.SIGNALED)
+        self.requester.post(wr, views, total, signaled)
+        self.nic.wake(self)
+
+    def post_recv(self, wr: RecvWR) -> None:
+        if self.state in (QpState.RESET, QpState.ERROR):
+            raise LocalProtocolError(errno.EINVAL, f"post_recv refused in {self.state.name}")
+        if len(self.recv_queue) >= self.max_recv_wr:
+            raise LocalProtocolError(errno.ENOMEM, f"receive queue full ({self.max_recv_wr} WRs)")
+        self.recv_queue.append(wr)

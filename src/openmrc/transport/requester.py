@@ -1,0 +1,499 @@
+"""The requester half of a QP: segmentation, spraying, window gating, SACK/NACK processing, retransmission.
+
+Theory of operation (MRC-SPEC-NOTES §1-§4)
+------------------------------------------
+Internally PSNs are *unwrapped* sequence numbers (Python ints that never wrap); only the wire carries the
+low 24 bits, and every PSN read from the wire is unwrapped next to the current cumulative ACK.
+
+Each posted Write is cut into MTU packets that all carry METH and a RETH whose VA advances by one MTU, so
+the responder can place any packet on arrival. A new packet is sent only while
+
+    seq < cack + MPR·128     (the responder's tracking window; shrunk by a dynamic-MPR advertisement)
+    inflight + size ≤ cwnd   (congestion control; lost packets do not count as in flight)
+    Write-with-Imm messages in flight < max_wimm
+
+and each packet (new or retransmitted) goes on the next usable EV of the QP's rotation (`EvTable`).
+
+Loss detection is by *transmission order*, not by PSN, so that retransmissions are judged fairly: every
+transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
+after it have been acknowledged. A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set,
+on a fresh EV) and its EV becomes ASSUMED_BAD. A NACK queues its PSN at once (TRIMMED: the EV is skipped
+for the rotation; TRIMMED_LASTHOP: no EV penalty; UNEXP_EVENT: the QP fails). The retransmission timer
+(1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
+retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp`` with doubling
+(25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
+with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
+
+Signaled Writes complete in post order once every packet of them is acknowledged.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING
+
+from openmrc.transport.cc import CongestionControl
+from openmrc.transport.evtable import EvEntry
+from openmrc.transport.types import (
+    QpCapFlags,
+    QpState,
+    SendWR,
+    Transmit,
+    WcOpcode,
+    WcStatus,
+    WorkCompletion,
+    WrOpcode,
+    unwrap_psn,
+)
+from openmrc.wire import (
+    BTH,
+    METH,
+    PETH,
+    PSN_MASK,
+    RETH,
+    AethSyndrome,
+    ImmDt,
+    NackReason,
+    Opcode,
+    Packet,
+    SackM,
+)
+
+if TYPE_CHECKING:
+    from openmrc.transport.qp import Qp
+
+__all__ = ["Requester"]
+
+_INFINITE_EXP = 25
+_EMPTY = memoryview(b"")
+
+
+class _Wr:
+    """A posted Write while it is being sent and acknowledged."""
+
+    __slots__ = (
+        "acked",
+        "first_seq",
+        "imm",
+        "msn",
+        "next_index",
+        "npkts",
+        "rqmsn",
+        "signaled",
+        "total",
+        "views",
+        "wr",
+    )
+
+    def __init__(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool, mtu: int) -> None:
+        self.wr = wr
+        self.views = views
+        self.total = total
+        self.signaled = signaled
+        self.npkts = max(1, -(-total // mtu))
+        self.next_index = 0
+        self.acked = 0
+        self.first_seq = -1
+        self.msn = 0
+        self.rqmsn = 0
+        self.imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
+
+    def payload(self, offset: int, size: int) -> memoryview:
+        views = self.views
+        if len(views) == 1:
+            return views[0][offset : offset + size]
+        out = bytearray()
+        pos = 0
+        for v in views:  # gather across SGEs (one copy, only for multi-SGE Writes)
+            end = pos + len(v)
+            if end > offset and pos < offset + size:
+                out += v[max(offset - pos, 0) : min(offset + size - pos, len(v))]
+            pos = end
+        return memoryview(out)
+
+
+class _Tx:
+    """One outstanding (unacknowledged) packet."""
+
+    __slots__ = ("ev", "index", "lost", "order", "retries", "sent_at", "seq", "size", "tx_count", "wr")
+
+    def __init__(self, seq: int, wr: _Wr, index: int, size: int) -> None:
+        self.seq = seq
+        self.wr = wr
+        self.index = index
+        self.size = size
+        self.sent_at = 0
+        self.ev: EvEntry | None = None
+        self.order = 0
+        self.lost = False
+        self.tx_count = 0
+        self.retries = 0
+
+
+class Requester:
+    def __init__(self, qp: Qp) -> None:
+        self.qp = qp
+        self.wrs: deque[_Wr] = deque()  # posted, not yet completed, in post order
+        self.unsent: deque[_Wr] = deque()  # posted, not every packet sent yet
+        self.outstanding: dict[int, _Tx] = {}  # seq -> packet, unacknowledged
+        self.by_order: OrderedDict[int, _Tx] = OrderedDict()  # transmission order -> packet in flight
+        self.retx: list[int] = []  # heap of lost seqs awaiting retransmission
+        self.next_seq = 0
+        self.cack = 0
+        self.inflight = 0
+        self.order = 0
+        self.acked_order = -1
+        self.msn = 0
+        self.rqmsn = 0
+        self.imm_inflight = 0
+        self.peer_mpr = 0
+        self.rto_deadline: int | None = None
+        self.timeouts = 0
+        self.cc: CongestionControl | None = None
+        self.probe_id = 0
+
+    # -- setup ---------------------------------------------------------------------------------------------
+    def start(self, now: int) -> None:
+        a = self.qp.attr
+        assert a.sq_psn is not None
+        self.next_seq = self.cack = a.sq_psn
+        self.cc = self.qp.nic.make_cc(a.cc_profile_id or 0, now)
+
+    def rto(self) -> int:
+        a = self.qp.attr
+        base = 1024 << (a.timeout or 0)
+        lin = a.retry_linear or 0
+        return base if self.timeouts <= lin else base << min(self.timeouts - lin, 32)
+
+    def _retry_limit(self) -> float:
+        a = self.qp.attr
+        exp = a.retry_exp or 0
+        return float("inf") if exp >= _INFINITE_EXP else (a.retry_linear or 0) + exp
+
+    # -- posting -------------------------------------------------------------------------------------------
+    def post(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool) -> None:
+        w = _Wr(wr, views, total, signaled, self.qp.nic.config.mtu)
+        self.wrs.append(w)
+        self.unsent.append(w)
+
+    # -- sending -------------------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self.unsent or self.retx)
+
+    def emit(self, now: int, out: list[Transmit]) -> None:
+        """Append every packet this QP may send now: retransmissions first, then new packets, then probes."""
+        qp = self.qp
+        if qp.state is not QpState.RTS:
+            return
+        evs = qp.evs
+        cc = self.cc
+        assert evs is not None and cc is not None
+        mtu = qp.nic.config.mtu
+        for bad in evs.due_probes(now):  # probes are tiny and not window-limited
+            self._probe(bad, now, out)
+        retx = self.retx
+        while retx:
+            p = self.outstanding.get(retx[0])
+            if p is None or not p.lost:
+                heapq.heappop(retx)
+                continue
+            if not cc.can_send(self.inflight, p.size):
+                break
+            ev = evs.pick(avoid=p.ev)
+            if ev is None:
+                break
+            heapq.heappop(retx)
+            p.lost = False
+            self._transmit(p, ev, now, out, rtx=True)
+        if retx:
+            return
+        mpr = qp.attr.mpr or 1
+        if self.peer_mpr and (qp.attr.cap or 0) & QpCapFlags.DYNAMIC_MPR:
+            mpr = min(mpr, self.peer_mpr)
+        limit = self.cack + mpr * 128
+        max_wimm = qp.attr.max_wimm or 0
+        unsent = self.unsent
+        while unsent:
+            w = unsent[0]
+            seq = self.next_seq
+            if seq >= limit:
+                break
+            i = w.next_index
+            offset = i * mtu
+            size = min(mtu, w.total - offset)
+            if not cc.can_send(self.inflight, size):
+                break
+            if i == 0 and w.imm and max_wimm and self.imm_inflight >= max_wimm:
+                break
+            ev = evs.pick()
+            if ev is None:
+                break
+            if i == 0:
+                w.first_seq = seq
+                w.msn = self.msn = (self.msn + 1) & 0xFFFF
+                if w.imm:
+                    self.rqmsn = (self.rqmsn + 1) & 0xFFFF
+                    self.imm_inflight += 1
+                w.rqmsn = self.rqmsn
+            p = _Tx(seq, w, i, size)
+            self.outstanding[seq] = p
+            self.next_seq = seq + 1
+            w.next_index = i + 1
+            if w.next_index == w.npkts:
+                unsent.popleft()
+            self._transmit(p, ev, now, out, rtx=False)
+
+    def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
+        qp = self.qp
+        w = p.wr
+        n, i = w.npkts, p.index
+        if n == 1:
+            op = Opcode.WRITE_ONLY_WITH_IMM if w.imm else Opcode.WRITE_ONLY
+        elif i == 0:
+            op = Opcode.WRITE_FIRST
+        elif i == n - 1:
+            op = Opcode.WRITE_LAST_WITH_IMM if w.imm else Opcode.WRITE_LAST
+        else:
+            op = Opcode.WRITE_MIDDLE
+        last = i == n - 1
+        offset = i * qp.nic.config.mtu
+        wr = w.wr
+        pkt = Packet(
+            BTH(op, dest_qp=qp.attr.dest_qp_num or 0, psn=p.seq & PSN_MASK, ack_req=last, rtx=rtx),
+            METH(w.rqmsn, w.msn),
+            None,
+            RETH(wr.remote_addr + offset, wr.rkey, w.total),
+            ImmDt(wr.imm_data or 0) if (w.imm and last) else None,
+            payload=w.payload(offset, p.size) if p.size else _EMPTY,
+        )
+        p.ev = ev
+        p.sent_at = now
+        p.tx_count += 1
+        self.order += 1
+        p.order = self.order
+        self.by_order[p.order] = p
+        self.inflight += p.size
+        assert self.cc is not None
+        self.cc.on_send(now=now, size=p.size, inflight=self.inflight)
+        if self.rto_deadline is None:
+            self._arm(now)
+        stats = qp.nic.stats
+        stats.tx_data += 1
+        if rtx:
+            stats.retransmits += 1
+        out.append(Transmit(ev.port, qp.attr.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, p.size))
+
+    def _probe(self, ev: EvEntry, now: int, out: list[Transmit]) -> None:
+        qp = self.qp
+        self.probe_id = (self.probe_id + 1) & 0xFFFF
+        pkt = Packet(
+            BTH(Opcode.PROBE, dest_qp=qp.attr.dest_qp_num or 0, psn=self.next_seq & PSN_MASK),
+            peth=PETH(
+                probe_id=self.probe_id,
+                src_qp=qp.qp_num & 0xFFFF,
+                dst_qp=(qp.attr.dest_qp_num or 0) & 0xFFFF,
+                tx_timestamp=(now >> 7) & 0xFFFF,
+            ),
+        )
+        qp.nic.stats.probes_sent += 1
+        out.append(Transmit(ev.port, qp.attr.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, 0))
+
+    # -- acknowledgements ----------------------------------------------------------------------------------
+    def on_sack(self, pkt: Packet, now: int) -> None:
+        seth, qp = pkt.seth, self.qp
+        assert seth is not None
+        if qp.state is not QpState.RTS:
+            return
+        cack = unwrap_psn(seth.cack_psn, self.cack)
+        if cack > self.next_seq or cack < self.cack - (1 << 22):
+            qp.nic.stats.rx_bogus_ack += 1
+            return
+        trig = self.outstanding.get(cack + seth.ack_psn_offset)
+        rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
+        newly = 0
+        outstanding = self.outstanding
+        if cack > self.cack:
+            for seq in range(self.cack, cack):
+                p = outstanding.pop(seq, None)
+                if p is not None:
+                    newly += self._acked(p)
+            self.cack = cack
+        bm = seth.bitmap
+        if bm:
+            base = cack + seth.sack_offset
+            while bm:
+                low = bm & -bm
+                p = outstanding.pop(base + low.bit_length() - 1, None)
+                if p is not None:
+                    newly += self._acked(p)
+                bm ^= low
+        evs = qp.evs
+        assert evs is not None and self.cc is not None
+        m = seth.m
+        e = evs.by_entropy.get(seth.entropy)
+        if e is not None:
+            if seth.pr:
+                evs.probe_answered(e, now, m == SackM.NONE)
+            elif m == SackM.SKIP_ONCE:
+                evs.skip(e)
+            elif m == SackM.ALWAYS_SKIP:
+                evs.mark_bad(e, now)
+        if seth.mpr:
+            self.peer_mpr = seth.mpr
+        if newly:
+            self.timeouts = 0
+            self.cc.on_ack(
+                now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == SackM.SKIP_ONCE
+            )
+            self._arm(now)
+            self._detect_losses(now)
+            self._complete()
+        if not outstanding:
+            self.rto_deadline = None
+
+    def _acked(self, p: _Tx) -> int:
+        if not p.lost:
+            self.inflight -= p.size
+        self.by_order.pop(p.order, None)
+        if p.order > self.acked_order:
+            self.acked_order = p.order
+        p.wr.acked += 1
+        return p.size
+
+    def _detect_losses(self, now: int) -> None:
+        threshold = self.acked_order - self.qp.nic.config.reorder_allowance
+        by_order = self.by_order
+        lost_any = False
+        while by_order:
+            order, p = next(iter(by_order.items()))
+            if order >= threshold:
+                break
+            del by_order[order]
+            self._lose(p)
+            if p.ev is not None:
+                self.qp.evs.mark_bad(p.ev, now)  # type: ignore[union-attr]
+            lost_any = True
+        if lost_any:
+            self.qp.nic.stats.losses_inferred += 1
+            assert self.cc is not None
+            self.cc.on_loss(now=now, inflight=self.inflight)
+
+    def _lose(self, p: _Tx) -> None:
+        if not p.lost:
+            p.lost = True
+            self.inflight -= p.size
+            heapq.heappush(self.retx, p.seq)
+
+    def _complete(self) -> None:
+        wrs = self.wrs
+        qp = self.qp
+        while wrs and wrs[0].acked >= wrs[0].npkts:
+            w = wrs.popleft()
+            if w.imm:
+                self.imm_inflight -= 1
+            if w.signaled:
+                qp.send_cq.push(
+                    WorkCompletion(
+                        w.wr.wr_id, WcStatus.SUCCESS, WcOpcode.RDMA_WRITE, w.total, None, qp.qp_num
+                    )
+                )
+
+    def on_nack(self, pkt: Packet, now: int) -> None:
+        neth, qp = pkt.neth, self.qp
+        assert neth is not None
+        if qp.state is not QpState.RTS:
+            return
+        stats = qp.nic.stats
+        stats.nacks_received += 1
+        if neth.reason == NackReason.UNEXP_EVENT:
+            qp.set_error(now, WcStatus.REM_OP_ERR)
+            return
+        p = self.outstanding.get(unwrap_psn(neth.psn, self.cack))
+        if p is None or p.lost:
+            return
+        assert self.cc is not None and qp.evs is not None
+        if neth.reason == NackReason.TRIMMED or neth.reason == NackReason.TRIMMED_LASTHOP:
+            stats.trims_received += 1
+            last_hop = neth.reason == NackReason.TRIMMED_LASTHOP
+            e = qp.evs.by_entropy.get(neth.entropy)
+            if e is not None and not last_hop:
+                qp.evs.skip(e)
+            self.cc.on_trim(now=now, size=p.size, inflight=self.inflight, last_hop=last_hop)
+        p.retries += 1
+        if p.retries > self._retry_limit():
+            qp.set_error(now, WcStatus.RETRY_EXC_ERR)
+            return
+        self.by_order.pop(p.order, None)
+        self._lose(p)
+
+    def on_aeth(self, pkt: Packet, now: int) -> None:
+        aeth = pkt.aeth
+        assert aeth is not None
+        status = {
+            AethSyndrome.NAK_REMOTE_ACCESS_ERROR: WcStatus.REM_ACCESS_ERR,
+            AethSyndrome.NAK_INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR,
+            AethSyndrome.NAK_REMOTE_OPERATIONAL_ERROR: WcStatus.REM_OP_ERR,
+        }.get(aeth.syndrome)  # type: ignore[call-overload]
+        if status is not None and self.qp.state is QpState.RTS:
+            self.qp.set_error(now, status)
+
+    # -- timers --------------------------------------------------------------------------------------------
+    def _arm(self, now: int) -> None:
+        self.rto_deadline = now + self.rto() if self.outstanding else None
+
+    def next_timer(self) -> int | None:
+        evs = self.qp.evs
+        t = self.rto_deadline
+        if evs is not None and evs.bad:
+            pt = evs.next_probe_time()
+            if pt is not None and (t is None or pt < t):
+                t = pt
+        return t
+
+    def on_timer(self, now: int) -> None:
+        if self.rto_deadline is None or now < self.rto_deadline or self.qp.state is not QpState.RTS:
+            return
+        if not self.outstanding:
+            self.rto_deadline = None
+            return
+        self.timeouts += 1
+        qp = self.qp
+        qp.nic.stats.timeouts += 1
+        if self.timeouts > self._retry_limit():
+            qp.set_error(now, WcStatus.RETRY_EXC_ERR)
+            return
+        evs = qp.evs
+        assert evs is not None and self.cc is not None
+        for p in list(self.by_order.values()):
+            self._lose(p)
+            if p.ev is not None:
+                evs.mark_bad(p.ev, now)
+        self.by_order.clear()
+        self.cc.on_loss(now=now, inflight=self.inflight)
+        self.rto_deadline = now + self.rto()
+
+    # -- errors --------------------------------------------------------------------------------------------
+    def fail_head(self, status: WcStatus) -> None:
+        """Complete the oldest outstanding WR with ``status`` (the cause of a QP error)."""
+        if self.wrs:
+            w = self.wrs.popleft()
+            if w in self.unsent:
+                self.unsent.remove(w)
+            qp = self.qp
+            qp.send_cq.push(WorkCompletion(w.wr.wr_id, status, WcOpcode.RDMA_WRITE, 0, None, qp.qp_num))
+
+    def flush(self) -> None:
+        """ERROR: every outstanding WR completes with WR_FLUSH_ERR (signaled or not); nothing more is sent."""
+        qp = self.qp
+        while self.wrs:
+            w = self.wrs.popleft()
+            qp.send_cq.push(
+                WorkCompletion(w.wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RDMA_WRITE, 0, None, qp.qp_num)
+            )
+        self.unsent.clear()
+        self.outstanding.clear()
+        self.by_order.clear()
+        self.retx.clear()
+        self.inflight = 0
+        self.rto_deadline = None

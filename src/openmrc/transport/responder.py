@@ -1,0 +1,257 @@
+"""The responder half of a QP: validation, direct placement, the receive bitmap, SACK/NACK generation and
+in-order Write-with-Imm completion.
+
+Theory of operation (MRC-SPEC-NOTES §3-§4)
+------------------------------------------
+The responder tracks PSNs ``[cack, cack + MPR_dest·128)`` with a bitmap (a Python int, bit i ↔ cack+i);
+``cack`` is the cumulative PSN: every PSN before it has arrived. A data packet is accepted only if it lies
+in that window, has not arrived before, its length fits the MTU and its position in the message
+(First/Middle: a whole MTU; Last/Only: what the DMA length leaves), and R_Key, bounds and REMOTE_WRITE
+allow the write. Only then is its payload written at RETH.VA, whatever order packets arrive in.
+
+A duplicate is not rewritten, only re-acknowledged. A PSN beyond the window gets NACK PSN_OOR_WINDOW; a
+trimmed packet NACK TRIMMED or TRIMMED_LASTHOP; a protocol violation NACK UNEXP_EVENT (fatal for the
+requester); an access violation AETH NAK remote access error. SACKs are coalesced: one every
+``sack_every`` packets, or after ``sack_delay_ns``, and at once when a packet opens a hole, arrives
+ECN-marked, asks for an ACK (last packet of a message), or is a duplicate or a probe. Each SACK echoes the
+triggering packet's EV and ECN mark (M=SKIP_ONCE) and carries the bitmap from cack, or from a base that
+keeps the triggering PSN inside the 64 bits.
+
+Write-with-Imm messages complete when the cumulative PSN passes their last packet, so completions come in
+message (RQMSN) order even when the last packets of later messages arrive first; each consumes one posted
+receive. More than ``max_wimm_dest`` such messages pending, or none posted, is fatal (MRC has no RNR).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from openmrc.transport.types import (
+    QpCapFlags,
+    QpState,
+    TrimMark,
+    WcOpcode,
+    WcStatus,
+    WorkCompletion,
+    unwrap_psn,
+)
+from openmrc.wire import (
+    AETH,
+    BTH,
+    IMM_OPCODES,
+    NETH,
+    PSN_MASK,
+    SETH,
+    AethSyndrome,
+    CcState,
+    NackReason,
+    Opcode,
+    Packet,
+    SackM,
+)
+
+if TYPE_CHECKING:
+    from openmrc.transport.qp import Qp
+
+__all__ = ["Responder"]
+
+_FIRST_MIDDLE = frozenset({int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)})
+_ONLY = frozenset({int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)})
+_IMM = frozenset(int(o) for o in IMM_OPCODES)
+_MASK64 = (1 << 64) - 1
+
+
+class Responder:
+    def __init__(self, qp: Qp) -> None:
+        self.qp = qp
+        self.cack = 0
+        self.bitmap = 0
+        self.window = 128
+        self.rcvd_bytes = 0
+        self.unacked = 0
+        self.pending_imm: list[tuple[int, int, int]] = []  # heap of (last seq, imm, byte_len)
+        self.sack_deadline: int | None = None
+        self._last: tuple[int, int, int, int, bool] | None = None  # (trigger seq, entropy, port, ts, ecn)
+
+    def start(self, now: int) -> None:
+        a = self.qp.attr
+        assert a.rq_psn is not None and a.mpr_dest is not None
+        self.cack = a.rq_psn
+        self.window = a.mpr_dest * 128
+
+    # -- data ----------------------------------------------------------------------------------------------
+    def on_data(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int, trim: TrimMark) -> None:
+        qp = self.qp
+        nic = qp.nic
+        stats = nic.stats
+        if qp.state is not QpState.RTR and qp.state is not QpState.RTS:
+            stats.rx_dropped_state += 1
+            return
+        bth = pkt.bth
+        seq = unwrap_psn(bth.psn, self.cack)
+        d = seq - self.cack
+        if d >= self.window:
+            self._nack(NackReason.PSN_OOR_WINDOW, seq, entropy, port)
+            return
+        if d < 0 or (self.bitmap >> d) & 1:
+            stats.duplicates += 1
+            self._sack(seq, entropy, port, ecn, now)
+            return
+        if trim:
+            stats.trims_seen += 1
+            reason = NackReason.TRIMMED_LASTHOP if trim is TrimMark.TRIMMED_LASTHOP else NackReason.TRIMMED
+            self._nack(reason, seq, entropy, port)
+            return
+        reth = pkt.reth
+        assert reth is not None
+        n = len(pkt.payload)
+        op = bth.opcode
+        mtu = nic.config.mtu
+        dma = reth.dma_len
+        if op in _FIRST_MIDDLE:
+            ok = n == mtu and dma > mtu
+        elif op in _ONLY:
+            ok = n == dma and n <= mtu
+        else:  # LAST: what the DMA length leaves after whole MTUs
+            ok = dma > mtu and n == dma - (-(-dma // mtu) - 1) * mtu
+        if not ok:
+            stats.protocol_errors += 1
+            self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
+            return
+        if n:
+            target = nic.mrs.remote_target(reth.rkey, reth.va, n)
+            if target is None:
+                stats.access_errors += 1
+                self._send(
+                    Packet(
+                        BTH(Opcode.ACK, dest_qp=qp.attr.dest_qp_num or 0, psn=seq & PSN_MASK),
+                        aeth=AETH(AethSyndrome.NAK_REMOTE_ACCESS_ERROR, self.cack & 0xFFFFFF),
+                    ),
+                    port,
+                )
+                return
+            target[:] = pkt.payload
+        imm = op in _IMM
+        if imm:
+            heapq.heappush(self.pending_imm, (seq, pkt.imm.imm_data if pkt.imm else 0, dma))
+            limit = qp.attr.max_wimm_dest or 0
+            if limit and len(self.pending_imm) > limit:
+                stats.protocol_errors += 1
+                self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
+                qp.set_error(now, WcStatus.REM_INV_REQ_ERR)
+                return
+        new_hole = d > 0 and not (self.bitmap >> (d - 1)) & 1
+        self.bitmap |= 1 << d
+        self.rcvd_bytes += n
+        stats.rx_data += 1
+        if d == 0:
+            bm = self.bitmap
+            t = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
+            self.bitmap = bm >> t
+            self.cack += t
+            if self.pending_imm and self.pending_imm[0][0] < self.cack:
+                self._complete_imm(now)
+        self.unacked += 1
+        ts = pkt.tseth.tx_timestamp if pkt.tseth is not None else 0
+        if ecn or new_hole or bth.ack_req or imm or self.unacked >= nic.config.sack_every:
+            self._sack(seq, entropy, port, ecn, now, ts=ts)
+        else:
+            self._last = (seq, entropy, port, ts, ecn)
+            if self.sack_deadline is None:
+                self.sack_deadline = now + nic.config.sack_delay_ns
+                nic.wake(qp)
+
+    def _complete_imm(self, now: int) -> None:
+        qp = self.qp
+        pending = self.pending_imm
+        while pending and pending[0][0] < self.cack:
+            _seq, imm, length = heapq.heappop(pending)
+            if not qp.recv_queue:
+                qp.nic.stats.protocol_errors += 1
+                qp.set_error(now, WcStatus.LOC_QP_OP_ERR)  # no receive posted: MRC has no RNR
+                return
+            wr = qp.recv_queue.popleft()
+            qp.recv_cq.push(
+                WorkCompletion(
+                    wr.wr_id, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, length, imm, qp.qp_num
+                )
+            )
+
+    def on_probe(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int) -> None:
+        if self.qp.state is QpState.RTR or self.qp.state is QpState.RTS:
+            self.qp.nic.stats.probes_answered += 1
+            peth = pkt.peth
+            self._sack(self.cack, entropy, port, ecn, now, ts=peth.tx_timestamp if peth else 0, pr=True)
+
+    # -- acknowledgements ----------------------------------------------------------------------------------
+    def _sack(
+        self, trigger: int, entropy: int, port: int, ecn: bool, now: int, *, ts: int = 0, pr: bool = False
+    ) -> None:
+        qp = self.qp
+        cack = self.cack
+        off = trigger - cack
+        base = cack if off < 64 else trigger - 63
+        bits = (self.bitmap >> (base - cack)) & _MASK64
+        a = qp.attr
+        dyn = (a.cap or 0) & QpCapFlags.DYNAMIC_MPR
+        pkt = Packet(
+            BTH(Opcode.SACK, dest_qp=a.dest_qp_num or 0, psn=cack & PSN_MASK),
+            seth=SETH(
+                m=SackM.SKIP_ONCE if ecn else SackM.NONE,
+                pr=pr,
+                ack_psn_offset=max(min(off, 0x7FFF), -0x8000),
+                entropy=entropy,
+                src_qp=qp.qp_num & 0xFFFF,
+                dst_qp=(a.dest_qp_num or 0) & 0xFFFF,
+                cack_psn=cack & PSN_MASK,
+                cc_type=1,
+                mpr=(a.mpr_dest or 0) if dyn else 0,
+                sack_offset=base - cack,
+                bitmap=bits,
+            ),
+            cc_state=CcState(
+                ts_echo=ts,
+                ooo_count=min(self.bitmap.bit_count(), 0x7FFF),
+                rcvd_256b=(-(-self.rcvd_bytes // 256)) & 0xFFFFFF,
+            ),
+        )
+        self.unacked = 0
+        self.sack_deadline = None
+        self._last = None
+        qp.nic.stats.sacks_sent += 1
+        self._send(pkt, port)
+
+    def _nack(self, reason: NackReason, seq: int, entropy: int, port: int) -> None:
+        qp = self.qp
+        a = qp.attr
+        qp.nic.stats.nacks_sent += 1
+        self._send(
+            Packet(
+                BTH(Opcode.NACK, dest_qp=a.dest_qp_num or 0, psn=seq & PSN_MASK),
+                neth=NETH(
+                    reason=reason,
+                    entropy=entropy,
+                    src_qp=qp.qp_num & 0xFFFF,
+                    dst_qp=(a.dest_qp_num or 0) & 0xFFFF,
+                    psn=seq & PSN_MASK,
+                    cc_type=1,
+                ),
+            ),
+            port,
+        )
+
+    def _send(self, pkt: Packet, port: int) -> None:
+        self.qp.nic.send_control(self.qp, pkt, port)
+
+    # -- timers --------------------------------------------------------------------------------------------
+    def next_timer(self) -> int | None:
+        return self.sack_deadline
+
+    def on_timer(self, now: int) -> None:
+        if self.sack_deadline is not None and now >= self.sack_deadline:
+            last = self._last
+            self.sack_deadline = None
+            if last is not None:
+                seq, entropy, port, ts, ecn = last
+                self._sack(seq, entropy, port, ecn, now, ts=ts)

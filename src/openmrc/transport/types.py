@@ -1,0 +1,171 @@
+"""Verbs-level types of the transport core: work requests, completions, QP attributes, errors, PSN math."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, IntFlag
+
+from openmrc.wire import PSN_MASK, Packet
+
+__all__ = [
+    "Access",
+    "LocalProtocolError",
+    "QpCapFlags",
+    "QpState",
+    "RecvWR",
+    "SendFlags",
+    "SendWR",
+    "Sge",
+    "Transmit",
+    "TrimMark",
+    "WcOpcode",
+    "WcStatus",
+    "WorkCompletion",
+    "WrOpcode",
+    "psn_diff",
+    "unwrap_psn",
+]
+
+_HALF = 1 << 23
+
+
+def psn_diff(a: int, b: int) -> int:
+    """Signed distance ``a - b`` between two 24-bit PSNs (wrap-aware, in [-2^23, 2^23))."""
+    return ((a - b + _HALF) & PSN_MASK) - _HALF
+
+
+def unwrap_psn(psn: int, near: int) -> int:
+    """The unwrapped sequence number whose low 24 bits are ``psn`` and that lies nearest ``near``."""
+    return near + psn_diff(psn, near & PSN_MASK)
+
+
+class LocalProtocolError(Exception):
+    """API misuse (illegal transition, missing attribute, bad work request). ``errno`` as in verbs."""
+
+    def __init__(self, err: int, reason: str) -> None:
+        self.errno = err
+        self.reason = reason
+        super().__init__(f"[{errno.errorcode.get(err, err)}] {reason}")
+
+
+class QpState(IntEnum):
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    ERROR = 6
+
+
+class Access(IntFlag):
+    """Memory-region access rights (ibv_access_flags values)."""
+
+    LOCAL_WRITE = 1 << 0
+    REMOTE_WRITE = 1 << 1
+
+
+class WrOpcode(IntEnum):
+    """Send work-request opcodes MRC supports (ibv_wr_opcode values)."""
+
+    RDMA_WRITE = 0
+    RDMA_WRITE_WITH_IMM = 1
+
+
+class SendFlags(IntFlag):
+    NONE = 0
+    SIGNALED = 1 << 1  # IBV_SEND_SIGNALED
+
+
+class WcStatus(IntEnum):
+    """Work-completion status (ibv_wc_status values)."""
+
+    SUCCESS = 0
+    LOC_LEN_ERR = 1
+    LOC_QP_OP_ERR = 2
+    LOC_PROT_ERR = 4
+    WR_FLUSH_ERR = 5
+    REM_INV_REQ_ERR = 9
+    REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
+    FATAL_ERR = 19
+
+
+class WcOpcode(IntEnum):
+    RDMA_WRITE = 1
+    RECV_RDMA_WITH_IMM = 129
+
+
+class TrimMark(IntEnum):
+    """How the fabric marked a received packet: intact, trimmed, or trimmed at the last hop."""
+
+    NONE = 0
+    TRIMMED = 1
+    TRIMMED_LASTHOP = 2
+
+
+class QpCapFlags(IntFlag):
+    """mrc.h ``mrc_qp_cap``."""
+
+    NONE = 0
+    TRIM_NACK_DEST_UNSUPPORTED = 1 << 0
+    DYNAMIC_MPR = 1 << 1
+    SVC_TIME_DEST_UNSUPPORTED = 1 << 2
+
+
+@dataclass(frozen=True, slots=True)
+class Sge:
+    """A scatter/gather element: local virtual address, length and the lkey of its memory region."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendWR:
+    """An RDMA Write (optionally with immediate) work request."""
+
+    wr_id: int
+    opcode: WrOpcode
+    sg_list: Sequence[Sge]
+    remote_addr: int
+    rkey: int
+    imm_data: int | None = None
+    send_flags: SendFlags = SendFlags.SIGNALED
+
+
+@dataclass(frozen=True, slots=True)
+class RecvWR:
+    """A receive work request, consumed by one incoming Write-with-Immediate (MRC needs no buffers)."""
+
+    wr_id: int
+    sg_list: Sequence[Sge] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkCompletion:
+    wr_id: int
+    status: WcStatus
+    opcode: WcOpcode
+    byte_len: int = 0
+    imm_data: int | None = None
+    qp_num: int = 0
+
+
+@dataclass(slots=True)
+class Transmit:
+    """One packet the driver must send: on NIC ``port`` (1-based plane), towards ``peer`` along ``ev``.
+
+    ``ev`` is the expanded EV (32 bytes; the driver turns it into UDP source port / flow label / SRv6
+    addresses with `openmrc.ev.packet_fields`), ``entropy`` the 32-bit value the peer echoes back.
+    """
+
+    port: int
+    peer: Hashable
+    ev: bytes
+    entropy: int
+    packet: Packet | bytes
+    qp_num: int = 0
+    size: int = field(default=0)
