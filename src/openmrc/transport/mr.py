@@ -26,6 +26,10 @@ class MemoryRegion:
     lkey: int
     rkey: int
     access: Access
+    remote_write: bool = False
+
+    def __post_init__(self) -> None:
+        self.remote_write = bool(self.access & Access.REMOTE_WRITE)
 
     def slice(self, addr: int, length: int) -> memoryview | None:
         """The bytes ``[addr, addr+length)`` if they lie inside the region, else None."""
@@ -87,6 +91,9 @@ class MrTable:
     def remote_target(self, rkey: int, addr: int, length: int) -> memoryview | None:
         """Where a remote Write may land, or None if R_Key, bounds or REMOTE_WRITE forbid it."""
         mr = self._by_rkey.get(rkey)
-        if mr is None or not mr.access & Access.REMOTE_WRITE:
+        if mr is None or not mr.remote_write:
             return None
-        return mr.slice(addr, length)
+        off = addr - mr.addr
+        if off < 0 or off + length > mr.length:
+            return None
+        return mr.view[off : off + length]

@@ -140,6 +140,7 @@ class Nic:
         self._sched: dict[Qp, int | None] = {}
         self._seq = itertools.count()
         self._ep_pending: dict[int, tuple[int, EpOp]] = {}
+        self._ep_arrivals: dict[int, int] = {}
         self._ep_next = 0
         self._add_default_profiles()
 
@@ -341,6 +342,7 @@ class Nic:
                 ),
             )
             self.stats.ep_responses += 1
+            self._ep_arrivals[id(resp)] = now  # service time is filled in when the response leaves
             self._ctrl.append(Transmit(port, src, bytes(32), entropy, resp, RESERVED_QP_ENDPOINT, 0))
         elif pkt.eeth is not None:
             pending = self._ep_pending.pop(rid, None)
@@ -431,6 +433,13 @@ class Nic:
         """Every packet that may leave now: control first, then each QP's retransmissions and new data."""
         out = self._ctrl
         self._ctrl = []
+        if self._ep_arrivals:
+            for t in out:
+                arrived = self._ep_arrivals.pop(id(t.packet), None)
+                if arrived is not None and isinstance(t.packet, Packet) and t.packet.eeth is not None:
+                    t.packet.eeth.service_time = min(now - arrived, 0xFFFFFFFF)
+        if not out and not self._active:
+            return out
         if self._active:
             active = list(self._active)
             self._active.clear()

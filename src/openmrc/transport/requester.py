@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from openmrc.transport.cc import CongestionControl
@@ -66,6 +67,9 @@ if TYPE_CHECKING:
 __all__ = ["Requester"]
 
 _INFINITE_EXP = 25
+_WRITE_ONLY, _WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)
+_WRITE_FIRST, _WRITE_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
+_WRITE_LAST, _WRITE_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_WITH_IMM)
 _EMPTY = memoryview(b"")
 
 
@@ -151,7 +155,12 @@ class Requester:
         self.rto_deadline: int | None = None
         self.timeouts = 0
         self.cc: CongestionControl | None = None
+        self.cc_on_send = False
         self.probe_id = 0
+        self.mtu = qp.nic.config.mtu
+        self.stats = qp.nic.stats
+        self.dest_qp = 0
+        self.peer: Hashable = None
 
     # -- setup ---------------------------------------------------------------------------------------------
     def start(self, now: int) -> None:
@@ -159,6 +168,9 @@ class Requester:
         assert a.sq_psn is not None
         self.next_seq = self.cack = a.sq_psn
         self.cc = self.qp.nic.make_cc(a.cc_profile_id or 0, now)
+        self.cc_on_send = type(self.cc).on_send is not CongestionControl.on_send
+        self.dest_qp = a.dest_qp_num or 0
+        self.peer = a.peer
 
     def rto(self) -> int:
         a = self.qp.attr
@@ -245,44 +257,55 @@ class Requester:
             self._transmit(p, ev, now, out, rtx=False)
 
     def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
+        # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice.
         qp = self.qp
         w = p.wr
         n, i = w.npkts, p.index
-        if n == 1:
-            op = Opcode.WRITE_ONLY_WITH_IMM if w.imm else Opcode.WRITE_ONLY
-        elif i == 0:
-            op = Opcode.WRITE_FIRST
-        elif i == n - 1:
-            op = Opcode.WRITE_LAST_WITH_IMM if w.imm else Opcode.WRITE_LAST
-        else:
-            op = Opcode.WRITE_MIDDLE
         last = i == n - 1
-        offset = i * qp.nic.config.mtu
+        if n == 1:
+            op = _WRITE_ONLY_IMM if w.imm else _WRITE_ONLY
+        elif i == 0:
+            op = _WRITE_FIRST
+        elif last:
+            op = _WRITE_LAST_IMM if w.imm else _WRITE_LAST
+        else:
+            op = _WRITE_MIDDLE
+        offset = i * self.mtu
         wr = w.wr
+        size = p.size
         pkt = Packet(
-            BTH(op, dest_qp=qp.attr.dest_qp_num or 0, psn=p.seq & PSN_MASK, ack_req=last, rtx=rtx),
+            BTH(
+                op, False, False, 0, 0, 0xFFFF, False, False, self.dest_qp, last, rtx, False, p.seq & PSN_MASK
+            ),
             METH(w.rqmsn, w.msn),
             None,
             RETH(wr.remote_addr + offset, wr.rkey, w.total),
             ImmDt(wr.imm_data or 0) if (w.imm and last) else None,
-            payload=w.payload(offset, p.size) if p.size else _EMPTY,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            w.payload(offset, size) if size else _EMPTY,
         )
         p.ev = ev
         p.sent_at = now
         p.tx_count += 1
-        self.order += 1
-        p.order = self.order
-        self.by_order[p.order] = p
-        self.inflight += p.size
-        assert self.cc is not None
-        self.cc.on_send(now=now, size=p.size, inflight=self.inflight)
+        self.order = order = self.order + 1
+        p.order = order
+        self.by_order[order] = p
+        self.inflight += size
+        if self.cc_on_send:
+            self.cc.on_send(now=now, size=size, inflight=self.inflight)  # type: ignore[union-attr]
         if self.rto_deadline is None:
             self._arm(now)
-        stats = qp.nic.stats
+        stats = self.stats
         stats.tx_data += 1
         if rtx:
             stats.retransmits += 1
-        out.append(Transmit(ev.port, qp.attr.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, p.size))
+        out.append(Transmit(ev.port, self.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, size))
 
     def _probe(self, ev: EvEntry, now: int, out: list[Transmit]) -> None:
         qp = self.qp

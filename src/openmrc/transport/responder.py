@@ -60,6 +60,8 @@ _FIRST_MIDDLE = frozenset({int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)})
 _ONLY = frozenset({int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)})
 _IMM = frozenset(int(o) for o in IMM_OPCODES)
 _MASK64 = (1 << 64) - 1
+_SACK = int(Opcode.SACK)
+_M_NONE, _SKIP_ONCE = SackM.NONE, SackM.SKIP_ONCE
 
 
 class Responder:
@@ -73,12 +75,14 @@ class Responder:
         self.pending_imm: list[tuple[int, int, int]] = []  # heap of (last seq, imm, byte_len)
         self.sack_deadline: int | None = None
         self._last: tuple[int, int, int, int, bool] | None = None  # (trigger seq, entropy, port, ts, ecn)
+        self.adv_mpr = 0
 
     def start(self, now: int) -> None:
         a = self.qp.attr
         assert a.rq_psn is not None and a.mpr_dest is not None
         self.cack = a.rq_psn
         self.window = a.mpr_dest * 128
+        self.adv_mpr = a.mpr_dest if (a.cap or 0) & QpCapFlags.DYNAMIC_MPR else 0
 
     # -- data ----------------------------------------------------------------------------------------------
     def on_data(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int, trim: TrimMark) -> None:
@@ -194,26 +198,27 @@ class Responder:
         base = cack if off < 64 else trigger - 63
         bits = (self.bitmap >> (base - cack)) & _MASK64
         a = qp.attr
-        dyn = (a.cap or 0) & QpCapFlags.DYNAMIC_MPR
+        dqp = a.dest_qp_num or 0
         pkt = Packet(
-            BTH(Opcode.SACK, dest_qp=a.dest_qp_num or 0, psn=cack & PSN_MASK),
+            BTH(_SACK, False, False, 0, 0, 0xFFFF, False, False, dqp, False, False, False, cack & PSN_MASK),
             seth=SETH(
-                m=SackM.SKIP_ONCE if ecn else SackM.NONE,
-                pr=pr,
-                ack_psn_offset=max(min(off, 0x7FFF), -0x8000),
-                entropy=entropy,
-                src_qp=qp.qp_num & 0xFFFF,
-                dst_qp=(a.dest_qp_num or 0) & 0xFFFF,
-                cack_psn=cack & PSN_MASK,
-                cc_type=1,
-                mpr=(a.mpr_dest or 0) if dyn else 0,
-                sack_offset=base - cack,
-                bitmap=bits,
+                0,
+                0,
+                _SKIP_ONCE if ecn else _M_NONE,
+                pr,
+                max(min(off, 0x7FFF), -0x8000),
+                entropy,
+                qp.qp_num & 0xFFFF,
+                dqp & 0xFFFF,
+                cack & PSN_MASK,
+                1,
+                0,
+                self.adv_mpr,
+                base - cack,
+                bits,
             ),
             cc_state=CcState(
-                ts_echo=ts,
-                ooo_count=min(self.bitmap.bit_count(), 0x7FFF),
-                rcvd_256b=(-(-self.rcvd_bytes // 256)) & 0xFFFFFF,
+                ts, min(self.bitmap.bit_count(), 0x7FFF), False, 0, (-(-self.rcvd_bytes // 256)) & 0xFFFFFF
             ),
         )
         self.unacked = 0

@@ -1,0 +1,269 @@
+"""A scripted loopback: two transport `Nic`s joined by a fabric model with per-port and per-EV impairments.
+
+Used by the tests (the pair harness), the transport benchmark and the demo.
+
+Time is scripted (integer ns), randomness comes from one seeded `random.Random`, so every run is
+reproducible. Each NIC port (plane) has a serialisation queue at ``link_bps`` and a propagation delay;
+impairments act per packet: loss, duplication, random extra delay (reordering), trimming (data packets lose
+their payload and arrive marked), ECN marking, and failures of a whole port or of single EVs from a time on
+(optionally until a recovery time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from openmrc.transport.config import NicConfig
+from openmrc.transport.nic import Nic
+from openmrc.transport.qp import Qp, QpInitAttr
+from openmrc.transport.types import (
+    Access,
+    QpState,
+    RecvWR,
+    SendFlags,
+    SendWR,
+    Sge,
+    Transmit,
+    TrimMark,
+    WorkCompletion,
+    WrOpcode,
+)
+from openmrc.wire import DATA_OPCODES, Packet
+
+__all__ = ["Fabric", "Impairments", "Pair"]
+
+_DATA = frozenset(int(o) for o in DATA_OPCODES)
+
+
+@dataclass
+class Impairments:
+    """What the fabric does to packets (probabilities per packet, times in ns)."""
+
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder_ns: int = 0
+    trim: float = 0.0
+    trim_lasthop: float = 0.0
+    ecn: float = 0.0
+    #: port -> (down from, up again at or None)
+    port_fail: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    #: entropy -> (drops everything from, until or None)
+    ev_fail: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    #: only data packets suffer loss (control traffic protected)
+    data_only: bool = False
+
+
+def _failed(window: tuple[int, int | None] | None, now: int) -> bool:
+    if window is None:
+        return False
+    start, end = window
+    return start <= now and (end is None or now < end)
+
+
+class Fabric:
+    """Delivers `Transmit`s between NICs with serialisation, propagation and impairments."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        imp: Impairments,
+        *,
+        latency_ns: int = 2_000,
+        link_bps: int = 100_000_000_000,
+        wire: bool = False,
+    ) -> None:
+        self.rng = rng
+        self.imp = imp
+        self.latency = latency_ns
+        self.link_bps = link_bps
+        self.wire = wire
+        self.events: list[tuple[int, int, Nic, object, int, bool, int, TrimMark, object]] = []
+        self.free_at: dict[tuple[int, int], int] = {}
+        self.seq = itertools.count()
+        self.sent = 0
+        self.dropped = 0
+        self.trimmed = 0
+        self.per_entropy: dict[int, int] = {}
+
+    def send(self, src: Nic, dst: Nic, t: Transmit, now: int, src_name: str) -> None:
+        imp, rng = self.imp, self.rng
+        pkt = t.packet
+        assert isinstance(pkt, Packet)
+        self.sent += 1
+        self.per_entropy[t.entropy] = self.per_entropy.get(t.entropy, 0) + 1
+        size = len(pkt.payload) + 64
+        key = (id(src), t.port)
+        start = max(now, self.free_at.get(key, 0))
+        depart = start + size * 8 * 1_000_000_000 // self.link_bps
+        self.free_at[key] = depart
+        is_data = pkt.bth.opcode in _DATA
+        if _failed(imp.port_fail.get(t.port), now) or _failed(imp.ev_fail.get(t.entropy), now):
+            self.dropped += 1
+            return
+        if (is_data or not imp.data_only) and rng.random() < imp.loss:
+            self.dropped += 1
+            return
+        copies = 2 if rng.random() < imp.dup else 1
+        for _ in range(copies):
+            trim = TrimMark.NONE
+            obj: object = pkt
+            if is_data and rng.random() < imp.trim + imp.trim_lasthop:
+                trim = (
+                    TrimMark.TRIMMED_LASTHOP
+                    if rng.random() * (imp.trim + imp.trim_lasthop) < imp.trim_lasthop
+                    else TrimMark.TRIMMED
+                )
+                obj = dataclasses.replace(pkt, payload=memoryview(b""))
+                self.trimmed += 1
+            if self.wire:
+                raw = obj.encode()  # type: ignore[attr-defined]
+                obj = raw[: obj.header_size()] + raw[-4:] if trim else raw  # type: ignore[attr-defined]
+            ecn = is_data and rng.random() < imp.ecn
+            arrive = depart + self.latency + (rng.randrange(imp.reorder_ns) if imp.reorder_ns else 0)
+            heapq.heappush(
+                self.events, (arrive, next(self.seq), dst, obj, t.port, ecn, t.entropy, trim, src_name)
+            )
+
+    def next_time(self) -> int | None:
+        return self.events[0][0] if self.events else None
+
+    def deliver_until(self, now: int) -> None:
+        ev = self.events
+        while ev and ev[0][0] <= now:
+            _t, _s, dst, obj, port, ecn, entropy, trim, src = heapq.heappop(ev)
+            dst.receive(obj, port, now, ecn=ecn, entropy=entropy, trim=trim, src=src)  # type: ignore[arg-type]
+
+
+class Pair:
+    """Two NICs, ``a`` and ``b``, with one connected QP each and a registered buffer on each side."""
+
+    def __init__(
+        self,
+        *,
+        seed: int = 1,
+        ports: int = 4,
+        buf_size: int = 1 << 20,
+        imp: Impairments | None = None,
+        config: NicConfig | None = None,
+        latency_ns: int = 2_000,
+        wire: bool = False,
+        timeout: int = 8,
+        retry_linear: int = 7,
+        retry_exp: int = 25,
+        mpr: int = 8,
+        sq_psn: int = 0,
+        rq_psn: int = 0,
+        max_wimm: int = 0,
+        max_wimm_dest: int = 0,
+        access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+    ) -> None:
+        self.rng = random.Random(seed)
+        cfg = config or NicConfig()
+        self.a = Nic(ports, rng=random.Random(seed * 7 + 1), config=cfg)
+        self.b = Nic(ports, rng=random.Random(seed * 7 + 2), config=cfg)
+        self.fabric = Fabric(self.rng, imp or Impairments(), latency_ns=latency_ns, wire=wire)
+        self.now = 0
+        self.src = bytearray(self.rng.randbytes(buf_size))
+        self.dst = bytearray(buf_size)
+        self.mr_a = self.a.register(self.src, Access.LOCAL_WRITE)
+        self.mr_b = self.b.register(self.dst, access)
+        self.qp_a = self._qp(self.a)
+        self.qp_b = self._qp(self.b)
+        for qp, peer, me, psn_out, psn_in in (
+            (self.qp_a, self.qp_b, "a", sq_psn, rq_psn),
+            (self.qp_b, self.qp_a, "b", rq_psn, sq_psn),
+        ):
+            qp.modify(QpState.INIT, ev_profile_id=0, cc_profile_id=0)
+            qp.modify(
+                QpState.RTR,
+                dest_qp_num=peer.qp_num,
+                peer="b" if me == "a" else "a",
+                rq_psn=psn_in,
+                mpr_dest=mpr,
+                max_wimm_dest=max_wimm_dest,
+            )
+            qp.modify(
+                QpState.RTS,
+                sq_psn=psn_out,
+                mpr=mpr,
+                max_wimm=max_wimm,
+                timeout=timeout,
+                retry_linear=retry_linear,
+                retry_exp=retry_exp,
+            )
+        self.wr_id = itertools.count(1)
+
+    def _qp(self, nic: Nic) -> Qp:
+        return nic.create_qp(QpInitAttr(send_cq=nic.create_cq(), recv_cq=nic.create_cq()))
+
+    # -- work ------------------------------------------------------------------------------------------------
+    def write(
+        self,
+        offset: int,
+        length: int,
+        dst_offset: int | None = None,
+        *,
+        imm: int | None = None,
+        signaled: bool = True,
+        rkey: int | None = None,
+        remote_addr: int | None = None,
+    ) -> int:
+        wr_id = next(self.wr_id)
+        dst_off = offset if dst_offset is None else dst_offset
+        self.qp_a.post_send(
+            SendWR(
+                wr_id,
+                WrOpcode.RDMA_WRITE_WITH_IMM if imm is not None else WrOpcode.RDMA_WRITE,
+                [Sge(self.mr_a.addr + offset, length, self.mr_a.lkey)],
+                self.mr_b.addr + dst_off if remote_addr is None else remote_addr,
+                self.mr_b.rkey if rkey is None else rkey,
+                imm,
+                SendFlags.SIGNALED if signaled else SendFlags.NONE,
+            ),
+            self.now,
+        )
+        return wr_id
+
+    def post_recv(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.qp_b.post_recv(RecvWR(next(self.wr_id)))
+
+    # -- the event loop ----------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Advance to the next event; False when nothing is left to happen."""
+        for nic, other, name in ((self.a, self.b, "a"), (self.b, self.a, "b")):
+            for t in nic.datagrams_to_send(self.now):
+                self.fabric.send(nic, other, t, self.now, name)
+        times = [
+            t for t in (self.fabric.next_time(), self.a.get_timer(), self.b.get_timer()) if t is not None
+        ]
+        if not times:
+            return False
+        self.now = max(self.now, min(times))
+        self.fabric.deliver_until(self.now)
+        for nic in (self.a, self.b):
+            timer = nic.get_timer()
+            if timer is not None and timer <= self.now:
+                nic.handle_timer(self.now)
+        return True
+
+    def run(
+        self, until: Callable[[], bool] | None = None, *, max_time: int = 10**12, max_steps: int = 10**7
+    ) -> None:
+        for _ in range(max_steps):
+            if until is not None and until():
+                return
+            if self.now > max_time or not self.step():
+                return
+        raise AssertionError("pair harness: too many steps")
+
+    def completions(self) -> list[WorkCompletion]:
+        return self.qp_a.send_cq.poll(1 << 30)
+
+    def recv_completions(self) -> list[WorkCompletion]:
+        return self.qp_b.recv_cq.poll(1 << 30)
