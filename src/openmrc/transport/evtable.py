@@ -132,10 +132,10 @@ class EvTable:
         mask = self.port_mask
         fallback = None
         for _ in range(n):
+            if self._pos >= n:  # wrap lazily, so `epoch` is the rotation of the EV read below
+                self._new_epoch()
             e = rot[self._pos]
             self._pos += 1
-            if self._pos == n:
-                self._new_epoch()
             st = e.state
             if st is _GOOD or (st is _SKIP and e.skip_epoch != self.epoch):
                 if not (mask >> (e.port - 1)) & 1 or (port and e.port != port):

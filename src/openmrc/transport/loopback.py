@@ -121,8 +121,8 @@ class Fabric:
                 obj = dataclasses.replace(pkt, payload=memoryview(b""))
                 self.trimmed += 1
             if self.wire:
-                raw = obj.encode()  # type: ignore[attr-defined]
-                obj = raw[: obj.header_size()] + raw[-4:] if trim else raw  # type: ignore[attr-defined]
+                raw = pkt.encode()
+                obj = raw[: pkt.header_size()] + raw[-4:] if trim else raw
             ecn = is_data and rng.random() < imp.ecn
             arrive = depart + self.latency + (rng.randrange(imp.reorder_ns) if imp.reorder_ns else 0)
             heapq.heappush(

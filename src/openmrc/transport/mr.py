@@ -6,6 +6,7 @@ access is checked (R_Key, bounds, REMOTE_WRITE) before a single byte is written.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import random
 from dataclasses import dataclass
@@ -78,6 +79,9 @@ class MrTable:
             raise LocalProtocolError(errno.EINVAL, "memory region is not registered")
         del self._by_lkey[mr.lkey]
         del self._by_rkey[mr.rkey]
+        # Let the owner resize or close its buffer again (unless a slice handed out earlier is still alive).
+        with contextlib.suppress(BufferError):
+            mr.view.release()
 
     def _fresh_key(self, used: dict[int, MemoryRegion]) -> int:
         while True:

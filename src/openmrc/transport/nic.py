@@ -374,7 +374,8 @@ class Nic:
             return
         try:
             if isinstance(data, Packet):
-                pkt = parse(data.encode(), trimmed=bool(trim)) if self.config.validate_wire else data
+                cut = bool(trim)
+                pkt = parse(data.encode(trimmed=cut), trimmed=cut) if self.config.validate_wire else data
             else:
                 pkt = parse(data, trimmed=bool(trim))
         except WireError:

@@ -334,13 +334,15 @@ class Requester:
             return
         trig = self.outstanding.get(cack + seth.ack_psn_offset)
         rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
-        newly = 0
+        newly = 0  # bytes
+        npkts = 0  # packets (zero-length Writes acknowledge no bytes)
         outstanding = self.outstanding
         if cack > self.cack:
             for seq in range(self.cack, cack):
                 p = outstanding.pop(seq, None)
                 if p is not None:
                     newly += self._acked(p)
+                    npkts += 1
             self.cack = cack
         bm = seth.bitmap
         if bm:
@@ -350,6 +352,7 @@ class Requester:
                 p = outstanding.pop(base + low.bit_length() - 1, None)
                 if p is not None:
                     newly += self._acked(p)
+                    npkts += 1
                 bm ^= low
         evs = qp.evs
         assert evs is not None and self.cc is not None
@@ -364,7 +367,7 @@ class Requester:
                 evs.mark_bad(e, now)
         if seth.mpr:
             self.peer_mpr = seth.mpr
-        if newly:
+        if npkts:
             self.timeouts = 0
             self.cc.on_ack(
                 now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == SackM.SKIP_ONCE
@@ -466,6 +469,8 @@ class Requester:
         self.rto_deadline = now + self.rto() if self.outstanding else None
 
     def next_timer(self) -> int | None:
+        if self.qp.state is not QpState.RTS:
+            return None  # nothing is sent or probed outside RTS
         evs = self.qp.evs
         t = self.rto_deadline
         if evs is not None and evs.bad:

@@ -154,8 +154,9 @@ class Responder:
             t = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
             self.bitmap = bm >> t
             self.cack += t
-            if self.pending_imm and self.pending_imm[0][0] < self.cack:
-                self._complete_imm(now)
+            if self.pending_imm and self.pending_imm[0][0] < self.cack and not self._complete_imm(now):
+                self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)  # no receive posted: no RNR in MRC
+                return
         self.unacked += 1
         ts = pkt.tseth.tx_timestamp if pkt.tseth is not None else 0
         if ecn or new_hole or bth.ack_req or imm or self.unacked >= nic.config.sack_every:
@@ -166,21 +167,23 @@ class Responder:
                 self.sack_deadline = now + nic.config.sack_delay_ns
                 nic.wake(qp)
 
-    def _complete_imm(self, now: int) -> None:
+    def _complete_imm(self, now: int) -> bool:
+        """Complete the Write-with-Imm messages cack has passed; False if a receive was missing."""
         qp = self.qp
         pending = self.pending_imm
         while pending and pending[0][0] < self.cack:
             _seq, imm, length = heapq.heappop(pending)
             if not qp.recv_queue:
                 qp.nic.stats.protocol_errors += 1
-                qp.set_error(now, WcStatus.LOC_QP_OP_ERR)  # no receive posted: MRC has no RNR
-                return
+                qp.set_error(now, WcStatus.LOC_QP_OP_ERR)
+                return False
             wr = qp.recv_queue.popleft()
             qp.recv_cq.push(
                 WorkCompletion(
                     wr.wr_id, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, length, imm, qp.qp_num
                 )
             )
+        return True
 
     def on_probe(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int) -> None:
         if self.qp.state is QpState.RTR or self.qp.state is QpState.RTS:

@@ -60,6 +60,10 @@ _CONTROL_CHAIN: dict[int, tuple[tuple[str, type[AETH | SETH | CcState | NETH | P
     Opcode.EP_RESPONSE: (("eeth", EETH),),
 }
 HEADER_ATTRS = ("meth", "tseth", "reth", "imm", "aeth", "seth", "cc_state", "neth", "peth", "erth", "eeth")
+# Which optional headers each control opcode carries, as `Packet._presence` reports them.
+_CONTROL_PRESENCE = {
+    op: tuple(a in {x for x, _ in chain} for a in HEADER_ATTRS) for op, chain in _CONTROL_CHAIN.items()
+}
 
 
 def _opcode_error(op: int) -> WireError:
@@ -121,20 +125,22 @@ class Packet:
         return n
 
     # -- encoding --------------------------------------------------------------------------------------
-    def encode_headers(self) -> bytes:
+    def encode_headers(self, *, trimmed: bool = False) -> bytes:
         """BTH and every extension header, ready to be followed by the payload, pad and ICRC.
 
         BTH.Pad is set from the payload length. Raises `WireError` if a field is out of range or the
-        headers present do not match the opcode's chain.
+        headers present do not match the opcode's chain. ``trimmed``: a data packet whose payload the fabric
+        cut off (its length is not checked against the DMA length).
         """
         bth = self.bth
         op = bth.opcode
         if op not in _OPCODE_VALUES:
             raise _opcode_error(op)
         if op in DATA_OPCODES:
-            return self._encode_data_headers(bth)
+            return self._encode_data_headers(bth, trimmed)
         chain = _CONTROL_CHAIN[op]
-        self._check_control_chain(chain)
+        if self._presence() != _CONTROL_PRESENCE[op]:
+            self._check_control_chain(chain)
         if bth.ts:
             raise WireError("BTH", "ts", 8, f"TS bit set on {Opcode(op).name}, which carries no TSETH")
         if len(self.payload):
@@ -148,12 +154,12 @@ class Packet:
             getattr(self, attr).push(buf)
         return buf.data()
 
-    def encode(self) -> bytes:
+    def encode(self, *, trimmed: bool = False) -> bytes:
         """The whole UDP payload: headers, payload, pad and the ICRC trailer (``self.icrc``, LSB first)."""
-        hdr = self.encode_headers()
+        hdr = self.encode_headers(trimmed=trimmed)
         return b"".join((hdr, self.payload, _ZERO_PAD[self.bth.pad], _ICRC.pack(self.icrc & 0xFFFFFFFF)))
 
-    def _encode_data_headers(self, bth: BTH) -> bytes:
+    def _encode_data_headers(self, bth: BTH, trimmed: bool = False) -> bytes:
         # Hot path: one struct.pack for BTH, METH, [TSETH], RETH, [ImmDt]; a shift-or range test per field
         # and the detailed per-header check only when that test fails.
         meth, tseth, reth, imm = self.meth, self.tseth, self.reth, self.imm
@@ -197,7 +203,7 @@ class Packet:
             imm.validate(BTH.SIZE + METH.SIZE + (TSETH.SIZE if tseth is not None else 0) + RETH.SIZE)
             head += (imm.imm_data,)
         st = _DATA_ST[tseth is not None, imm is not None]
-        _check_payload(bth, reth, n, st.size, False)
+        _check_payload(bth, reth, n, st.size, trimmed)
         return st.pack(*head)
 
     def _check_data_chain(self) -> None:
@@ -217,6 +223,22 @@ class Packet:
         for a in ("aeth", "seth", "cc_state", "neth", "peth", "erth", "eeth"):
             if getattr(self, a) is not None:
                 raise WireError(name, a, off, f"{a.upper()} does not belong in a data packet")
+
+    def _presence(self) -> tuple[bool, ...]:
+        """Which optional headers are present, in `HEADER_ATTRS` order."""
+        return (
+            self.meth is not None,
+            self.tseth is not None,
+            self.reth is not None,
+            self.imm is not None,
+            self.aeth is not None,
+            self.seth is not None,
+            self.cc_state is not None,
+            self.neth is not None,
+            self.peth is not None,
+            self.erth is not None,
+            self.eeth is not None,
+        )
 
     def _check_control_chain(self, chain: tuple[tuple[str, type], ...]) -> None:
         name = Opcode(self.bth.opcode).name
