@@ -202,8 +202,9 @@ class Requester:
         cc = self.cc
         assert evs is not None and cc is not None
         mtu = qp.nic.config.mtu
-        for bad in evs.due_probes(now):  # probes are tiny and not window-limited
-            self._probe(bad, now, out)
+        if evs.bad:
+            for bad in evs.due_probes(now):  # probes are tiny and not window-limited
+                self._probe(bad, now, out)
         retx = self.retx
         while retx:
             p = self.outstanding.get(retx[0])

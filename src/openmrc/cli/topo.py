@@ -1,0 +1,129 @@
+"""``openmrc topo``: fabric shapes, SRv6 uSID plans and static tables."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from openmrc.fabric.clos import MultiPlaneClos, single_plane_equivalent
+from openmrc.fabric.srv6 import UsidPlan
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Fabric topologies and SRv6 plans.")
+console = Console()
+
+
+@app.command()
+def plan(
+    planes: Annotated[int, typer.Option(help="independent planes (NIC ports per host)")] = 8,
+    hosts: Annotated[int, typer.Option(help="hosts (GPUs)")] = 131072,
+    t0_radix: Annotated[int, typer.Option(help="ports of a T0 (leaf) switch")] = 512,
+    t1_radix: Annotated[int, typer.Option(help="ports of a T1 (spine) switch")] = 512,
+    link_gbps: Annotated[int, typer.Option(help="speed of every link (one NIC port)")] = 100,
+    latency_ns: Annotated[int, typer.Option(help="one-way latency of a link")] = 500,
+    oversubscription: Annotated[int, typer.Option(help="T0 down:up port ratio")] = 1,
+    locator: Annotated[str, typer.Option(help="32-bit SRv6 locator, hex")] = "fc000000",
+    out: Annotated[
+        Path | None, typer.Option(help="write plan.json, tables.jsonl and linux-routes/ here")
+    ] = None,
+    linux_switches: Annotated[int, typer.Option(help="switches to export as ip -6 route scripts")] = 4,
+) -> None:
+    """Print the shape and cost of a multi-plane two-tier Clos, and write its SRv6 tables."""
+    t0 = time.perf_counter()
+    try:
+        topo = MultiPlaneClos(
+            planes, hosts, t0_radix, t1_radix, link_gbps * 10**9, latency_ns, oversubscription
+        )
+        usid = UsidPlan(topo, int(locator, 16))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    build_s = time.perf_counter() - t0
+    counts = topo.counts()
+    nic_bps = planes * link_gbps * 10**9
+    asic_bps = t0_radix * link_gbps * 10**9
+    sp = single_plane_equivalent(hosts, asic_bps, nic_bps)
+    mp_links = planes * topo.t0_per_plane * topo.uplinks
+    lanes_per_optic = max(1, nic_bps // (link_gbps * 10**9))
+    mp_optics = -(-2 * mp_links // lanes_per_optic)
+    shape = {
+        "planes": planes,
+        "hosts": hosts,
+        "hosts_per_t0": topo.hosts_per_t0,
+        "t0_per_plane": topo.t0_per_plane,
+        "t1_per_plane": topo.t1_per_plane,
+        "t0_total": counts["T0"],
+        "t1_total": counts["T1"],
+        "switches": topo.num_switches(),
+        "host_links": planes * hosts,
+        "switch_links": mp_links,
+        "tiers": 2,
+        "max_switch_hops": 3,
+        "paths_between_racks": planes * topo.uplinks,
+        "optics_800g_equiv": mp_optics,
+        "build_s": build_s,
+    }
+    t = Table(
+        "",
+        f"multi-plane ({planes}×{link_gbps}G NIC)",
+        f"single plane ({nic_bps // 10**9}G NIC)",
+        title=f"{hosts:,} hosts",
+    )
+    t.add_row("tiers", "2", str(sp.tiers))
+    t.add_row("switch radix", f"{t0_radix}×{link_gbps}G", f"{sp.radix}×{nic_bps // 10**9}G")
+    t.add_row(
+        "switches", f"{topo.num_switches():,} ({counts['T0']:,} T0 + {counts['T1']:,} T1)", f"{sp.switches:,}"
+    )
+    t.add_row("switch hops (max)", "3", str(2 * sp.tiers - 1))
+    t.add_row(
+        "switch-to-switch links", f"{mp_links:,} × {link_gbps}G", f"{sp.switch_links:,} × {nic_bps // 10**9}G"
+    )
+    t.add_row("optics (800G-equivalent)", f"{mp_optics:,}", f"{sp.transceivers:,}")
+    t.add_row(
+        "paths between two racks", f"{planes * topo.uplinks:,}", f"{(sp.radix // 2) ** (sp.tiers - 1):,}"
+    )
+    console.print(t)
+    example = usid.path_address(0, hosts - 1, planes - 1, topo.uplinks - 1)
+    console.print(
+        f"{planes} planes × ({topo.t0_per_plane} T0 with {topo.hosts_per_t0} hosts + {topo.uplinks} uplinks, "
+        f"{topo.t1_per_plane} T1); model built in {build_s * 1e3:.2f} ms; "
+        f"example path host0 → host{hosts - 1}: {example}"
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(
+            json.dumps(
+                {
+                    **shape,
+                    "single_plane": {
+                        "tiers": sp.tiers,
+                        "switches": sp.switches,
+                        "switch_links": sp.switch_links,
+                        "optics": sp.transceivers,
+                    },
+                    "locator": locator,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        t1 = time.perf_counter()
+        routes = usid.write_tables(str(out / "tables.jsonl"))
+        lin = out / "linux-routes"
+        lin.mkdir(exist_ok=True)
+        picks = [
+            topo.t0(0, 0),
+            topo.t1(0, 0),
+            topo.t0(planes - 1, topo.t0_per_plane - 1),
+            topo.t1(planes - 1, 0),
+        ]
+        for s in picks[:linux_switches]:
+            (lin / f"{topo.node_name(s)}.sh").write_text("\n".join(usid.linux_routes(s)) + "\n")
+        console.print(
+            f"wrote {routes:,} routes of {topo.num_switches():,} switches to {out} "
+            f"in {time.perf_counter() - t1:.1f} s"
+        )

@@ -1,0 +1,45 @@
+"""ECMP as switches do it, for the baseline: a per-switch salted hash of the flow's 5-tuple (+ flow label).
+
+Each switch hashes (src, dst, UDP source port, UDP destination port, IPv6 flow label) with its own salt
+and takes the result modulo the number of equal-cost next hops. Salts differ per switch (derived from
+one seed and the switch id) so that consecutive tiers do not make correlated choices (hash polarisation).
+A RoCEv2 QP has one 5-tuple, hence one path; spreading needs several QPs (several source ports).
+CRC-32 keeps it deterministic across runs and platforms.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+__all__ = ["EcmpHash"]
+
+_KEY = struct.Struct("!IIIHHI")
+
+
+class EcmpHash:
+    """Deterministic salted ECMP hashing for every switch of a fabric."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed & 0xFFFFFFFF
+
+    def salt(self, switch: int) -> int:
+        return zlib.crc32(struct.pack("!IQ", self.seed, switch))
+
+    def pick(
+        self,
+        switch: int,
+        choices: int,
+        src: int,
+        dst: int,
+        sport: int,
+        dport: int = 4791,
+        flow_label: int = 0,
+    ) -> int:
+        """Index of the next hop (0 .. choices-1) ``switch`` picks for this flow."""
+        if choices <= 0:
+            raise ValueError("ECMP needs at least one next hop")
+        h = zlib.crc32(
+            _KEY.pack(self.salt(switch), src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, flow_label)
+        )
+        return h % choices

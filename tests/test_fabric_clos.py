@@ -1,0 +1,122 @@
+"""Multi-plane two-tier Clos: shapes, wiring consistency, paths, ECMP, and the single-plane comparison."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+
+from openmrc.fabric.clos import MultiPlaneClos, single_plane_equivalent
+from openmrc.fabric.ecmp import EcmpHash
+from openmrc.fabric.topology import Role
+
+
+def small() -> MultiPlaneClos:
+    return MultiPlaneClos(4, 64, 16, 16, 100_000_000_000, 500)
+
+
+def test_production_shape() -> None:
+    c = MultiPlaneClos(8, 131072, 512, 512, 100_000_000_000, 500)
+    assert (c.hosts_per_t0, c.t0_per_plane, c.t1_per_plane) == (256, 512, 256)
+    assert c.counts() == {"HOST": 131072, "T0": 4096, "T1": 2048, "T2": 0}
+    assert c.num_switches() == 6144
+    assert c.num_links() == 8 * 131072 + 8 * 512 * 256 == 2_097_152
+    assert c.node_name(c.t1(7, 255)) == "p7-t1-255"
+    assert c.switch_info(c.t0(3, 17)) == (Role.T0, 3, 17)
+    assert c.paths_between(0, 131071) == 2048
+
+
+def test_small_wiring_is_consistent() -> None:
+    c = small()
+    links = list(c.links())
+    assert len(links) == c.num_links() == 4 * 64 + 4 * 8 * 8
+    seen: set[tuple[int, int]] = set()
+    for lk in links:
+        for node, port, peer, peer_port in (
+            (lk.a, lk.a_port, lk.b, lk.b_port),
+            (lk.b, lk.b_port, lk.a, lk.a_port),
+        ):
+            assert (node, port) not in seen  # every port used by exactly one link
+            seen.add((node, port))
+            ref = c.ports(node)[port]
+            assert (ref.peer, ref.peer_port) == (peer, peer_port)
+    for n in range(c.num_nodes()):
+        assert [r.port for r in c.ports(n)] == list(range(len(c.ports(n))))  # contiguous from 0
+        assert all((n, r.port) in seen for r in c.ports(n))
+    # planes are independent: a switch only ever links to hosts and switches of its own plane
+    for lk in links:
+        pa, pb = c.plane(lk.a), c.plane(lk.b)
+        assert -1 in (pa, pb) or pa == pb
+
+
+def test_networkx_export() -> None:
+    import networkx as nx
+
+    c = small()
+    g = c.to_networkx()
+    assert nx.is_connected(g)
+    deg = collections.Counter((g.nodes[n]["role"], d) for n, d in g.degree())
+    assert deg == {("HOST", 4): 64, ("T0", 16): 32, ("T1", 8): 32}
+    with pytest.raises(ValueError, match="max_links"):
+        c.to_networkx(max_links=10)
+
+
+def test_partial_last_t0() -> None:
+    c = MultiPlaneClos(2, 20, 16, 16)
+    assert c.t0_per_plane == 3
+    last = c.t0(0, 2)
+    assert sum(1 for r in c.ports(last) if r.peer < c.num_hosts) == 4
+    assert c.num_links() == sum(1 for _ in c.links())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"planes": 0}, "planes"),
+        ({"hosts": -1}, "hosts"),
+        ({"t0_radix": 15}, "t0_radix"),
+        ({"hosts": 10_000}, "hosts"),
+        ({"link_latency_ns": -1}, "link_latency_ns"),
+    ],
+)
+def test_invalid_shapes_name_the_field(kwargs: dict[str, int], field: str) -> None:
+    args = {"planes": 4, "hosts": 64, "t0_radix": 16, "t1_radix": 16, **kwargs}
+    with pytest.raises(ValueError, match=f"MultiPlaneClos.{field}"):
+        MultiPlaneClos(**args)
+
+
+def test_paths_walk_existing_links() -> None:
+    c = small()
+    for src, dst in ((0, 1), (0, 63), (17, 42)):
+        for plane in range(c.planes):
+            for uplink in range(c.uplinks):
+                path = c.path(src, dst, plane, uplink)
+                assert path[0] == src and path[-1] == dst
+                assert len(path) - 2 == c.hops(src, dst)
+                for a, b in itertools.pairwise(path):
+                    assert b in {r.peer for r in c.ports(a)}
+                    if a >= c.num_hosts:
+                        assert c.plane(a) == plane
+
+
+def test_single_plane_equivalent() -> None:
+    sp = single_plane_equivalent(131072, 51_200_000_000_000, 800_000_000_000)
+    assert (sp.radix, sp.tiers, sp.switches, sp.switch_links) == (64, 4, 7 * 131072 // 64, 3 * 131072)
+    three = single_plane_equivalent(65536, 51_200_000_000_000, 800_000_000_000)
+    assert (three.tiers, three.switches) == (3, 5 * 65536 // 64)  # a full k=64 three-tier fat tree
+    assert three.transceivers == 2 * 2 * 65536
+
+
+def test_ecmp_is_deterministic_salted_and_spreads() -> None:
+    e = EcmpHash(seed=7)
+    assert e.pick(5, 8, 1, 2, 1000) == EcmpHash(seed=7).pick(5, 8, 1, 2, 1000)
+    assert e.salt(1) != e.salt(2)
+    counts = collections.Counter(e.pick(3, 8, src, src + 1, 49152 + src) for src in range(8000))
+    assert set(counts) == set(range(8))
+    assert max(counts.values()) < 1.2 * 1000 and min(counts.values()) > 0.8 * 1000
+    # different switches make different (uncorrelated) choices for the same flows
+    same = sum(e.pick(1, 8, s, s + 1, s) == e.pick(2, 8, s, s + 1, s) for s in range(4000))
+    assert same < 4000 * 0.2
+    with pytest.raises(ValueError):
+        e.pick(1, 0, 1, 2, 3)
