@@ -16,8 +16,10 @@ and each packet (new or retransmitted) goes on the next usable EV of the QP's ro
 
 Loss detection is by *transmission order*, not by PSN, so that retransmissions are judged fairly: every
 transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
-after it have been acknowledged. A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set,
-on a fresh EV) and its EV becomes ASSUMED_BAD. A NACK queues its PSN at once (TRIMMED: the EV is skipped
+after it have been acknowledged *and* it was sent more than 1.25 smoothed RTTs (at least the base RTT)
+ago — spraying over paths with different queues reorders far more than a single path does (RACK-like).
+A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
+becomes ASSUMED_BAD. A NACK queues its PSN at once (TRIMMED: the EV is skipped
 for the rotation; TRIMMED_LASTHOP: no EV penalty; UNEXP_EVENT: the QP fails). The retransmission timer
 (1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
 retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp`` with doubling
@@ -152,6 +154,7 @@ class Requester:
         self.rqmsn = 0
         self.imm_inflight = 0
         self.peer_mpr = 0
+        self.srtt = 0
         self.rto_deadline: int | None = None
         self.timeouts = 0
         self.cc: CongestionControl | None = None
@@ -335,6 +338,8 @@ class Requester:
             return
         trig = self.outstanding.get(cack + seth.ack_psn_offset)
         rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
+        if rtt is not None:
+            self.srtt = rtt if not self.srtt else (7 * self.srtt + rtt) >> 3
         newly = 0  # bytes
         npkts = 0  # packets (zero-length Writes acknowledge no bytes)
         outstanding = self.outstanding
@@ -389,12 +394,15 @@ class Requester:
         return p.size
 
     def _detect_losses(self, now: int) -> None:
-        threshold = self.acked_order - self.qp.nic.config.reorder_allowance
+        cfg = self.qp.nic.config
+        threshold = self.acked_order - cfg.reorder_allowance
+        # ...and only once it is older than a smoothed RTT plus a quarter: spraying reorders a lot.
+        sent_before = now - max(self.srtt + (self.srtt >> 2), cfg.base_rtt_ns)
         by_order = self.by_order
         lost_any = False
         while by_order:
             order, p = next(iter(by_order.items()))
-            if order >= threshold:
+            if order >= threshold or p.sent_at > sent_before:
                 break
             del by_order[order]
             self._lose(p)

@@ -1,0 +1,241 @@
+"""A multi-plane Clos fabric simulation running the real MRC transport on every host.
+
+`ClosSim` instantiates a `openmrc.fabric.MultiPlaneClos`, its SRv6 uSID plan (`UsidPlan`) and one
+`openmrc.transport.Nic` per host (one port per plane), wires every link as two `Port`s, and runs flows:
+each flow is a QP pair whose requester sprays an RDMA Write over explicit SRv6 EVs (paths drawn equally
+from every plane) and whose responder answers along its own EVs. Results are per-flow completion times
+(the requester's signaled completion) and the fabric's counters.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.fabric.srv6 import UsidPlan
+from openmrc.fabric.topology import Role
+from openmrc.sim.engine import Simulator
+from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
+from openmrc.transport import Access, Nic, NicConfig, Qp, QpInitAttr, QpState, SendWR, Sge, WcStatus, WrOpcode
+
+__all__ = ["ClosSim", "ClosSimConfig", "Flow"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClosSimConfig:
+    """One simulated fabric. Sizes in bytes, times in ns, rates in bit/s."""
+
+    planes: int = 4
+    """Independent planes = NIC ports per host."""
+    hosts: int = 32
+    """Hosts (GPUs)."""
+    t0_radix: int = 16
+    """Ports of a T0 switch (half to hosts, half up)."""
+    t1_radix: int = 16
+    """Ports of a T1 switch."""
+    link_bps: int = 100_000_000_000
+    """Every link's rate."""
+    latency_ns: int = 1_000
+    """Every link's one-way propagation delay."""
+    mtu: int = 4096
+    """Transport payload per packet."""
+    buffer_bytes: int | None = None
+    """Data buffer per switch output port; default one bandwidth-delay product of the longest path."""
+    ecn: tuple[float, float] | None = (0.2, 0.8)
+    """ECN RED thresholds as fractions of the buffer (None: no marking)."""
+    trimming: bool = True
+    """Trim instead of dropping when a switch buffer is full."""
+    evs_per_qp: int = 128
+    """SRv6 paths each QP sprays over (at most planes × uplinks)."""
+    seed: int = 1
+    """Seeds every random choice (NIC keys and rotations, ECN marking)."""
+
+
+@dataclass(slots=True)
+class Flow:
+    """One RDMA Write from ``src`` to ``dst`` of ``size`` bytes starting at ``start`` ns."""
+
+    src: int
+    dst: int
+    size: int
+    start: int
+    qp: Qp | None = None
+    finish: int | None = None
+    status: WcStatus | None = None
+
+    @property
+    def fct_ns(self) -> int | None:
+        return None if self.finish is None else self.finish - self.start
+
+
+@dataclass(slots=True)
+class SimResults:
+    flows: list[Flow]
+    now: int
+    events: int
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def fcts_us(self) -> list[float]:
+        return sorted(f.fct_ns / 1000 for f in self.flows if f.fct_ns is not None)
+
+    def summary(self) -> dict[str, Any]:
+        fcts = self.fcts_us()
+        done = len(fcts)
+        out: dict[str, Any] = {
+            "flows": len(self.flows),
+            "completed": done,
+            "sim_time_us": self.now / 1000,
+            "events": self.events,
+            **self.counters,
+        }
+        if fcts:
+            out |= {
+                "median_fct_us": statistics.median(fcts),
+                "p99_fct_us": fcts[min(done - 1, int(0.99 * done))],
+                "max_fct_us": fcts[-1],
+            }
+        return out
+
+
+class ClosSim:
+    """Build once, add flows, run."""
+
+    def __init__(self, config: ClosSimConfig | None = None) -> None:
+        cfg = self.config = config or ClosSimConfig()
+        self.sim = Simulator()
+        self.rng = random.Random(cfg.seed)
+        topo = self.topo = MultiPlaneClos(
+            cfg.planes, cfg.hosts, cfg.t0_radix, cfg.t1_radix, cfg.link_bps, cfg.latency_ns
+        )
+        self.plan = UsidPlan(topo)
+        pkt_ns = (cfg.mtu + HEADER_BYTES) * 8_000_000_000 // cfg.link_bps
+        self.base_rtt_ns = (
+            2 * 4 * cfg.latency_ns + 4 * pkt_ns + 4 * HEADER_BYTES * 8_000_000_000 // cfg.link_bps
+        )
+        bdp = cfg.link_bps * self.base_rtt_ns // 8_000_000_000
+        buffer = cfg.buffer_bytes if cfg.buffer_bytes is not None else max(bdp, 2 * (cfg.mtu + HEADER_BYTES))
+        ecn = None if cfg.ecn is None else (int(buffer * cfg.ecn[0]), int(buffer * cfg.ecn[1]))
+        nic_cfg = NicConfig(
+            mtu=cfg.mtu,
+            link_bps=cfg.link_bps * cfg.planes,
+            base_rtt_ns=self.base_rtt_ns,
+            trimming=cfg.trimming,
+            default_ev_count=max(cfg.planes, 8),
+        )
+        self.nodes: list[Node] = []
+        for n in range(topo.num_nodes()):
+            if n < topo.num_hosts:
+                nic = Nic(cfg.planes, rng=random.Random(self.rng.getrandbits(64)), config=nic_cfg)
+                self.nodes.append(Host(self.sim, n, nic))
+            else:
+                self.nodes.append(Switch(self.sim, n, self.plan.forward))
+        port_rng = random.Random(self.rng.getrandbits(64))
+        for n, node in enumerate(self.nodes):
+            is_host = n < topo.num_hosts
+            t0 = not is_host and topo.role(n) is Role.T0
+            for ref in topo.ports(n):
+                to_host = ref.peer < topo.num_hosts
+                node.ports.append(
+                    Port(
+                        self.sim,
+                        self.nodes[ref.peer],
+                        ref.bps,
+                        ref.latency_ns,
+                        buffer=1 << 62 if is_host else buffer,
+                        ecn=None if is_host else ecn,
+                        trimming=cfg.trimming and not is_host,
+                        last_hop=t0 and to_host,
+                        rng=port_rng,
+                    )
+                )
+        self.flows: list[Flow] = []
+        self._by_host: dict[int, list[Flow]] = {}
+        self._buf = bytearray(1 << 20)
+        self._profiles: set[tuple[int, int]] = set()
+        self.completed = 0
+
+    # -- flows ---------------------------------------------------------------------------------------------
+    def _host(self, h: int) -> Host:
+        node = self.nodes[h]
+        assert isinstance(node, Host)
+        return node
+
+    def _profile(self, host: int, peer: int) -> int:
+        if (host, peer) not in self._profiles:
+            total = self.topo.paths_between(host, peer)
+            prof, ports = self.plan.ev_profile(host, peer, min(self.config.evs_per_qp, total))
+            self._host(host).nic.add_ev_profile(peer + 1, prof, ports)
+            self._profiles.add((host, peer))
+        return peer + 1
+
+    def _qp(self, host: int, peer: int) -> Qp:
+        nic = self._host(host).nic
+        qp = nic.create_qp(QpInitAttr(send_cq=nic.create_cq(), recv_cq=nic.create_cq()))
+        qp.modify(QpState.INIT, ev_profile_id=self._profile(host, peer), cc_profile_id=0)
+        return qp
+
+    def add_flow(self, src: int, dst: int, size: int, start: int = 0) -> Flow:
+        """An RDMA Write of ``size`` bytes from host ``src`` to host ``dst`` at time ``start``."""
+        if src == dst:
+            raise ValueError("a flow needs two different hosts")
+        if len(self._buf) < size:
+            self._buf = bytearray(size)
+        a, b = self._qp(src, dst), self._qp(dst, src)
+        timeout = max(0, (4 * self.base_rtt_ns // 1024).bit_length())
+        for qp, peer, host in ((a, b, dst), (b, a, src)):
+            qp.modify(QpState.RTR, dest_qp_num=peer.qp_num, peer=host, rq_psn=0, mpr_dest=64, max_wimm_dest=0)
+            qp.modify(
+                QpState.RTS, sq_psn=0, mpr=64, max_wimm=0, timeout=timeout, retry_linear=7, retry_exp=25
+            )
+        f = Flow(src, dst, size, start, a)
+        self.flows.append(f)
+        self._by_host.setdefault(src, []).append(f)
+        self.sim.schedule(start, self._start, f)
+        return f
+
+    def _mr(self, nic: Nic) -> Any:
+        mr = getattr(nic, "_sim_mr", None)
+        if mr is None or mr.length < len(self._buf):
+            mr = nic.register(self._buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+            nic._sim_mr = mr  # type: ignore[attr-defined]
+        return mr
+
+    def _start(self, f: Flow) -> None:
+        src, dst = self._host(f.src), self._host(f.dst)
+        smr, dmr = self._mr(src.nic), self._mr(dst.nic)
+        assert f.qp is not None
+        f.qp.post_send(
+            SendWR(
+                len(self.flows), WrOpcode.RDMA_WRITE, [Sge(smr.addr, f.size, smr.lkey)], dmr.addr, dmr.rkey
+            ),
+            self.sim.now,
+        )
+        src.on_pump = self._check_done
+        src.pump(self.sim.now)
+
+    def _check_done(self, host: Host) -> None:
+        for f in self._by_host.get(host.id, ()):
+            if f.finish is None and f.qp is not None and len(f.qp.send_cq):
+                wc = f.qp.send_cq.poll(1)[0]
+                f.finish = self.sim.now
+                f.status = wc.status
+                self.completed += 1
+
+    # -- running -------------------------------------------------------------------------------------------
+    def run(self, until: int | None = None) -> SimResults:
+        total = len(self.flows)
+        self.sim.run(until=until, stop=lambda: self.completed >= total)
+        return SimResults(self.flows, self.sim.now, self.sim.events, self.counters())
+
+    def counters(self) -> dict[str, int]:
+        drops = trims = marks = 0
+        for node in self.nodes:
+            for p in node.ports:
+                drops += p.drops
+                trims += p.trims
+                marks += p.marks
+        rtx = sum(n.nic.stats.retransmits for n in self.nodes if isinstance(n, Host))
+        return {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx}

@@ -1,0 +1,220 @@
+"""Packet-level network: output ports (serialisation, ECN, trimming, drops), SRv6 switches, and hosts
+that run the real `openmrc.transport.Nic`.
+
+Theory of operation (one event per hop)
+---------------------------------------
+An output port is FIFO, so a packet's departure is ``max(arrival, free_at) + size/rate`` and the bytes
+queued when it arrives are ``(free_at − arrival)·rate``: enough to decide at arrival time whether it is
+ECN-marked (RED between ``ecn_low`` and ``ecn_high``, never on a host's last hop), trimmed (payload cut,
+header forwarded as control, marked last-hop on a T0's host-facing port) or dropped (buffer full and
+trimming off). Control packets (ACK/SACK/NACK/probes and trimmed headers) use a second, priority
+``free_at`` and are never trimmed. The only event is the packet's arrival at the far end of the link
+(propagation ``latency_ns`` after departure). Switches forward by SRv6 uSID shift + static table
+(`openmrc.fabric.srv6.UsidPlan`); hosts hand packets to their transport NIC and pump what it sends.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from openmrc.transport import Nic, Transmit, TrimMark
+from openmrc.wire import DATA_OPCODES, Packet
+
+if TYPE_CHECKING:
+    from openmrc.sim.engine import Simulator
+
+__all__ = ["HEADER_BYTES", "Host", "Port", "SimPacket", "Switch"]
+
+#: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
+#: a 4,086-byte payload makes htsim's 4,150-byte packet.
+HEADER_BYTES = 64
+_DATA = frozenset(int(o) for o in DATA_OPCODES)
+
+
+class SimPacket:
+    """A packet in flight: the transport's packet object plus what the fabric needs."""
+
+    __slots__ = ("addr", "dst", "ecn", "entropy", "is_data", "packet", "port", "size", "src", "trim")
+
+    def __init__(
+        self, packet: Packet, size: int, addr: int, src: int, dst: int, port: int, entropy: int
+    ) -> None:
+        self.packet = packet
+        self.size = size
+        self.addr = addr
+        self.src = src
+        self.dst = dst
+        self.port = port  # the plane (1-based NIC port)
+        self.entropy = entropy
+        self.ecn = False
+        self.trim = TrimMark.NONE
+        self.is_data = packet.bth.opcode in _DATA
+
+
+class Port:
+    """One direction of a link: the output queue of its node and the pipe to the peer."""
+
+    __slots__ = (
+        "bps",
+        "buffer",
+        "ctrl_free_at",
+        "drops",
+        "ecn_high",
+        "ecn_low",
+        "free_at",
+        "last_hop",
+        "latency",
+        "marks",
+        "peer",
+        "rng",
+        "sent_bytes",
+        "sim",
+        "trimming",
+        "trims",
+        "up",
+    )
+
+    def __init__(
+        self,
+        sim: Simulator,
+        peer: Node,
+        bps: int,
+        latency_ns: int,
+        *,
+        buffer: int,
+        ecn: tuple[int, int] | None,
+        trimming: bool,
+        last_hop: bool,
+        rng: random.Random,
+    ) -> None:
+        self.sim = sim
+        self.peer = peer
+        self.bps = bps
+        self.latency = latency_ns
+        self.buffer = buffer
+        self.ecn_low, self.ecn_high = ecn if ecn is not None else (1 << 62, 1 << 62)
+        self.trimming = trimming
+        self.last_hop = last_hop
+        self.rng = rng
+        self.free_at = 0
+        self.ctrl_free_at = 0
+        self.up = True
+        self.drops = 0
+        self.trims = 0
+        self.marks = 0
+        self.sent_bytes = 0
+
+    def send(self, p: SimPacket, now: int) -> None:
+        if not self.up:
+            self.drops += 1
+            return
+        if p.is_data and not p.trim:
+            queued = (self.free_at - now) * self.bps // 8_000_000_000 if self.free_at > now else 0
+            if queued + p.size > self.buffer:
+                if not self.trimming:
+                    self.drops += 1
+                    return
+                self.trims += 1
+                p.trim = TrimMark.TRIMMED_LASTHOP if self.last_hop else TrimMark.TRIMMED
+                p.size = HEADER_BYTES
+            elif (
+                queued > self.ecn_low
+                and not self.last_hop
+                and (
+                    queued >= self.ecn_high
+                    or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
+                )
+            ):
+                p.ecn = True
+                self.marks += 1
+        ser = p.size * 8_000_000_000 // self.bps
+        if p.is_data and not p.trim:
+            start = self.free_at if self.free_at > now else now
+            self.free_at = done = start + ser
+        else:
+            start = self.ctrl_free_at if self.ctrl_free_at > now else now
+            self.ctrl_free_at = done = start + ser
+            self.free_at = (self.free_at if self.free_at > now else now) + ser  # control takes the wire too
+        self.sent_bytes += p.size
+        self.sim.schedule(done + self.latency, self.peer.arrive, p)
+
+
+class Node:
+    """Anything a port can lead to."""
+
+    __slots__ = ("id", "ports")
+
+    def __init__(self, node_id: int) -> None:
+        self.id = node_id
+        self.ports: list[Port] = []
+
+    def arrive(self, p: SimPacket) -> None:  # pragma: no cover - every node kind overrides
+        raise NotImplementedError
+
+
+class Switch(Node):
+    """Forwards by the SRv6 static table: shift on its own uSID, then the /48 route of the next uSID."""
+
+    __slots__ = ("forward", "misrouted", "sim")
+
+    def __init__(self, sim: Simulator, node_id: int, forward: object) -> None:
+        super().__init__(node_id)
+        self.sim = sim
+        self.forward = forward
+        self.misrouted = 0
+
+    def arrive(self, p: SimPacket) -> None:
+        try:
+            port, p.addr = self.forward(self.id, p.addr)  # type: ignore[operator]
+        except ValueError:
+            self.misrouted += 1
+            return
+        self.ports[port].send(p, self.sim.now)
+
+
+class Host(Node):
+    """A host: one NIC port per plane, running a transport `Nic` on simulated time."""
+
+    __slots__ = ("nic", "on_pump", "sim", "timer_at", "tx_drops")
+
+    def __init__(self, sim: Simulator, node_id: int, nic: Nic) -> None:
+        super().__init__(node_id)
+        self.sim = sim
+        self.nic = nic
+        self.timer_at: int | None = None
+        self.tx_drops = 0
+        self.on_pump: object = None
+
+    def arrive(self, p: SimPacket) -> None:
+        now = self.sim.now
+        self.nic.receive(p.packet, p.port, now, ecn=p.ecn, entropy=p.entropy, trim=p.trim, src=p.src)
+        self.pump(now)
+
+    def pump(self, now: int) -> None:
+        """Send what the NIC has, then (re-)arm its one timer."""
+        for t in self.nic.datagrams_to_send(now):
+            self._send(t, now)
+        deadline = self.nic.get_timer()
+        if deadline is not None and deadline != self.timer_at:
+            self.timer_at = deadline
+            self.sim.schedule(max(deadline, now), self._timer, deadline)
+        if self.on_pump is not None:
+            self.on_pump(self)  # type: ignore[operator]
+
+    def _timer(self, deadline: int) -> None:
+        if deadline != self.timer_at:
+            return  # superseded
+        self.timer_at = None
+        now = self.sim.now
+        self.nic.handle_timer(now)
+        self.pump(now)
+
+    def _send(self, t: Transmit, now: int) -> None:
+        pkt = t.packet
+        if not isinstance(pkt, Packet) or not t.ev[0]:
+            self.tx_drops += 1  # nothing routable (e.g. endpoint traffic without an SRv6 EV)
+            return
+        size = len(pkt.payload) + HEADER_BYTES
+        sp = SimPacket(pkt, size, int.from_bytes(t.ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
+        self.ports[t.port - 1].send(sp, now)
