@@ -231,11 +231,12 @@ class ClosSim:
         return SimResults(self.flows, self.sim.now, self.sim.events, self.counters())
 
     def counters(self) -> dict[str, int]:
-        drops = trims = marks = 0
+        drops = trims = marks = hops = 0
         for node in self.nodes:
             for p in node.ports:
                 drops += p.drops
                 trims += p.trims
                 marks += p.marks
+                hops += p.sent_packets
         rtx = sum(n.nic.stats.retransmits for n in self.nodes if isinstance(n, Host))
-        return {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx}
+        return {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}

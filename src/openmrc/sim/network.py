@@ -69,6 +69,7 @@ class Port:
         "peer",
         "rng",
         "sent_bytes",
+        "sent_packets",
         "sim",
         "trimming",
         "trims",
@@ -104,6 +105,7 @@ class Port:
         self.trims = 0
         self.marks = 0
         self.sent_bytes = 0
+        self.sent_packets = 0
 
     def send(self, p: SimPacket, now: int) -> None:
         if not self.up:
@@ -137,6 +139,7 @@ class Port:
             self.ctrl_free_at = done = start + ser
             self.free_at = (self.free_at if self.free_at > now else now) + ser  # control takes the wire too
         self.sent_bytes += p.size
+        self.sent_packets += 1
         self.sim.schedule(done + self.latency, self.peer.arrive, p)
 
 
