@@ -15,6 +15,7 @@ from rich.table import Table
 
 from openmrc import __version__
 from openmrc.cli.render import opcode_name, packet_table
+from openmrc.cli.sim import app as sim_app
 from openmrc.cli.topo import app as topo_app
 from openmrc.wire import MRC_UDP_PORT, WireError, parse, parse_frame
 from openmrc.wire.examples import ExampleFrame, example_conversation
@@ -23,6 +24,7 @@ from openmrc.wire.pcap import write_pcap
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="openmrc: MRC 1.0 (OCP) in Python.")
 app.add_typer(topo_app, name="topo")
+app.add_typer(sim_app, name="sim")
 console = Console()
 
 

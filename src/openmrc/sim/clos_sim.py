@@ -224,6 +224,40 @@ class ClosSim:
                 f.status = wc.status
                 self.completed += 1
 
+    # -- failures ------------------------------------------------------------------------------------------
+    def fail_port(self, port: Port, at: int, up_at: int | None = None) -> None:
+        """Take one direction of a link down at ``at`` (packets sent on it are lost), up at ``up_at``."""
+        self.sim.schedule(at, self._set_port, (port, False))
+        if up_at is not None:
+            self.sim.schedule(up_at, self._set_port, (port, True))
+
+    @staticmethod
+    def _set_port(arg: tuple[Port, bool]) -> None:
+        arg[0].up = arg[1]
+
+    def fail_nic_port(self, host: int, port: int, at: int, up_at: int | None = None) -> None:
+        """NIC port ``port`` (1-based plane) of ``host`` dies at ``at``: both link directions go down and the
+        host's transport is told (it stops using that plane's EVs)."""
+        h = self._host(host)
+        if not 1 <= port <= len(h.ports):
+            raise ValueError(f"host {host} has no port {port}")
+        t0 = self.topo.host_t0(host, port - 1)
+        down = self.nodes[t0].ports[host % self.topo.hosts_per_t0]
+        for p in (h.ports[port - 1], down):
+            self.fail_port(p, at, up_at)
+        self.sim.schedule(at, self._nic_port, (h, port, False))
+        if up_at is not None:
+            self.sim.schedule(up_at, self._nic_port, (h, port, True))
+
+    def _nic_port(self, arg: tuple[Host, int, bool]) -> None:
+        h, port, up = arg
+        now = self.sim.now
+        if up:
+            h.nic.port_up(port, now)
+        else:
+            h.nic.port_down(port, now)
+        h.pump(now)
+
     # -- running -------------------------------------------------------------------------------------------
     def run(self, until: int | None = None) -> SimResults:
         total = len(self.flows)

@@ -260,6 +260,7 @@ class Nic:
         if qp.evs is None or entropy not in qp.evs.by_entropy:
             raise LocalProtocolError(errno.ENOENT, f"QP 0x{qp.qp_num:06x} has no EV 0x{entropy:08x}")
         qp.evs.set_state(qp.evs.by_entropy[entropy], state, now)
+        qp.requester.blocked = False
         self.wake(qp)
 
     # -- ports ---------------------------------------------------------------------------------------------
@@ -274,6 +275,7 @@ class Nic:
         for qp in self.qps.values():
             if qp.evs is not None:
                 qp.evs.port_mask = self._port_mask(qp.attr.peer)
+                qp.requester.blocked = False
                 self.wake(qp)
 
     def port_down(self, port: int, now: int) -> None:

@@ -155,6 +155,9 @@ class Requester:
         self.imm_inflight = 0
         self.peer_mpr = 0
         self.srtt = 0
+        # Set when emit() stopped with work left (window, cwnd, WIMM, no usable EV); any feedback (ACK,
+        # NACK, timer, EV or port change, new WR) clears it, so idle polls skip the QP.
+        self.blocked = False
         self.rto_deadline: int | None = None
         self.timeouts = 0
         self.cc: CongestionControl | None = None
@@ -188,13 +191,15 @@ class Requester:
 
     # -- posting -------------------------------------------------------------------------------------------
     def post(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool) -> None:
+        self.blocked = False
         w = _Wr(wr, views, total, signaled, self.qp.nic.config.mtu)
         self.wrs.append(w)
         self.unsent.append(w)
 
     # -- sending -------------------------------------------------------------------------------------------
     def has_work(self) -> bool:
-        return bool(self.unsent or self.retx)
+        """Packets are waiting and the last `emit` was not stopped by something only feedback can lift."""
+        return bool(self.unsent or self.retx) and not self.blocked
 
     def emit(self, now: int, out: list[Transmit]) -> None:
         """Append every packet this QP may send now: retransmissions first, then new packets, then probes."""
@@ -223,6 +228,7 @@ class Requester:
             p.lost = False
             self._transmit(p, ev, now, out, rtx=True)
         if retx:
+            self.blocked = True
             return
         mpr = qp.attr.mpr or 1
         if self.peer_mpr and (qp.attr.cap or 0) & QpCapFlags.DYNAMIC_MPR:
@@ -259,6 +265,7 @@ class Requester:
             if w.next_index == w.npkts:
                 unsent.popleft()
             self._transmit(p, ev, now, out, rtx=False)
+        self.blocked = bool(unsent)
 
     def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
         # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice.
@@ -330,6 +337,7 @@ class Requester:
     def on_sack(self, pkt: Packet, now: int) -> None:
         seth, qp = pkt.seth, self.qp
         assert seth is not None
+        self.blocked = False
         if qp.state is not QpState.RTS:
             return
         cack = unwrap_psn(seth.cack_psn, self.cack)
@@ -437,6 +445,7 @@ class Requester:
     def on_nack(self, pkt: Packet, now: int) -> None:
         neth, qp = pkt.neth, self.qp
         assert neth is not None
+        self.blocked = False
         if qp.state is not QpState.RTS:
             return
         stats = qp.nic.stats
@@ -489,6 +498,7 @@ class Requester:
         return t
 
     def on_timer(self, now: int) -> None:
+        self.blocked = False
         if self.rto_deadline is None or now < self.rto_deadline or self.qp.state is not QpState.RTS:
             return
         if not self.outstanding:

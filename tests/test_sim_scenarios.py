@@ -1,0 +1,91 @@
+"""Scenario files, overrides, failures and the `openmrc sim` command."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from openmrc.cli.main import app
+from openmrc.sim.scenario import ScenarioError, builtin_scenarios, load_scenario, run_scenario
+
+SMALL = [
+    "fabric.hosts=16",
+    "fabric.planes=2",
+    "fabric.t0_radix=8",
+    "fabric.t1_radix=8",
+    "workload.size_kib=64",
+]
+
+
+def test_builtins_load() -> None:
+    names = builtin_scenarios()
+    assert {"clos-perm", "clos-incast", "clos-link-failure"} <= set(names)
+    for name in names:
+        doc = load_scenario(name)
+        assert doc["fabric"]["link_bps"] == 100_000_000_000
+
+
+def test_overrides_and_errors(tmp_path: Path) -> None:
+    doc = load_scenario("clos-perm", ["fabric.hosts=16", 'workload.kind="incast"', "workload.name=x"])
+    assert (
+        doc["fabric"]["hosts"] == 16
+        and doc["workload"]["kind"] == "incast"
+        and doc["workload"]["name"] == "x"
+    )
+    with pytest.raises(ScenarioError, match=r"fabric\.bogus"):
+        load_scenario("clos-perm", ["fabric.bogus=1"])
+    with pytest.raises(ScenarioError, match=r"workload\.kind"):
+        load_scenario("clos-perm", ['workload.kind="alltoall2"'])
+    with pytest.raises(ScenarioError, match="no scenario"):
+        load_scenario("nope")
+    with pytest.raises(ScenarioError, match="key=value"):
+        load_scenario("clos-perm", ["fabric.hosts"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[fabric]\nplanes = 2\n[[failures]]\nkind = "meteor"\nat_us = 1\n')
+    with pytest.raises(ScenarioError, match=r"failures\[0\].kind"):
+        load_scenario(bad)
+    with pytest.raises(ScenarioError, match="fabric"):
+        run_scenario(load_scenario("clos-perm", ["fabric.hosts=100000"]))
+
+
+def test_incast_runs_and_completes() -> None:
+    sim, res = run_scenario(load_scenario("clos-incast", [*SMALL, "workload.senders=3"]))
+    s = res.summary()
+    assert s["flows"] == s["completed"] == 3
+    assert {f.dst for f in sim.flows} == {0}
+
+
+def test_failures_are_ridden_out() -> None:
+    over = [*SMALL, "workload.size_kib=512"]
+    doc = load_scenario("clos-link-failure", over)
+    doc["failures"] = [
+        {"kind": "t0_uplink", "at_us": 5, "plane": 1, "t0": 0, "uplink": 0, "up_at_us": 40},
+        {"kind": "nic_port", "at_us": 6, "host": 3, "port": 2},
+    ]
+    sim, res = run_scenario(doc)
+    s = res.summary()
+    assert s["completed"] == s["flows"]
+    assert all(f.status is not None and f.status.name == "SUCCESS" for f in sim.flows)
+    assert s["drops"] > 0
+    nic = sim.nodes[3].nic  # type: ignore[attr-defined]
+    assert not nic.ports_up[2]
+
+
+def test_cli_run_writes_results(tmp_path: Path) -> None:
+    args = ["sim", "run", "clos-perm", "--out", str(tmp_path)]
+    for o in SMALL:
+        args += ["--set", o]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["summary"]["completed"] == data["summary"]["flows"] > 0
+    rows = list(csv.DictReader((tmp_path / "flows.csv").open()))
+    assert len(rows) == data["summary"]["flows"] and all(r["status"] == "SUCCESS" for r in rows)
+    listing = CliRunner().invoke(app, ["sim", "scenarios"])
+    assert "clos-link-failure" in listing.output
+    bad = CliRunner().invoke(app, ["sim", "run", "clos-perm", "--set", "fabric.nope=1"])
+    assert bad.exit_code != 0 and "fabric.nope" in bad.output
