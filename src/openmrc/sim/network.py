@@ -66,6 +66,7 @@ class Port:
         "last_hop",
         "latency",
         "marks",
+        "pace_ns",
         "peer",
         "rng",
         "sent_bytes",
@@ -106,6 +107,7 @@ class Port:
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
+        self.pace_ns = 4160 * 8_000_000_000 // bps  # one full packet's serialisation
 
     def send(self, p: SimPacket, now: int) -> None:
         if not self.up:
@@ -179,13 +181,14 @@ class Switch(Node):
 class Host(Node):
     """A host: one NIC port per plane, running a transport `Nic` on simulated time."""
 
-    __slots__ = ("nic", "on_pump", "sim", "timer_at", "tx_drops")
+    __slots__ = ("nic", "on_pump", "pace_pending", "sim", "timer_at", "tx_drops")
 
     def __init__(self, sim: Simulator, node_id: int, nic: Nic) -> None:
         super().__init__(node_id)
         self.sim = sim
         self.nic = nic
         self.timer_at: int | None = None
+        self.pace_pending = False
         self.tx_drops = 0
         self.on_pump: object = None
 
@@ -195,15 +198,28 @@ class Host(Node):
         self.pump(now)
 
     def pump(self, now: int) -> None:
-        """Send what the NIC has, then (re-)arm its one timer."""
-        for t in self.nic.datagrams_to_send(now):
+        """Send what the NIC's ports can take now (line-rate pacing), then (re-)arm its one timer."""
+        budget = 0
+        for port in self.ports:  # keep about two packets queued per port: a NIC pulls as its ports drain
+            backlog = port.free_at - now
+            if backlog < port.pace_ns:
+                budget += 2 if backlog <= 0 else 1
+        for t in self.nic.datagrams_to_send(now, budget):
             self._send(t, now)
+        if self.nic.has_data() and not self.pace_pending:
+            soonest = min(max(p.free_at - p.pace_ns, now) for p in self.ports)
+            self.pace_pending = True
+            self.sim.schedule(max(soonest, now + 1), self._pace, None)
         deadline = self.nic.get_timer()
         if deadline is not None and deadline != self.timer_at:
             self.timer_at = deadline
             self.sim.schedule(max(deadline, now), self._timer, deadline)
         if self.on_pump is not None:
             self.on_pump(self)  # type: ignore[operator]
+
+    def _pace(self, _: None) -> None:
+        self.pace_pending = False
+        self.pump(self.sim.now)
 
     def _timer(self, deadline: int) -> None:
         if deadline != self.timer_at:

@@ -421,6 +421,10 @@ class Nic:
         else:
             self._ctrl.append(Transmit(e.port, qp.attr.peer, e.expanded, e.entropy, pkt, qp.qp_num, 0))
 
+    def has_data(self) -> bool:
+        """Whether some QP may have data packets to send (a pacing driver polls again when a port frees)."""
+        return bool(self._active)
+
     def wake(self, qp: Qp) -> None:
         """Note that ``qp`` may have packets to send or a new timer deadline."""
         if qp.state is QpState.RTS and qp.requester.has_work():
@@ -432,8 +436,10 @@ class Nic:
         elif t is None:
             self._sched.pop(qp, None)
 
-    def datagrams_to_send(self, now: int) -> list[Transmit]:
-        """Every packet that may leave now: control first, then each QP's retransmissions and new data."""
+    def datagrams_to_send(self, now: int, max_data: int | None = None) -> list[Transmit]:
+        """The packets that may leave now: all control packets first, then each QP's retransmissions and new
+        data, at most ``max_data`` data packets (a driver that paces at line rate asks for what its ports
+        can take; the rest waits for the next call)."""
         out = self._ctrl
         self._ctrl = []
         if self._ep_arrivals:
@@ -446,8 +452,13 @@ class Nic:
         if self._active:
             active = list(self._active)
             self._active.clear()
-            for qp in active:
-                qp.requester.emit(now, out)
+            budget = 1 << 62 if max_data is None else max_data
+            for i, qp in enumerate(active):
+                if budget <= 0:  # out of budget: the rest keep their place, in order
+                    for rest in active[i:]:
+                        self._active[rest] = None
+                    break
+                budget -= qp.requester.emit(now, out, budget)
                 self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
         self.stats.tx_packets += len(out)
         if self.config.validate_wire:

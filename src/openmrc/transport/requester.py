@@ -16,8 +16,9 @@ and each packet (new or retransmitted) goes on the next usable EV of the QP's ro
 
 Loss detection is by *transmission order*, not by PSN, so that retransmissions are judged fairly: every
 transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
-after it have been acknowledged *and* it was sent more than 1.25 smoothed RTTs (at least the base RTT)
-ago — spraying over paths with different queues reorders far more than a single path does (RACK-like).
+after it have been acknowledged *and* it was sent more than max(2·srtt, srtt + 4·rttvar, base RTT) ago —
+spraying over paths with different queues reorders far more than a single path does (RACK-like), and with
+trimming congestion does not lose packets silently, so an inferred loss must be a clear one.
 A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
 becomes ASSUMED_BAD. A NACK queues its PSN at once (TRIMMED: the EV is skipped
 for the rotation; TRIMMED_LASTHOP: no EV penalty; UNEXP_EVENT: the QP fails). The retransmission timer
@@ -155,6 +156,7 @@ class Requester:
         self.imm_inflight = 0
         self.peer_mpr = 0
         self.srtt = 0
+        self.rttvar = 0
         # Set when emit() stopped with work left (window, cwnd, WIMM, no usable EV); any feedback (ACK,
         # NACK, timer, EV or port change, new WR) clears it, so idle polls skip the QP.
         self.blocked = False
@@ -201,11 +203,13 @@ class Requester:
         """Packets are waiting and the last `emit` was not stopped by something only feedback can lift."""
         return bool(self.unsent or self.retx) and not self.blocked
 
-    def emit(self, now: int, out: list[Transmit]) -> None:
-        """Append every packet this QP may send now: retransmissions first, then new packets, then probes."""
+    def emit(self, now: int, out: list[Transmit], budget: int = 1 << 62) -> int:
+        """Append the packets this QP may send now (probes, then retransmissions, then new packets), at most
+        ``budget`` data packets; returns how many data packets it appended."""
         qp = self.qp
         if qp.state is not QpState.RTS:
-            return
+            return 0
+        sent = 0
         evs = qp.evs
         cc = self.cc
         assert evs is not None and cc is not None
@@ -214,7 +218,7 @@ class Requester:
             for bad in evs.due_probes(now):  # probes are tiny and not window-limited
                 self._probe(bad, now, out)
         retx = self.retx
-        while retx:
+        while retx and sent < budget:
             p = self.outstanding.get(retx[0])
             if p is None or not p.lost:
                 heapq.heappop(retx)
@@ -227,16 +231,17 @@ class Requester:
             heapq.heappop(retx)
             p.lost = False
             self._transmit(p, ev, now, out, rtx=True)
+            sent += 1
         if retx:
-            self.blocked = True
-            return
+            self.blocked = sent < budget
+            return sent
         mpr = qp.attr.mpr or 1
         if self.peer_mpr and (qp.attr.cap or 0) & QpCapFlags.DYNAMIC_MPR:
             mpr = min(mpr, self.peer_mpr)
         limit = self.cack + mpr * 128
         max_wimm = qp.attr.max_wimm or 0
         unsent = self.unsent
-        while unsent:
+        while unsent and sent < budget:
             w = unsent[0]
             seq = self.next_seq
             if seq >= limit:
@@ -265,7 +270,9 @@ class Requester:
             if w.next_index == w.npkts:
                 unsent.popleft()
             self._transmit(p, ev, now, out, rtx=False)
-        self.blocked = bool(unsent)
+            sent += 1
+        self.blocked = bool(unsent) and sent < budget
+        return sent
 
     def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
         # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice.
@@ -347,7 +354,11 @@ class Requester:
         trig = self.outstanding.get(cack + seth.ack_psn_offset)
         rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
         if rtt is not None:
-            self.srtt = rtt if not self.srtt else (7 * self.srtt + rtt) >> 3
+            if not self.srtt:
+                self.srtt, self.rttvar = rtt, rtt >> 1
+            else:  # RFC 6298 smoothing
+                self.rttvar = (3 * self.rttvar + abs(self.srtt - rtt)) >> 2
+                self.srtt = (7 * self.srtt + rtt) >> 3
         newly = 0  # bytes
         npkts = 0  # packets (zero-length Writes acknowledge no bytes)
         outstanding = self.outstanding
@@ -404,8 +415,10 @@ class Requester:
     def _detect_losses(self, now: int) -> None:
         cfg = self.qp.nic.config
         threshold = self.acked_order - cfg.reorder_allowance
-        # ...and only once it is older than a smoothed RTT plus a quarter: spraying reorders a lot.
-        sent_before = now - max(self.srtt + (self.srtt >> 2), cfg.base_rtt_ns)
+        # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
+        # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
+        srtt = self.srtt
+        sent_before = now - max(2 * srtt, srtt + 4 * self.rttvar, cfg.base_rtt_ns)
         by_order = self.by_order
         lost_any = False
         while by_order:
@@ -463,7 +476,9 @@ class Requester:
             e = qp.evs.by_entropy.get(neth.entropy)
             if e is not None and not last_hop:
                 qp.evs.skip(e)
-            self.cc.on_trim(now=now, size=p.size, inflight=self.inflight, last_hop=last_hop)
+            # The EV is not to blame for a last-hop trim, but the window is: our responder sends no receiver
+            # CC penalty (CC_STATE rcv_cwnd_pen), so NSCC must see last-hop incast trims as trims.
+            self.cc.on_trim(now=now, size=p.size, inflight=self.inflight, last_hop=False)
         p.retries += 1
         if p.retries > self._retry_limit():
             qp.set_error(now, WcStatus.RETRY_EXC_ERR)

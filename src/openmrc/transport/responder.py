@@ -14,8 +14,9 @@ trimmed packet NACK TRIMMED or TRIMMED_LASTHOP; a protocol violation NACK UNEXP_
 requester); an access violation AETH NAK remote access error. SACKs are coalesced: one every
 ``sack_every`` packets, or after ``sack_delay_ns``, and at once when a packet opens a hole, arrives
 ECN-marked, asks for an ACK (last packet of a message), or is a duplicate or a probe. Each SACK echoes the
-triggering packet's EV and ECN mark (M=SKIP_ONCE) and carries the bitmap from cack, or from a base that
-keeps the triggering PSN inside the 64 bits.
+triggering packet's EV and ECN mark (M=SKIP_ONCE) and carries 64 bits of the bitmap starting at the oldest
+arrival no SACK has reported yet (deep reordering over many paths would otherwise leave arrivals that no
+64-bit window ever covers, and the requester would retransmit them spuriously).
 
 Write-with-Imm messages complete when the cumulative PSN passes their last packet, so completions come in
 message (RQMSN) order even when the last packets of later messages arrive first; each consumes one posted
@@ -69,6 +70,7 @@ class Responder:
         self.qp = qp
         self.cack = 0
         self.bitmap = 0
+        self.unreported = 0  # received PSNs (bit i = cack+i) no SACK bitmap has carried yet
         self.window = 128
         self.rcvd_bytes = 0
         self.unacked = 0
@@ -147,12 +149,14 @@ class Responder:
                 return
         new_hole = d > 0 and not (self.bitmap >> (d - 1)) & 1
         self.bitmap |= 1 << d
+        self.unreported |= 1 << d
         self.rcvd_bytes += n
         stats.rx_data += 1
         if d == 0:
             bm = self.bitmap
             t = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
             self.bitmap = bm >> t
+            self.unreported >>= t
             self.cack += t
             if self.pending_imm and self.pending_imm[0][0] < self.cack and not self._complete_imm(now):
                 self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)  # no receive posted: no RNR in MRC
@@ -198,8 +202,12 @@ class Responder:
         qp = self.qp
         cack = self.cack
         off = trigger - cack
-        base = cack if off < 64 else trigger - 63
-        bits = (self.bitmap >> (base - cack)) & _MASK64
+        un = self.unreported
+        # Report the oldest news first, so that every arrival is reported at least once.
+        base = cack + (un & -un).bit_length() - 1 if un else (cack if off < 64 else trigger - 63)
+        shift = base - cack
+        bits = (self.bitmap >> shift) & _MASK64
+        self.unreported = un & ~(_MASK64 << shift)
         a = qp.attr
         dqp = a.dest_qp_num or 0
         pkt = Packet(
