@@ -1,8 +1,9 @@
 """ECMP as switches do it, for the baseline: a per-switch salted hash of the flow's 5-tuple (+ flow label).
 
-Each switch hashes (src, dst, UDP source port, UDP destination port, IPv6 flow label) with its own salt
-and takes the result modulo the number of equal-cost next hops. Salts differ per switch (derived from
-one seed and the switch id) so that consecutive tiers do not make correlated choices (hash polarisation).
+Each switch hashes (src, dst, UDP source port, UDP destination port, IPv6 flow label), mixes in its own
+salt through a non-linear finaliser, and takes the result modulo the number of equal-cost next hops. Salts
+differ per switch (derived from one seed and the switch id) so that consecutive tiers do not make
+correlated choices (hash polarisation).
 A RoCEv2 QP has one 5-tuple, hence one path; spreading needs several QPs (several source ports).
 CRC-32 keeps it deterministic across runs and platforms.
 """
@@ -39,7 +40,14 @@ class EcmpHash:
         """Index of the next hop (0 .. choices-1) ``switch`` picks for this flow."""
         if choices <= 0:
             raise ValueError("ECMP needs at least one next hop")
-        h = zlib.crc32(
-            _KEY.pack(self.salt(switch), src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, flow_label)
-        )
+        key = _KEY.pack(0, src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, flow_label)
+        # CRC-32 is affine over XOR: two switches hashing one key with different salts would differ by a
+        # constant and polarise (the same low bits at every tier). MurmurHash3's fmix32 finaliser, applied
+        # after mixing in the salt, decorrelates them.
+        h = zlib.crc32(key) ^ self.salt(switch)
+        h ^= h >> 16
+        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        h ^= h >> 16
         return h % choices

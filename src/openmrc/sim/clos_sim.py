@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.fabric.fattree import FoldedClos
 from openmrc.fabric.srv6 import UsidPlan
-from openmrc.fabric.topology import Role
+from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import Simulator
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
+from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
 from openmrc.transport import Access, Nic, NicConfig, Qp, QpInitAttr, QpState, SendWR, Sge, WcStatus, WrOpcode
 
-__all__ = ["ClosSim", "ClosSimConfig", "Flow"]
+__all__ = ["ClosSim", "ClosSimConfig", "FabricSim", "Flow", "SimResults", "fat_tree_sim"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +54,8 @@ class ClosSimConfig:
     """SRv6 paths each QP sprays over (at most planes × uplinks)."""
     seed: int = 1
     """Seeds every random choice (NIC keys and rotations, ECN marking)."""
+    routing: str = "srv6"
+    """"srv6": EVs are SRv6 uSID source routes; "ecmp": EVs are UDP source ports hashed by every switch."""
 
 
 @dataclass(slots=True)
@@ -100,42 +104,51 @@ class SimResults:
         return out
 
 
-class ClosSim:
-    """Build once, add flows, run."""
+class FabricSim:
+    """Build once, add flows, run. Works on any topology with ECMP routing; SRv6 needs a MultiPlaneClos."""
 
-    def __init__(self, config: ClosSimConfig | None = None) -> None:
-        cfg = self.config = config or ClosSimConfig()
+    def __init__(self, topo: Topology, config: ClosSimConfig, *, longest_path_links: int) -> None:
+        cfg = self.config = config
+        if cfg.routing not in ("srv6", "ecmp"):
+            raise ValueError(f"ClosSimConfig.routing: {cfg.routing!r} is not 'srv6' or 'ecmp'")
         self.sim = Simulator()
         self.rng = random.Random(cfg.seed)
-        topo = self.topo = MultiPlaneClos(
-            cfg.planes, cfg.hosts, cfg.t0_radix, cfg.t1_radix, cfg.link_bps, cfg.latency_ns
-        )
-        self.plan = UsidPlan(topo)
-        pkt_ns = (cfg.mtu + HEADER_BYTES) * 8_000_000_000 // cfg.link_bps
-        self.base_rtt_ns = (
-            2 * 4 * cfg.latency_ns + 4 * pkt_ns + 4 * HEADER_BYTES * 8_000_000_000 // cfg.link_bps
-        )
-        bdp = cfg.link_bps * self.base_rtt_ns // 8_000_000_000
+        self.topo = topo
+        self.plan: UsidPlan | None = None
+        routing: Routing
+        if cfg.routing == "srv6":
+            if not isinstance(topo, MultiPlaneClos):
+                raise ValueError("ClosSimConfig.routing: srv6 needs a MultiPlaneClos fabric")
+            self.plan = UsidPlan(topo)
+            routing = SrRouting(self.plan)
+        else:
+            routing = EcmpRouting(topo, cfg.seed)
+        link_bps = max(r.bps for r in topo.ports(0))
+        pkt_ns = (cfg.mtu + HEADER_BYTES) * 8_000_000_000 // link_bps
+        lat = max(r.latency_ns for r in topo.ports(0))
+        hops = longest_path_links
+        self.base_rtt_ns = 2 * hops * lat + hops * pkt_ns + hops * HEADER_BYTES * 8_000_000_000 // link_bps
+        bdp = link_bps * self.base_rtt_ns // 8_000_000_000
         buffer = cfg.buffer_bytes if cfg.buffer_bytes is not None else max(bdp, 2 * (cfg.mtu + HEADER_BYTES))
         ecn = None if cfg.ecn is None else (int(buffer * cfg.ecn[0]), int(buffer * cfg.ecn[1]))
+        planes = len(topo.ports(0))
         nic_cfg = NicConfig(
             mtu=cfg.mtu,
-            link_bps=cfg.link_bps * cfg.planes,
+            link_bps=link_bps * planes,
             base_rtt_ns=self.base_rtt_ns,
             trimming=cfg.trimming,
-            default_ev_count=max(cfg.planes, 8),
+            default_ev_count=max(cfg.evs_per_qp, planes),
         )
         self.nodes: list[Node] = []
         for n in range(topo.num_nodes()):
             if n < topo.num_hosts:
-                nic = Nic(cfg.planes, rng=random.Random(self.rng.getrandbits(64)), config=nic_cfg)
+                nic = Nic(planes, rng=random.Random(self.rng.getrandbits(64)), config=nic_cfg)
                 self.nodes.append(Host(self.sim, n, nic))
             else:
-                self.nodes.append(Switch(self.sim, n, self.plan.forward))
+                self.nodes.append(Switch(self.sim, n, routing))
         port_rng = random.Random(self.rng.getrandbits(64))
         for n, node in enumerate(self.nodes):
             is_host = n < topo.num_hosts
-            t0 = not is_host and topo.role(n) is Role.T0
             for ref in topo.ports(n):
                 to_host = ref.peer < topo.num_hosts
                 node.ports.append(
@@ -147,7 +160,7 @@ class ClosSim:
                         buffer=1 << 62 if is_host else buffer,
                         ecn=None if is_host else ecn,
                         trimming=cfg.trimming and not is_host,
-                        last_hop=t0 and to_host,
+                        last_hop=not is_host and to_host,
                         rng=port_rng,
                     )
                 )
@@ -164,8 +177,11 @@ class ClosSim:
         return node
 
     def _profile(self, host: int, peer: int) -> int:
+        if self.plan is None or not isinstance(self.topo, MultiPlaneClos):
+            return 0  # ECMP: the NIC's default profile of UDP source-port EVs
         if (host, peer) not in self._profiles:
             total = self.topo.paths_between(host, peer)
+            assert self.plan is not None
             prof, ports = self.plan.ev_profile(host, peer, min(self.config.evs_per_qp, total))
             self._host(host).nic.add_ev_profile(peer + 1, prof, ports)
             self._profiles.add((host, peer))
@@ -241,8 +257,8 @@ class ClosSim:
         h = self._host(host)
         if not 1 <= port <= len(h.ports):
             raise ValueError(f"host {host} has no port {port}")
-        t0 = self.topo.host_t0(host, port - 1)
-        down = self.nodes[t0].ports[host % self.topo.hosts_per_t0]
+        ref = self.topo.ports(host)[port - 1]
+        down = self.nodes[ref.peer].ports[ref.peer_port]
         for p in (h.ports[port - 1], down):
             self.fail_port(p, at, up_at)
         self.sim.schedule(at, self._nic_port, (h, port, False))
@@ -274,3 +290,21 @@ class ClosSim:
                 hops += p.sent_packets
         rtx = sum(n.nic.stats.retransmits for n in self.nodes if isinstance(n, Host))
         return {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
+
+
+class ClosSim(FabricSim):
+    """A `FabricSim` on the `MultiPlaneClos` that ``config`` describes."""
+
+    def __init__(self, config: ClosSimConfig | None = None) -> None:
+        cfg = config or ClosSimConfig()
+        topo = MultiPlaneClos(cfg.planes, cfg.hosts, cfg.t0_radix, cfg.t1_radix, cfg.link_bps, cfg.latency_ns)
+        super().__init__(topo, cfg, longest_path_links=4)
+
+
+def fat_tree_sim(topo: FoldedClos, config: ClosSimConfig | None = None) -> FabricSim:
+    """A `FabricSim` on a fat tree or leaf-spine (`openmrc.fabric.FatTree`): one plane, ECMP routing,
+    MRC EVs are UDP source ports that every switch hashes."""
+    cfg = config or ClosSimConfig(routing="ecmp")
+    if cfg.routing != "ecmp":
+        raise ValueError("ClosSimConfig.routing: a fat tree routes by ECMP")
+    return FabricSim(topo, cfg, longest_path_links=2 * topo.tiers)

@@ -10,7 +10,8 @@ header forwarded as control, marked last-hop on a T0's host-facing port) or drop
 trimming off). Control packets (ACK/SACK/NACK/probes and trimmed headers) use a second, priority
 ``free_at`` and are never trimmed. The only event is the packet's arrival at the far end of the link
 (propagation ``latency_ns`` after departure). Switches forward by SRv6 uSID shift + static table
-(`openmrc.fabric.srv6.UsidPlan`); hosts hand packets to their transport NIC and pump what it sends.
+or by ECMP (`openmrc.sim.routing`); hosts hand packets to their transport NIC and pump what it sends, at
+line rate (the NIC pulls about two packets per port as the port drains).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from openmrc.wire import DATA_OPCODES, Packet
 
 if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
+    from openmrc.sim.routing import Routing
 
 __all__ = ["HEADER_BYTES", "Host", "Port", "SimPacket", "Switch"]
 
@@ -159,19 +161,19 @@ class Node:
 
 
 class Switch(Node):
-    """Forwards by the SRv6 static table: shift on its own uSID, then the /48 route of the next uSID."""
+    """Forwards each packet on the port its `Routing` (SRv6 source route or ECMP) picks."""
 
-    __slots__ = ("forward", "misrouted", "sim")
+    __slots__ = ("misrouted", "routing", "sim")
 
-    def __init__(self, sim: Simulator, node_id: int, forward: object) -> None:
+    def __init__(self, sim: Simulator, node_id: int, routing: Routing) -> None:
         super().__init__(node_id)
         self.sim = sim
-        self.forward = forward
+        self.routing = routing
         self.misrouted = 0
 
     def arrive(self, p: SimPacket) -> None:
         try:
-            port, p.addr = self.forward(self.id, p.addr)  # type: ignore[operator]
+            port = self.routing.port(self.id, p)
         except ValueError:
             self.misrouted += 1
             return
@@ -231,8 +233,8 @@ class Host(Node):
 
     def _send(self, t: Transmit, now: int) -> None:
         pkt = t.packet
-        if not isinstance(pkt, Packet) or not t.ev[0]:
-            self.tx_drops += 1  # nothing routable (e.g. endpoint traffic without an SRv6 EV)
+        if not isinstance(pkt, Packet):
+            self.tx_drops += 1
             return
         size = len(pkt.payload) + HEADER_BYTES
         sp = SimPacket(pkt, size, int.from_bytes(t.ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]

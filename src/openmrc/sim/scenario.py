@@ -35,7 +35,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, SimResults
+from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim, SimResults
 
 __all__ = ["ScenarioError", "builtin_scenarios", "load_scenario", "run_scenario", "write_results"]
 
@@ -104,13 +105,15 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
     return doc
 
 
-def _schedule_failures(sim: ClosSim, failures: list[dict[str, Any]]) -> None:
+def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
     topo = sim.topo
     for i, f in enumerate(failures):
         at = int(f["at_us"] * 1000)
         up = int(f["up_at_us"] * 1000) if "up_at_us" in f else None
         try:
             if f["kind"] == "t0_uplink":
+                if not isinstance(topo, MultiPlaneClos):
+                    raise ValueError("t0_uplink failures need a multi-plane Clos")
                 t0 = topo.t0(int(f["plane"]), int(f["t0"]))
                 t1 = topo.t1(int(f["plane"]), int(f["uplink"]))
                 ports = [
@@ -155,7 +158,7 @@ def run_scenario(doc: dict[str, Any]) -> tuple[ClosSim, SimResults]:
     return sim, sim.run(until=until)
 
 
-def write_results(sim: ClosSim, res: SimResults, out: Path, doc: dict[str, Any]) -> None:
+def write_results(sim: FabricSim, res: SimResults, out: Path, doc: dict[str, Any]) -> None:
     """results.json (summary and the scenario as run) and flows.csv (one row per flow)."""
     out.mkdir(parents=True, exist_ok=True)
     summary = res.summary()

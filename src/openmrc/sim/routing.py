@@ -1,0 +1,94 @@
+"""How simulated switches pick an output port: SRv6 uSID source routes or per-switch ECMP.
+
+* `SrRouting`: the packet's destination address (from the sender's EV) is shifted and looked up in the
+  switch's static table (`openmrc.fabric.srv6.UsidPlan.forward`). The sender chose the whole path.
+* `EcmpRouting`: shortest-path next hops toward the packet's destination host, and among several the one a
+  salted hash of (src, dst, UDP source port, flow label) selects (`openmrc.fabric.ecmp.EcmpHash`) — what
+  RoCEv2 and EV-as-source-port spraying see in a classic fabric. Next hops come arithmetically for a
+  `MultiPlaneClos` and from one breadth-first search per destination host otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.fabric.ecmp import EcmpHash
+from openmrc.fabric.srv6 import UsidPlan
+from openmrc.fabric.topology import Role, Topology
+
+if TYPE_CHECKING:
+    from openmrc.sim.network import SimPacket
+
+__all__ = ["EcmpRouting", "Routing", "SrRouting"]
+
+
+class Routing:
+    """Base: ``port(switch, packet)`` returns the egress port or raises ValueError (mis-routed)."""
+
+    def port(self, switch: int, p: SimPacket) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class SrRouting(Routing):
+    def __init__(self, plan: UsidPlan) -> None:
+        self.plan = plan
+        self._forward = plan.forward
+
+    def port(self, switch: int, p: SimPacket) -> int:
+        port, p.addr = self._forward(switch, p.addr)
+        return port
+
+
+class EcmpRouting(Routing):
+    def __init__(self, topo: Topology, seed: int = 0) -> None:
+        self.topo = topo
+        self.hash = EcmpHash(seed)
+        self._clos = topo if isinstance(topo, MultiPlaneClos) else None
+        self._next: list[dict[int, tuple[int, ...]]] = []
+        if self._clos is None:
+            self._build_tables(topo)
+
+    def _build_tables(self, topo: Topology) -> None:
+        n = topo.num_nodes()
+        ports = [topo.ports(v) for v in range(n)]
+        self._next = [{} for _ in range(n)]
+        for dst in range(topo.num_hosts):
+            dist = [-1] * n
+            dist[dst] = 0
+            q = deque([dst])
+            while q:
+                v = q.popleft()
+                if v != dst and v < topo.num_hosts:
+                    continue  # hosts do not forward
+                for r in ports[v]:
+                    if dist[r.peer] < 0:
+                        dist[r.peer] = dist[v] + 1
+                        q.append(r.peer)
+            for v in range(topo.num_hosts, n):
+                d = dist[v]
+                if d > 0:
+                    hops = tuple(r.port for r in ports[v] if dist[r.peer] == d - 1)
+                    if hops:
+                        self._next[v][dst] = hops
+
+    def candidates(self, switch: int, dst: int) -> tuple[int, ...]:
+        c = self._clos
+        if c is None:
+            return self._next[switch].get(dst, ())
+        role, _plane, index = c.switch_info(switch)
+        if role is Role.T0:
+            if dst // c.hosts_per_t0 == index:
+                return (dst % c.hosts_per_t0,)
+            return tuple(range(c.hosts_per_t0, c.hosts_per_t0 + c.uplinks))
+        return (dst // c.hosts_per_t0,)
+
+    def port(self, switch: int, p: SimPacket) -> int:
+        hops = self.candidates(switch, p.dst)
+        if not hops:
+            raise ValueError(f"no route from node {switch} to host {p.dst}")
+        if len(hops) == 1:
+            return hops[0]
+        e = p.entropy
+        return hops[self.hash.pick(switch, len(hops), p.src, p.dst, e & 0xFFFF, 4791, e >> 16)]

@@ -1,0 +1,87 @@
+"""ECMP and SRv6 routing in the simulator, and MRC over a fat tree with ECMP-hashed EVs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from openmrc.fabric import FatTree, MultiPlaneClos
+from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, fat_tree_sim
+from openmrc.sim.network import SimPacket
+from openmrc.sim.routing import EcmpRouting
+from openmrc.wire import BTH, METH, RETH, Opcode, Packet
+
+
+def pkt(src: int, dst: int, entropy: int) -> SimPacket:
+    p = Packet(BTH(Opcode.WRITE_ONLY), meth=METH(), reth=RETH(0, 1, 0))
+    return SimPacket(p, 64, 0, src, dst, 1, entropy)
+
+
+def walk(
+    topo: FatTree | MultiPlaneClos, r: EcmpRouting, src: int, dst: int, entropy: int, plane: int = 0
+) -> list[int]:
+    node = topo.ports(src)[plane].peer
+    path = [src]
+    for _ in range(10):
+        path.append(node)
+        port = r.port(node, pkt(src, dst, entropy))
+        node = topo.ports(node)[port].peer
+        if node < topo.num_hosts:
+            path.append(node)
+            return path
+    raise AssertionError("loop")
+
+
+def test_fat_tree_ecmp_follows_shortest_paths_and_spreads() -> None:
+    topo = FatTree.from_k(4)
+    r = EcmpRouting(topo, seed=3)
+    for src, dst in ((0, 1), (0, 3), (0, 15), (5, 10)):
+        paths = {tuple(walk(topo, r, src, dst, e)) for e in range(200)}
+        valid = {tuple(p) for p in topo.shortest_paths(src, dst)}
+        assert paths <= valid
+        assert len(paths) == len(valid)  # 200 entropies reach every equal-cost path
+        assert len(next(iter(paths))) - 2 == topo.hops(src, dst)
+    assert walk(topo, r, 0, 15, 7) == walk(topo, r, 0, 15, 7)  # one flow, one path
+
+
+def test_clos_ecmp_candidates() -> None:
+    c = MultiPlaneClos(2, 32, 8, 8)
+    r = EcmpRouting(c)
+    assert r.candidates(c.t0(0, 0), 1) == (1,)
+    assert r.candidates(c.t0(0, 0), 31) == (4, 5, 6, 7)
+    assert r.candidates(c.t1(1, 2), 31) == (7,)
+    assert walk(c, r, 0, 31, 99, plane=1)[-1] == 31
+
+
+@pytest.mark.parametrize("routing", ["ecmp", "srv6"])
+def test_clos_both_routings_complete(routing: str) -> None:
+    sim = ClosSim(ClosSimConfig(planes=2, hosts=16, t0_radix=8, t1_radix=8, routing=routing, evs_per_qp=16))
+    for s in range(8):
+        sim.add_flow(s, 15 - s, 128 << 10)
+    res = sim.run(until=10**9)
+    assert res.summary()["completed"] == 8
+
+
+def test_mrc_over_a_fat_tree_is_deterministic() -> None:
+    def run() -> list[float]:
+        sim = fat_tree_sim(FatTree.from_k(4), ClosSimConfig(routing="ecmp", mtu=4084, seed=2))
+        perm = list(range(16))
+        random.Random(2).shuffle(perm)
+        for s, d in enumerate(perm):
+            if s != d:
+                sim.add_flow(s, d, 256 << 10)
+        res = sim.run(until=10**9)
+        assert res.summary()["completed"] == len(sim.flows)
+        return res.fcts_us()
+
+    a = run()
+    assert a == run()
+    assert min(a) > 256 * 1024 * 8 / 100e9 * 1e6  # no faster than one 100G host link allows
+
+
+def test_bad_routing_configs() -> None:
+    with pytest.raises(ValueError, match="routing"):
+        ClosSim(ClosSimConfig(routing="ospf"))
+    with pytest.raises(ValueError, match="ECMP"):
+        fat_tree_sim(FatTree.from_k(4), ClosSimConfig(routing="srv6"))
