@@ -453,11 +453,9 @@ class Nic:
             active = list(self._active)
             self._active.clear()
             budget = 1 << 62 if max_data is None else max_data
-            for i, qp in enumerate(active):
-                if budget <= 0:  # out of budget: the rest keep their place, in order
-                    for rest in active[i:]:
-                        self._active[rest] = None
-                    break
+            for qp in active:
+                # Even with no data budget left a QP sends its due probes (tiny, not rate-limited), so
+                # that probe deadlines move on; QPs with data left stay in the set.
                 budget -= qp.requester.emit(now, out, budget)
                 self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
         self.stats.tx_packets += len(out)

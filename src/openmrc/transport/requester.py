@@ -271,7 +271,7 @@ class Requester:
                 unsent.popleft()
             self._transmit(p, ev, now, out, rtx=False)
             sent += 1
-        self.blocked = bool(unsent) and sent < budget
+        self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
         return sent
 
     def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
