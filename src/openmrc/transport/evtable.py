@@ -121,8 +121,19 @@ class EvTable:
             e.slot = i
         self._pos = 0
         self.epoch = 0
-        self.port_mask = (1 << 32) - 1  # bit p-1: port p usable (local and peer side up)
+        self._port_mask = (1 << 32) - 1  # bit p-1: port p usable (local and peer side up)
         self.bad: set[EvEntry] = set()
+        self._probe_at: int | None = None  # cached next_probe_time()
+        self._probe_dirty = False
+
+    @property
+    def port_mask(self) -> int:
+        return self._port_mask
+
+    @port_mask.setter
+    def port_mask(self, mask: int) -> None:
+        self._port_mask = mask
+        self._probe_dirty = True
 
     # -- spraying ------------------------------------------------------------------------------------------
     def pick(self, avoid: EvEntry | None = None, port: int = 0) -> EvEntry | None:
@@ -183,6 +194,7 @@ class EvTable:
         e.probe_ok = 0
         e.next_probe = now + self.probe_interval
         self.bad.add(e)
+        self._probe_dirty = True
 
     def _retire(self, e: EvEntry) -> None:
         """Give ``e``'s rotation slot to a GOOD backup of the same plane, if there is one."""
@@ -214,13 +226,18 @@ class EvTable:
             if e.next_probe <= now and (mask >> (e.port - 1)) & 1:
                 e.next_probe = now + self.probe_interval
                 out.append(e)
+        if out:
+            self._probe_dirty = True
         out.sort(key=lambda e: e.entropy)  # set order is not deterministic across runs
         return out
 
     def next_probe_time(self) -> int | None:
         """When the next probe is due (EVs of unusable ports are not probed until their port is back)."""
-        mask = self.port_mask
-        return min((e.next_probe for e in self.bad if (mask >> (e.port - 1)) & 1), default=None)
+        if self._probe_dirty:
+            mask = self._port_mask
+            self._probe_at = min((e.next_probe for e in self.bad if (mask >> (e.port - 1)) & 1), default=None)
+            self._probe_dirty = False
+        return self._probe_at
 
     def probe_answered(self, e: EvEntry, now: int, good: bool) -> None:
         """A probe (or any packet) sent on ASSUMED_BAD ``e`` was acknowledged; ``good``: with M=NONE."""
@@ -232,6 +249,7 @@ class EvTable:
         e.probe_ok += 1
         if e.probe_ok >= self.probes_to_restore:
             self.bad.discard(e)
+            self._probe_dirty = True
             self._set_state(e, _GOOD, now)
             if e.slot < 0:
                 self.backups.setdefault(e.port, []).append(e)
@@ -241,10 +259,12 @@ class EvTable:
         """Controller MODIFY_EV_STATE: DENIED, GOOD (also lifts a denial) or ASSUMED_BAD."""
         if state is _DENIED:
             self.bad.discard(e)
+            self._probe_dirty = True
             self._retire(e)
             self._set_state(e, _DENIED, now)
         elif state is _GOOD:
             self.bad.discard(e)
+            self._probe_dirty = True
             e.probe_ok = 0
             if e.state is not _GOOD:
                 self._set_state(e, _GOOD, now)
