@@ -32,11 +32,18 @@ class Routing:
 
 
 class SrRouting(Routing):
+    """SRv6 source routes; packets without a uSID address (endpoint requests such as port status updates,
+    which a NIC sends to a peer, not along an EV) are routed by ECMP toward their destination host."""
+
     def __init__(self, plan: UsidPlan) -> None:
         self.plan = plan
         self._forward = plan.forward
+        self._locator = plan.locator
+        self._ecmp = EcmpRouting(plan.topo)
 
     def port(self, switch: int, p: SimPacket) -> int:
+        if p.addr >> 96 != self._locator:
+            return self._ecmp.port(switch, p)
         port, p.addr = self._forward(switch, p.addr)
         return port
 
