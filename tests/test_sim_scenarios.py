@@ -73,6 +73,11 @@ def test_failures_are_ridden_out() -> None:
     assert s["drops"] > 0
     nic = sim.nodes[3].nic  # type: ignore[attr-defined]
     assert not nic.ports_up[2]
+    # host 3's peers got its port status update (routed by ECMP) and stopped using plane 2 towards it
+    peers = {f.src for f in sim.flows if f.dst == 3} | {f.dst for f in sim.flows if f.src == 3}
+    for h in peers:
+        mask = sim.nodes[h].nic.peer_ports.get(3)  # type: ignore[attr-defined]
+        assert mask is not None and not mask & 0b10 and mask & 0b01
 
 
 def test_cli_run_writes_results(tmp_path: Path) -> None:
