@@ -38,11 +38,19 @@ def clos_perm(hosts: int, planes: int, radix: int, kib: int, seed: int = 1) -> d
     return _run(sim, build, (kib << 10) * 8 / (planes * 100e9) * 1e6)
 
 
-def htsim_perm(k: int, size: int = 2_000_000, evs: int = 128, seed: int = 1) -> dict[str, float]:
+def htsim_perm(
+    k: int, size: int = 2_000_000, evs: int = 128, seed: int = 1, roce_qps: int = 0
+) -> dict[str, float]:
     """htsim's permutation on its k-ary fat tree (k=16: 1,024 hosts), 100 Gb/s, 1 µs links, ECMP-hashed
     EVs. Differences from htsim: 4,084-byte payloads (multiple of 4) + 64 B of headers = 4,148 B."""
     t0 = time.perf_counter()
-    sim = fat_tree_sim(FatTree.from_k(k), ClosSimConfig(routing="ecmp", mtu=4084, evs_per_qp=evs, seed=seed))
+    if roce_qps:  # the RoCEv2 baseline: go-back-N, one path per QP, drop-tail (no trimming, no PFC)
+        cfg = ClosSimConfig(
+            routing="ecmp", mtu=4084, seed=seed, transport="roce", roce_qps=roce_qps, trimming=False
+        )
+    else:
+        cfg = ClosSimConfig(routing="ecmp", mtu=4084, evs_per_qp=evs, seed=seed)
+    sim = fat_tree_sim(FatTree.from_k(k), cfg)
     _permutation(sim, size, seed)
     build = time.perf_counter() - t0
     return _run(sim, build, size * 8 / 100e9 * 1e6)
@@ -79,8 +87,13 @@ def main() -> None:
     ap.add_argument("--only", choices=["clos-perm", "htsim-perm"], default="clos-perm")
     ap.add_argument("--k", type=int, default=16, help="fat-tree k for htsim-perm (16 = 1,024 hosts)")
     ap.add_argument("--evs", type=int, default=128, help="EVs per QP for htsim-perm")
+    ap.add_argument("--roce-qps", type=int, default=0, help="htsim-perm with the RoCEv2 baseline and N QPs")
     a = ap.parse_args()
-    r = clos_perm(a.hosts, a.planes, a.radix, a.kib) if a.only == "clos-perm" else htsim_perm(a.k, evs=a.evs)
+    r = (
+        clos_perm(a.hosts, a.planes, a.radix, a.kib)
+        if a.only == "clos-perm"
+        else htsim_perm(a.k, evs=a.evs, roce_qps=a.roce_qps)
+    )
     if a.json:
         print(json.dumps({k: round(v, 3) for k, v in r.items()}))
         return

@@ -85,3 +85,31 @@ def test_bad_routing_configs() -> None:
         ClosSim(ClosSimConfig(routing="ospf"))
     with pytest.raises(ValueError, match="ECMP"):
         fat_tree_sim(FatTree.from_k(4), ClosSimConfig(routing="srv6"))
+
+
+def test_roce_baseline_completes_with_go_back_n() -> None:
+    def run(qps: int, trimming: bool) -> dict[str, object]:
+        cfg = ClosSimConfig(
+            routing="ecmp", mtu=4084, seed=1, transport="roce", roce_qps=qps, trimming=trimming
+        )
+        sim = fat_tree_sim(FatTree.from_k(4), cfg)
+        perm = list(range(16))
+        random.Random(1).shuffle(perm)
+        for s, d in enumerate(perm):
+            if s != d:
+                sim.add_flow(s, d, 512 << 10)
+        return sim.run(until=10**9).summary()
+
+    one = run(1, trimming=False)
+    assert one["completed"] == one["flows"] == 13
+    assert one["drops"] and one["retransmits"]  # ECMP collisions overflow buffers; go-back-N resends
+    many = run(8, trimming=False)
+    assert many["completed"] == 13
+    assert run(1, trimming=True)["completed"] == 13  # trimmed packets are plain losses to RoCE
+
+
+def test_roce_needs_ecmp() -> None:
+    with pytest.raises(ValueError, match="RoCEv2 needs"):
+        ClosSim(ClosSimConfig(transport="roce"))
+    with pytest.raises(ValueError, match="transport"):
+        ClosSim(ClosSimConfig(transport="tcp", routing="ecmp"))

@@ -20,6 +20,7 @@ from openmrc.fabric.srv6 import UsidPlan
 from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import Simulator
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
+from openmrc.sim.roce import RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
 from openmrc.transport import Access, Nic, NicConfig, Qp, QpInitAttr, QpState, SendWR, Sge, WcStatus, WrOpcode
 
@@ -56,6 +57,12 @@ class ClosSimConfig:
     """Seeds every random choice (NIC keys and rotations, ECN marking)."""
     routing: str = "srv6"
     """"srv6": EVs are SRv6 uSID source routes; "ecmp": EVs are UDP source ports hashed by every switch."""
+    transport: str = "mrc"
+    """"mrc" (the openmrc transport on every host) or "roce" (the RoCEv2 baseline; ECMP, one plane)."""
+    roce_qps: int = 1
+    """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
+    roce_window: int = 64
+    """RoCE only: packets in flight per QP."""
 
 
 @dataclass(slots=True)
@@ -111,6 +118,13 @@ class FabricSim:
         cfg = self.config = config
         if cfg.routing not in ("srv6", "ecmp"):
             raise ValueError(f"ClosSimConfig.routing: {cfg.routing!r} is not 'srv6' or 'ecmp'")
+        if cfg.transport not in ("mrc", "roce"):
+            raise ValueError(f"ClosSimConfig.transport: {cfg.transport!r} is not 'mrc' or 'roce'")
+        if cfg.transport == "roce" and cfg.routing != "ecmp":
+            raise ValueError("ClosSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
+        self.roce = RoceConfig(mtu=cfg.mtu, window=cfg.roce_window) if cfg.transport == "roce" else None
+        self._qpns: set[int] = set()
+        self._roce_flows: dict[int, Flow] = {}
         self.sim = Simulator()
         self.rng = random.Random(cfg.seed)
         self.topo = topo
@@ -141,7 +155,11 @@ class FabricSim:
         )
         self.nodes: list[Node] = []
         for n in range(topo.num_nodes()):
-            if n < topo.num_hosts:
+            if n < topo.num_hosts and self.roce is not None:
+                rh = RoceHost(self.sim, n, self.roce)
+                rh.on_done = self._roce_done
+                self.nodes.append(rh)
+            elif n < topo.num_hosts:
                 nic = Nic(planes, rng=random.Random(self.rng.getrandbits(64)), config=nic_cfg)
                 self.nodes.append(Host(self.sim, n, nic))
             else:
@@ -197,6 +215,8 @@ class FabricSim:
         """An RDMA Write of ``size`` bytes from host ``src`` to host ``dst`` at time ``start``."""
         if src == dst:
             raise ValueError("a flow needs two different hosts")
+        if self.roce is not None:
+            return self._add_roce_flow(src, dst, size, start)
         if len(self._buf) < size:
             self._buf = bytearray(size)
         a, b = self._qp(src, dst), self._qp(dst, src)
@@ -211,6 +231,49 @@ class FabricSim:
         self._by_host.setdefault(src, []).append(f)
         self.sim.schedule(start, self._start, f)
         return f
+
+    def _add_roce_flow(self, src: int, dst: int, size: int, start: int) -> Flow:
+        assert self.roce is not None
+        f = Flow(src, dst, size, start)
+        k = self.config.roce_qps
+        parts = [size // k + (1 if i < size % k else 0) for i in range(k)]
+        qps = []
+        for part in parts:
+            q = RoceQp(
+                new_qpn(self.rng, self._qpns),
+                src,
+                dst,
+                max(part, 1),
+                self.roce.mtu,
+                self.rng.randrange(49152, 65536),
+            )
+            qps.append(q)
+            self._roce_flows[q.qpn] = f
+        self.flows.append(f)
+        self.sim.schedule(start, self._start_roce, (f, qps))
+        return f
+
+    def _start_roce(self, arg: tuple[Flow, list[RoceQp]]) -> None:
+        f, qps = arg
+        sender, receiver = self.nodes[f.src], self.nodes[f.dst]
+        assert isinstance(sender, RoceHost) and isinstance(receiver, RoceHost)
+        for q in qps:
+            sender.qps.append(q)
+            receiver.rcv[q.qpn] = q
+        f.qp = None
+        f.status = None
+        self._roce_pending = getattr(self, "_roce_pending", {})
+        self._roce_pending[id(f)] = len(qps)
+        sender.pump(self.sim.now)
+
+    def _roce_done(self, q: RoceQp) -> None:
+        f = self._roce_flows[q.qpn]
+        left = self._roce_pending[id(f)] - 1
+        self._roce_pending[id(f)] = left
+        if left == 0:
+            f.finish = self.sim.now
+            f.status = WcStatus.SUCCESS
+            self.completed += 1
 
     def _mr(self, nic: Nic) -> Any:
         mr = getattr(nic, "_sim_mr", None)
@@ -289,6 +352,7 @@ class FabricSim:
                 marks += p.marks
                 hops += p.sent_packets
         rtx = sum(n.nic.stats.retransmits for n in self.nodes if isinstance(n, Host))
+        rtx += sum(n.resent for n in self.nodes if isinstance(n, RoceHost))
         return {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
 
 
