@@ -22,7 +22,19 @@ from openmrc.sim.engine import Simulator
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
 from openmrc.sim.roce import RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
-from openmrc.transport import Access, Nic, NicConfig, Qp, QpInitAttr, QpState, SendWR, Sge, WcStatus, WrOpcode
+from openmrc.transport import (
+    Access,
+    MemoryRegion,
+    Nic,
+    NicConfig,
+    Qp,
+    QpInitAttr,
+    QpState,
+    SendWR,
+    Sge,
+    WcStatus,
+    WrOpcode,
+)
 
 __all__ = ["ClosSim", "ClosSimConfig", "FabricSim", "Flow", "SimResults", "fat_tree_sim"]
 
@@ -186,6 +198,8 @@ class FabricSim:
         self._by_host: dict[int, list[Flow]] = {}
         self._buf = bytearray(1 << 20)
         self._profiles: set[tuple[int, int]] = set()
+        self._mrs: dict[int, MemoryRegion] = {}  # host -> its region over the shared buffer
+        self._roce_pending: dict[int, int] = {}  # id(flow) -> RoCE QPs of the flow not yet done
         self.completed = 0
 
     # -- flows ---------------------------------------------------------------------------------------------
@@ -195,11 +209,10 @@ class FabricSim:
         return node
 
     def _profile(self, host: int, peer: int) -> int:
-        if self.plan is None or not isinstance(self.topo, MultiPlaneClos):
+        if self.plan is None:
             return 0  # ECMP: the NIC's default profile of UDP source-port EVs
         if (host, peer) not in self._profiles:
-            total = self.topo.paths_between(host, peer)
-            assert self.plan is not None
+            total = self.plan.topo.paths_between(host, peer)
             prof, ports = self.plan.ev_profile(host, peer, min(self.config.evs_per_qp, total))
             self._host(host).nic.add_ev_profile(peer + 1, prof, ports)
             self._profiles.add((host, peer))
@@ -258,11 +271,8 @@ class FabricSim:
         sender, receiver = self.nodes[f.src], self.nodes[f.dst]
         assert isinstance(sender, RoceHost) and isinstance(receiver, RoceHost)
         for q in qps:
-            sender.qps.append(q)
+            sender.add_sender(q)
             receiver.rcv[q.qpn] = q
-        f.qp = None
-        f.status = None
-        self._roce_pending = getattr(self, "_roce_pending", {})
         self._roce_pending[id(f)] = len(qps)
         sender.pump(self.sim.now)
 
@@ -275,16 +285,15 @@ class FabricSim:
             f.status = WcStatus.SUCCESS
             self.completed += 1
 
-    def _mr(self, nic: Nic) -> Any:
-        mr = getattr(nic, "_sim_mr", None)
+    def _mr(self, host: Host) -> MemoryRegion:
+        mr = self._mrs.get(host.id)
         if mr is None or mr.length < len(self._buf):
-            mr = nic.register(self._buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-            nic._sim_mr = mr  # type: ignore[attr-defined]
+            mr = self._mrs[host.id] = host.nic.register(self._buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
         return mr
 
     def _start(self, f: Flow) -> None:
         src, dst = self._host(f.src), self._host(f.dst)
-        smr, dmr = self._mr(src.nic), self._mr(dst.nic)
+        smr, dmr = self._mr(src), self._mr(dst)
         assert f.qp is not None
         f.qp.post_send(
             SendWR(

@@ -17,6 +17,7 @@ line rate (the NIC pulls about two packets per port as the port drains).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from openmrc.transport import Nic, Transmit, TrimMark
@@ -192,7 +193,7 @@ class Host(Node):
         self.timer_at: int | None = None
         self.pace_pending = False
         self.tx_drops = 0
-        self.on_pump: object = None
+        self.on_pump: Callable[[Host], None] | None = None
 
     def arrive(self, p: SimPacket) -> None:
         now = self.sim.now
@@ -217,7 +218,7 @@ class Host(Node):
             self.timer_at = deadline
             self.sim.schedule(max(deadline, now), self._timer, deadline)
         if self.on_pump is not None:
-            self.on_pump(self)  # type: ignore[operator]
+            self.on_pump(self)
 
     def _pace(self, _: None) -> None:
         self.pace_pending = False

@@ -81,18 +81,23 @@ class RoceQp:
 class RoceHost(Node):
     """A host running RoCEv2 QPs over its one port per plane (all on plane 0: RoCE uses one NIC port)."""
 
-    __slots__ = ("cfg", "on_done", "pace_pending", "qps", "rcv", "resent", "sim", "timer_pending")
+    __slots__ = ("_by_qpn", "cfg", "on_done", "pace_pending", "qps", "rcv", "resent", "sim", "timer_pending")
 
     def __init__(self, sim: Simulator, node_id: int, cfg: RoceConfig) -> None:
         super().__init__(node_id)
         self.sim = sim
         self.cfg = cfg
-        self.qps: list[RoceQp] = []  # sending QPs
+        self.qps: list[RoceQp] = []  # sending QPs, in start order
+        self._by_qpn: dict[int, RoceQp] = {}
         self.rcv: dict[int, RoceQp] = {}  # receiving QPs by QPN
         self.pace_pending = False
         self.timer_pending = False
         self.on_done: Callable[[RoceQp], None] | None = None
         self.resent = 0
+
+    def add_sender(self, qp: RoceQp) -> None:
+        self.qps.append(qp)
+        self._by_qpn[qp.qpn] = qp
 
     # -- sending ---------------------------------------------------------------------------------------------
     def _packet(self, qp: RoceQp, psn: int) -> SimPacket:
@@ -184,11 +189,8 @@ class RoceHost(Node):
         self.ports[0].send(SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, 1, qp.sport ^ 0x8000), now)
 
     def _on_ack(self, pkt: Packet, now: int) -> None:
-        qpn = pkt.bth.dest_qp
-        for q in self.qps:
-            if q.qpn == qpn:
-                break
-        else:
+        q = self._by_qpn.get(pkt.bth.dest_qp)
+        if q is None:
             return
         upto = q.acked + ((pkt.bth.psn - q.acked) & 0xFFFFFF)
         if upto > q.next_psn:
