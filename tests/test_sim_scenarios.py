@@ -10,6 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from openmrc.cli.main import app
+from openmrc.sim.clos_sim import FabricSim
+from openmrc.sim.metrics import SimResults
 from openmrc.sim.scenario import ScenarioError, builtin_scenarios, load_scenario, run_scenario
 
 SMALL = [
@@ -19,6 +21,12 @@ SMALL = [
     "fabric.t1_radix=8",
     "workload.size_kib=64",
 ]
+
+
+def run1(doc: dict[str, object]) -> tuple[FabricSim, SimResults]:
+    (r,) = run_scenario(doc)
+    assert r.sim is not None and r.results is not None
+    return r.sim, r.results
 
 
 def test_builtins_load() -> None:
@@ -49,11 +57,11 @@ def test_overrides_and_errors(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"failures\[0\].kind"):
         load_scenario(bad)
     with pytest.raises(ScenarioError, match="fabric"):
-        run_scenario(load_scenario("clos-perm", ["fabric.hosts=100000"]))
+        run1(load_scenario("clos-perm", ["fabric.hosts=100000"]))
 
 
 def test_incast_runs_and_completes() -> None:
-    sim, res = run_scenario(load_scenario("clos-incast", [*SMALL, "workload.senders=3"]))
+    sim, res = run1(load_scenario("clos-incast", [*SMALL, "workload.senders=3"]))
     s = res.summary()
     assert s["flows"] == s["completed"] == 3
     assert {f.dst for f in sim.flows} == {0}
@@ -66,7 +74,7 @@ def test_failures_are_ridden_out() -> None:
         {"kind": "t0_uplink", "at_us": 5, "plane": 1, "t0": 0, "uplink": 0, "up_at_us": 40},
         {"kind": "nic_port", "at_us": 6, "host": 3, "port": 2},
     ]
-    sim, res = run_scenario(doc)
+    sim, res = run1(doc)
     s = res.summary()
     assert s["completed"] == s["flows"]
     assert all(f.status is not None and f.status.name == "SUCCESS" for f in sim.flows)
@@ -87,9 +95,14 @@ def test_cli_run_writes_results(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "results.json").read_text())
-    assert data["summary"]["completed"] == data["summary"]["flows"] > 0
+    (run,) = data["runs"]
+    assert run["completed"] == run["flows"] > 0
     rows = list(csv.DictReader((tmp_path / "flows.csv").open()))
-    assert len(rows) == data["summary"]["flows"] and all(r["status"] == "SUCCESS" for r in rows)
+    assert len(rows) == run["flows"] and all(r["status"] == "SUCCESS" for r in rows)
+    for png in ("timeline.png", "fct_cdf.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    series = list(csv.DictReader((tmp_path / "series.csv").open()))
+    assert int(series[-1]["delivered_bytes"]) == sum(int(r["size"]) for r in rows)
     listing = CliRunner().invoke(app, ["sim", "scenarios"])
     assert "clos-link-failure" in listing.output
     bad = CliRunner().invoke(app, ["sim", "run", "clos-perm", "--set", "fabric.nope=1"])

@@ -157,7 +157,8 @@ def _fabric_tour() -> None:
     ]
     t = Table("run", "flows done", "median FCT (µs)", "tail FCT (µs)", "trims", "retransmits", "drops")
     for name, doc in runs:
-        _sim, res = run_scenario(doc)
+        res = run_scenario(doc)[0].results
+        assert res is not None
         s = res.summary()
         t.add_row(
             name,

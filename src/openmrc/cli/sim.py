@@ -2,19 +2,73 @@
 
 from __future__ import annotations
 
-import time
 import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from openmrc.sim.scenario import ScenarioError, builtin_scenarios, load_scenario, run_scenario, write_results
+from openmrc.sim.clos_sim import FabricSim
+from openmrc.sim.scenario import (
+    Run,
+    ScenarioError,
+    builtin_scenarios,
+    load_scenario,
+    run_scenario,
+    write_runs,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Packet-level fabric simulation.")
 console = Console()
+
+#: The columns of the comparison table: (report key, heading, format).
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("completed", "done", "{:,}"),
+    ("job_time_us", "job µs", "{:,.1f}"),
+    ("job_goodput_gbps", "Gb/s", "{:,.1f}"),
+    ("median_fct_us", "p50 FCT µs", "{:,.1f}"),
+    ("p99_fct_us", "p99 FCT µs", "{:,.1f}"),
+    ("max_fct_us", "max FCT µs", "{:,.1f}"),
+    ("retransmits", "rtx", "{:,}"),
+    ("trims", "trims", "{:,}"),
+    ("drops", "drops", "{:,}"),
+)
+
+
+def results_table(runs: list[Run], title: str, extra: tuple[str, ...] = ()) -> Table:
+    """One row per run: completion, job time and goodput, FCT percentiles, retransmits, trims, drops."""
+    t = Table("run", *(h for _k, h, _f in COLUMNS), *extra, "wall s", title=title)
+    for r in runs:
+        assert r.results is not None
+        rep = r.results.report()
+        cells = [fmt.format(rep[k]) if k in rep else "–" for k, _h, fmt in COLUMNS]
+        cells += [f"{rep[k]:,.1f}" if isinstance(rep.get(k), float) else str(rep.get(k, "–")) for k in extra]
+        t.add_row(r.label, *cells, f"{r.wall_s:.1f}")
+    return t
+
+
+def run_with_progress(doc: dict[str, Any]) -> list[Run]:
+    """`run_scenario` under a rich progress bar per run (flows completed; simulated time)."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} flows"),
+        TextColumn("{task.fields[sim_us]:>10,.1f} µs simulated"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(run: Run, sim: FabricSim) -> None:
+            if run.label not in tasks:
+                tasks[run.label] = bar.add_task(run.label, total=len(sim.flows), sim_us=0.0)
+            bar.update(tasks[run.label], completed=sim.completed, sim_us=sim.sim.now / 1000)
+
+        return run_scenario(doc, progress)
 
 
 @app.command()
@@ -30,23 +84,17 @@ def scenarios() -> None:
 def run(
     scenario: Annotated[str, typer.Argument(help="a built-in scenario name or a TOML file")],
     set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
-    out: Annotated[Path | None, typer.Option(help="write results.json and flows.csv here")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="write results.json, per-run CSVs and PNG plots here")
+    ] = None,
 ) -> None:
-    """Run one scenario and print its summary."""
+    """Run one scenario (every variant) and print a comparison table."""
     try:
         doc = load_scenario(scenario, set_)
-        t0 = time.perf_counter()
-        with console.status(f"simulating {doc.get('name', scenario)} …"):
-            sim, res = run_scenario(doc)
-        wall = time.perf_counter() - t0
+        runs = run_with_progress(doc)
     except ScenarioError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    s = res.summary()
-    t = Table("metric", "value", title=str(doc.get("name", scenario)))
-    for k, v in s.items():
-        t.add_row(k, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
-    t.add_row("wall_s", f"{wall:.2f}")
-    console.print(t)
+    console.print(results_table(runs, str(doc.get("name", scenario))))
     if out is not None:
-        write_results(sim, res, out, doc)
-        console.print(f"wrote {out / 'results.json'} and {out / 'flows.csv'}")
+        for p in write_runs(runs, out, doc):
+            console.print(f"wrote {p}")

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode
+from openmrc.ev import EVENT_MASK_ALLOWED, EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.topology import Role
 
@@ -235,7 +235,7 @@ class UsidPlan:
             fields,
             ev_count=count,
             ev_min_active=max(1, count // 8),
-            event_mask=0,
+            event_mask=int(EVENT_MASK_ALLOWED),  # the simulator's EV timeline reads these events
             evs=tuple(evs),
         )
         return prof, ports

@@ -10,33 +10,48 @@ from every plane) and whose responder answers along its own EVs. Results are per
 from __future__ import annotations
 
 import random
-import statistics
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FoldedClos
 from openmrc.fabric.srv6 import UsidPlan
 from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import Simulator
+from openmrc.sim.metrics import LinkStat, Sampler, SimResults
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
 from openmrc.sim.roce import RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
 from openmrc.transport import (
     Access,
+    CompletionQueue,
     MemoryRegion,
     Nic,
     NicConfig,
     Qp,
     QpInitAttr,
     QpState,
+    RecvWR,
     SendWR,
     Sge,
+    WcOpcode,
     WcStatus,
+    WorkCompletion,
     WrOpcode,
 )
 
-__all__ = ["ClosSim", "ClosSimConfig", "FabricSim", "Flow", "SimResults", "fat_tree_sim"]
+__all__ = ["ClosSim", "ClosSimConfig", "FabricSim", "Flow", "SimResults", "Trigger", "fat_tree_sim"]
+
+
+class _SimCq(CompletionQueue):
+    """A completion queue that tells the simulation it has something (no polling every CQ per event)."""
+
+    def __init__(self, ready: list[CompletionQueue]) -> None:
+        super().__init__()
+        self._notify = ready
+
+    def push(self, wc: WorkCompletion) -> None:
+        super().push(wc)
+        self._notify.append(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,52 +90,57 @@ class ClosSimConfig:
     """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
     roce_window: int = 64
     """RoCE only: packets in flight per QP."""
+    ecmp_reconverge_ns: int | None = 100_000
+    """ECMP routing only: how long after a link changes state the switches hash around dead links (the
+    routing protocol's convergence; real fabrics take 50 ms to seconds, kept short here so that short runs
+    show both phases). None: never."""
 
 
-@dataclass(slots=True)
+class Trigger:
+    """Starts flows once ``count`` events (flows finishing) have arrived: htsim's oneshot trigger is a
+    count of 1, its barrier a count of n."""
+
+    __slots__ = ("arrivals", "count", "flows", "name")
+
+    def __init__(self, count: int = 1, name: str = "") -> None:
+        if count < 1:
+            raise ValueError(f"trigger count {count} < 1")
+        self.count = count
+        self.arrivals = 0
+        self.flows: list[Flow] = []
+        self.name = name
+
+
+@dataclass(slots=True, eq=False)
 class Flow:
-    """One RDMA Write from ``src`` to ``dst`` of ``size`` bytes starting at ``start`` ns."""
+    """One message of ``size`` bytes from host ``src`` to host ``dst``: an RDMA Write (with immediate when
+    the receiver must see it complete) on the QP pair the two hosts share. It starts at ``start`` ns, or
+    when ``trigger`` fires; finishing may fire ``send_done`` (the sender's completion) and ``recv_done``
+    (the receiver's)."""
 
     src: int
     dst: int
     size: int
-    start: int
+    start: int | None
+    id: int = 0
+    tag: str = ""
+    imm: bool = False
+    trigger: Trigger | None = None
+    send_done: Trigger | None = None
+    recv_done: Trigger | None = None
     qp: Qp | None = None
     finish: int | None = None
+    recv_finish: int | None = None
     status: WcStatus | None = None
 
     @property
     def fct_ns(self) -> int | None:
-        return None if self.finish is None else self.finish - self.start
+        return None if self.finish is None or self.start is None else self.finish - self.start
 
-
-@dataclass(slots=True)
-class SimResults:
-    flows: list[Flow]
-    now: int
-    events: int
-    counters: dict[str, int] = field(default_factory=dict)
-
-    def fcts_us(self) -> list[float]:
-        return sorted(f.fct_ns / 1000 for f in self.flows if f.fct_ns is not None)
-
-    def summary(self) -> dict[str, Any]:
-        fcts = self.fcts_us()
-        done = len(fcts)
-        out: dict[str, Any] = {
-            "flows": len(self.flows),
-            "completed": done,
-            "sim_time_us": self.now / 1000,
-            "events": self.events,
-            **self.counters,
-        }
-        if fcts:
-            out |= {
-                "median_fct_us": statistics.median(fcts),
-                "p99_fct_us": fcts[min(done - 1, int(0.99 * done))],
-                "max_fct_us": fcts[-1],
-            }
-        return out
+    @property
+    def goodput_bps(self) -> float | None:
+        fct = self.fct_ns
+        return None if not fct else self.size * 8e9 / fct
 
 
 class FabricSim:
@@ -149,6 +169,7 @@ class FabricSim:
             routing = SrRouting(self.plan)
         else:
             routing = EcmpRouting(topo, cfg.seed)
+        self.routing = routing
         link_bps = max(r.bps for r in topo.ports(0))
         pkt_ns = (cfg.mtu + HEADER_BYTES) * 8_000_000_000 // link_bps
         lat = max(r.latency_ns for r in topo.ports(0))
@@ -170,10 +191,13 @@ class FabricSim:
             if n < topo.num_hosts and self.roce is not None:
                 rh = RoceHost(self.sim, n, self.roce)
                 rh.on_done = self._roce_done
+                rh.on_received = self._roce_received
                 self.nodes.append(rh)
             elif n < topo.num_hosts:
                 nic = Nic(planes, rng=random.Random(self.rng.getrandbits(64)), config=nic_cfg)
-                self.nodes.append(Host(self.sim, n, nic))
+                host = Host(self.sim, n, nic)
+                host.on_pump = self._after_pump
+                self.nodes.append(host)
             else:
                 self.nodes.append(Switch(self.sim, n, routing))
         port_rng = random.Random(self.rng.getrandbits(64))
@@ -195,12 +219,18 @@ class FabricSim:
                     )
                 )
         self.flows: list[Flow] = []
-        self._by_host: dict[int, list[Flow]] = {}
+        self._conns: dict[tuple[int, int], tuple[Qp, Qp]] = {}
+        self._ready: list[CompletionQueue] = []  # CQs that got completions since the last drain
         self._buf = bytearray(1 << 20)
         self._profiles: set[tuple[int, int]] = set()
         self._mrs: dict[int, MemoryRegion] = {}  # host -> its region over the shared buffer
-        self._roce_pending: dict[int, int] = {}  # id(flow) -> RoCE QPs of the flow not yet done
+        self._roce_qps: dict[int, list[RoceQp]] = {}  # flow id -> its RoCE QPs
+        self._roce_pending: dict[int, list[int]] = {}  # flow id -> [QPs not yet acked, not yet received]
+        self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
         self.completed = 0
+        self.failures: list[tuple[int, str]] = []
+        self.sampler: Sampler | None = None
+        self.reconvergences = 0
 
     # -- flows ---------------------------------------------------------------------------------------------
     def _host(self, h: int) -> Host:
@@ -220,70 +250,144 @@ class FabricSim:
 
     def _qp(self, host: int, peer: int) -> Qp:
         nic = self._host(host).nic
-        qp = nic.create_qp(QpInitAttr(send_cq=nic.create_cq(), recv_cq=nic.create_cq()))
+        ready = self._ready
+        qp = nic.create_qp(QpInitAttr(send_cq=_SimCq(ready), recv_cq=_SimCq(ready)))
         qp.modify(QpState.INIT, ev_profile_id=self._profile(host, peer), cc_profile_id=0)
         return qp
 
-    def add_flow(self, src: int, dst: int, size: int, start: int = 0) -> Flow:
-        """An RDMA Write of ``size`` bytes from host ``src`` to host ``dst`` at time ``start``."""
+    def _conn(self, src: int, dst: int) -> tuple[Qp, Qp]:
+        """The QP pair that carries every message from ``src`` to ``dst`` (made on first use)."""
+        pair = self._conns.get((src, dst))
+        if pair is None:
+            a, b = self._qp(src, dst), self._qp(dst, src)
+            timeout = max(0, (4 * self.base_rtt_ns // 1024).bit_length())
+            for qp, peer, host in ((a, b, dst), (b, a, src)):
+                qp.modify(
+                    QpState.RTR, dest_qp_num=peer.qp_num, peer=host, rq_psn=0, mpr_dest=64, max_wimm_dest=0
+                )
+                qp.modify(
+                    QpState.RTS, sq_psn=0, mpr=64, max_wimm=0, timeout=timeout, retry_linear=7, retry_exp=25
+                )
+            pair = self._conns[(src, dst)] = (a, b)
+        return pair
+
+    def add_flow(
+        self,
+        src: int,
+        dst: int,
+        size: int,
+        start: int | None = 0,
+        *,
+        tag: str = "",
+        imm: bool = False,
+        trigger: Trigger | None = None,
+        send_done: Trigger | None = None,
+        recv_done: Trigger | None = None,
+    ) -> Flow:
+        """A message of ``size`` bytes from host ``src`` to host ``dst``, starting at ``start`` ns or, with
+        ``trigger``, when that trigger fires. ``imm`` (Write-with-Immediate) lets the receiver see it
+        complete; a ``recv_done`` trigger implies it."""
+        hosts = self.topo.num_hosts
+        if not (0 <= src < hosts and 0 <= dst < hosts):
+            raise ValueError(f"flow {src}->{dst}: hosts are 0..{hosts - 1}")
         if src == dst:
             raise ValueError("a flow needs two different hosts")
+        if size < 1:
+            raise ValueError(f"flow {src}->{dst}: size {size} must be at least one byte")
+        if (trigger is None) == (start is None):
+            raise ValueError(f"flow {src}->{dst}: give exactly one of start and trigger")
+        f = Flow(
+            src,
+            dst,
+            size,
+            start,
+            id=len(self.flows),
+            tag=tag,
+            imm=imm or recv_done is not None,
+            trigger=trigger,
+            send_done=send_done,
+            recv_done=recv_done,
+        )
+        self.flows.append(f)
         if self.roce is not None:
-            return self._add_roce_flow(src, dst, size, start)
-        if len(self._buf) < size:
-            self._buf = bytearray(size)
-        a, b = self._qp(src, dst), self._qp(dst, src)
-        timeout = max(0, (4 * self.base_rtt_ns // 1024).bit_length())
-        for qp, peer, host in ((a, b, dst), (b, a, src)):
-            qp.modify(QpState.RTR, dest_qp_num=peer.qp_num, peer=host, rq_psn=0, mpr_dest=64, max_wimm_dest=0)
-            qp.modify(
-                QpState.RTS, sq_psn=0, mpr=64, max_wimm=0, timeout=timeout, retry_linear=7, retry_exp=25
-            )
-        f = Flow(src, dst, size, start, a)
-        self.flows.append(f)
-        self._by_host.setdefault(src, []).append(f)
-        self.sim.schedule(start, self._start, f)
+            self._add_roce_flow(f)
+        else:
+            if len(self._buf) < size:
+                self._buf = bytearray(size)
+            f.qp = self._conn(src, dst)[0]
+        if trigger is not None:
+            trigger.flows.append(f)
+        else:
+            assert start is not None
+            self.sim.schedule(start, self._start, f)
         return f
 
-    def _add_roce_flow(self, src: int, dst: int, size: int, start: int) -> Flow:
-        assert self.roce is not None
-        f = Flow(src, dst, size, start)
-        k = self.config.roce_qps
-        parts = [size // k + (1 if i < size % k else 0) for i in range(k)]
-        qps = []
-        for part in parts:
-            q = RoceQp(
-                new_qpn(self.rng, self._qpns),
-                src,
-                dst,
-                max(part, 1),
-                self.roce.mtu,
-                self.rng.randrange(49152, 65536),
-            )
-            qps.append(q)
-            self._roce_flows[q.qpn] = f
-        self.flows.append(f)
-        self.sim.schedule(start, self._start_roce, (f, qps))
-        return f
+    def fire(self, trigger: Trigger) -> None:
+        """One arrival at ``trigger``; at its count its flows start now."""
+        trigger.arrivals += 1
+        if trigger.arrivals == trigger.count:
+            for f in trigger.flows:
+                f.start = self.sim.now
+                self._start(f)
 
-    def _start_roce(self, arg: tuple[Flow, list[RoceQp]]) -> None:
-        f, qps = arg
-        sender, receiver = self.nodes[f.src], self.nodes[f.dst]
-        assert isinstance(sender, RoceHost) and isinstance(receiver, RoceHost)
-        for q in qps:
-            sender.add_sender(q)
-            receiver.rcv[q.qpn] = q
-        self._roce_pending[id(f)] = len(qps)
-        sender.pump(self.sim.now)
+    def _start(self, f: Flow) -> None:
+        if self.roce is not None:
+            self._start_roce(f)
+            return
+        src, dst = self._host(f.src), self._host(f.dst)
+        smr, dmr = self._mr(src), self._mr(dst)
+        a, b = self._conn(f.src, f.dst)
+        now = self.sim.now
+        if f.imm:
+            b.post_recv(RecvWR(f.id))
+            self._recv_wait += 1
+        a.post_send(
+            SendWR(
+                f.id,
+                WrOpcode.RDMA_WRITE_WITH_IMM if f.imm else WrOpcode.RDMA_WRITE,
+                [Sge(smr.addr, f.size, smr.lkey)],
+                dmr.addr,
+                dmr.rkey,
+                imm_data=f.id & 0xFFFFFFFF if f.imm else None,
+            ),
+            now,
+        )
+        src.pump(now)
 
-    def _roce_done(self, q: RoceQp) -> None:
-        f = self._roce_flows[q.qpn]
-        left = self._roce_pending[id(f)] - 1
-        self._roce_pending[id(f)] = left
-        if left == 0:
-            f.finish = self.sim.now
-            f.status = WcStatus.SUCCESS
-            self.completed += 1
+    def _after_pump(self, _host: Host) -> None:
+        if self._ready:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Turn the completions the transports produced into flow finishes (and fire their triggers)."""
+        ready = self._ready
+        now = self.sim.now
+        flows = self.flows
+        while ready:
+            cq = ready.pop()
+            for wc in cq.poll(len(cq)):
+                f = flows[wc.wr_id]
+                if wc.opcode is WcOpcode.RECV_RDMA_WITH_IMM:
+                    self._received(f, now)
+                else:
+                    self._finished(f, now, wc.status)
+
+    def _finished(self, f: Flow, now: int, status: WcStatus) -> None:
+        if f.finish is not None:
+            return
+        f.finish = now
+        f.status = status
+        self.completed += 1
+        if f.send_done is not None:
+            self.fire(f.send_done)
+
+    def _received(self, f: Flow, now: int) -> None:
+        if f.recv_finish is not None:
+            return
+        f.recv_finish = now
+        self._recv_wait -= 1
+        if f.recv_done is not None:
+            self.fire(f.recv_done)
 
     def _mr(self, host: Host) -> MemoryRegion:
         mr = self._mrs.get(host.id)
@@ -291,51 +395,186 @@ class FabricSim:
             mr = self._mrs[host.id] = host.nic.register(self._buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
         return mr
 
-    def _start(self, f: Flow) -> None:
-        src, dst = self._host(f.src), self._host(f.dst)
-        smr, dmr = self._mr(src), self._mr(dst)
-        assert f.qp is not None
-        f.qp.post_send(
-            SendWR(
-                len(self.flows), WrOpcode.RDMA_WRITE, [Sge(smr.addr, f.size, smr.lkey)], dmr.addr, dmr.rkey
-            ),
-            self.sim.now,
-        )
-        src.on_pump = self._check_done
-        src.pump(self.sim.now)
+    # -- the RoCEv2 baseline -----------------------------------------------------------------------------
+    def _add_roce_flow(self, f: Flow) -> None:
+        assert self.roce is not None
+        k = self.config.roce_qps
+        parts = [f.size // k + (1 if i < f.size % k else 0) for i in range(k)]
+        qps = []
+        for part in parts:
+            if part == 0:
+                continue
+            q = RoceQp(
+                new_qpn(self.rng, self._qpns),
+                f.src,
+                f.dst,
+                part,
+                self.roce.mtu,
+                self.rng.randrange(49152, 65536),
+            )
+            qps.append(q)
+            self._roce_flows[q.qpn] = f
+        self._roce_qps[f.id] = qps
 
-    def _check_done(self, host: Host) -> None:
-        for f in self._by_host.get(host.id, ()):
-            if f.finish is None and f.qp is not None and len(f.qp.send_cq):
-                wc = f.qp.send_cq.poll(1)[0]
-                f.finish = self.sim.now
-                f.status = wc.status
-                self.completed += 1
+    def _start_roce(self, f: Flow) -> None:
+        qps = self._roce_qps[f.id]
+        sender, receiver = self.nodes[f.src], self.nodes[f.dst]
+        assert isinstance(sender, RoceHost) and isinstance(receiver, RoceHost)
+        for q in qps:
+            sender.add_sender(q)
+            receiver.rcv[q.qpn] = q
+        self._roce_pending[f.id] = [len(qps), len(qps)]
+        if f.imm:
+            self._recv_wait += 1
+        sender.pump(self.sim.now)
+
+    def _roce_done(self, q: RoceQp) -> None:
+        f = self._roce_flows[q.qpn]
+        left = self._roce_pending[f.id]
+        left[0] -= 1
+        if left[0] == 0:
+            self._finished(f, self.sim.now, WcStatus.SUCCESS)
+
+    def _roce_received(self, q: RoceQp) -> None:
+        f = self._roce_flows[q.qpn]
+        left = self._roce_pending[f.id]
+        left[1] -= 1
+        if left[1] == 0 and f.imm:
+            self._received(f, self.sim.now)
 
     # -- failures ------------------------------------------------------------------------------------------
+    def link(self, node: int, port: int) -> tuple[Port, Port]:
+        """Both directions of the link on ``port`` (0-based) of ``node``: (node's side, the peer's side)."""
+        refs = self.topo.ports(node)
+        if not 0 <= port < len(refs):
+            raise ValueError(f"node {node} has no port {port} (it has {len(refs)})")
+        ref = refs[port]
+        return self.nodes[node].ports[port], self.nodes[ref.peer].ports[ref.peer_port]
+
+    def t0_uplink(self, plane: int, t0: int, uplink: int) -> tuple[int, int]:
+        """(node, port) of uplink ``uplink`` of T0 ``t0`` in ``plane`` of a multi-plane Clos."""
+        topo = self.topo
+        if not isinstance(topo, MultiPlaneClos):
+            raise ValueError("T0 uplinks name links of a multi-plane Clos")
+        for name, v, hi in (
+            ("plane", plane, topo.planes),
+            ("t0", t0, topo.t0_per_plane),
+            ("uplink", uplink, topo.uplinks),
+        ):
+            if not 0 <= v < hi:
+                raise ValueError(f"{name} {v} outside 0..{hi - 1}")
+        return topo.t0(plane, t0), topo.hosts_per_t0 + uplink
+
+    def _note(self, at: int, what: str) -> None:
+        self.failures.append((at, what))
+
     def fail_port(self, port: Port, at: int, up_at: int | None = None) -> None:
-        """Take one direction of a link down at ``at`` (packets sent on it are lost), up at ``up_at``."""
+        """One direction of a link down at ``at`` (what it queues or carries is lost), up at ``up_at``."""
+        port.guarded = True  # from now on arrivals check the link did not fail under them
         self.sim.schedule(at, self._set_port, (port, False))
         if up_at is not None:
             self.sim.schedule(up_at, self._set_port, (port, True))
 
+    def _set_port(self, arg: tuple[Port, bool]) -> None:
+        port, up = arg
+        port.set_up(up)
+        if isinstance(self.routing, EcmpRouting) and self.config.ecmp_reconverge_ns is not None:
+            self.sim.schedule(self.sim.now + self.config.ecmp_reconverge_ns, self._reconverge)
+
+    def _reconverge(self, _: object = None) -> None:
+        assert isinstance(self.routing, EcmpRouting)
+        dead = {
+            (n, i)
+            for n, node in enumerate(self.nodes)
+            if n >= self.topo.num_hosts
+            for i, p in enumerate(node.ports)
+            if not p.up
+        }
+        if dead != self.routing.dead:
+            self.routing.withdraw(dead)
+            self.reconvergences += 1
+
+    def fail_link(self, node: int, port: int, at: int, up_at: int | None = None) -> None:
+        """Both directions of a link down at ``at`` (and up at ``up_at``)."""
+        for p in self.link(node, port):
+            self.fail_port(p, at, up_at)
+        self._note(at, f"link {node}:{port} down")
+        if up_at is not None:
+            self._note(up_at, f"link {node}:{port} up")
+
+    def flap_link(self, node: int, port: int, at: int, down_ns: int, period_ns: int, count: int) -> None:
+        """``count`` times, starting at ``at`` and every ``period_ns``: down for ``down_ns``."""
+        if not 0 < down_ns < period_ns or count < 1:
+            raise ValueError(f"flap: need 0 < down ({down_ns} ns) < period ({period_ns} ns) and count ≥ 1")
+        for i in range(count):
+            t = at + i * period_ns
+            for p in self.link(node, port):
+                self.fail_port(p, t, t + down_ns)
+        self._note(at, f"link {node}:{port} flaps ×{count}")
+
+    def fail_switch(self, node: int, at: int, up_at: int | None = None) -> None:
+        """Every link of switch ``node`` down at ``at`` (and up at ``up_at``)."""
+        if node < self.topo.num_hosts or node >= len(self.nodes):
+            raise ValueError(f"node {node} is not a switch")
+        for i in range(len(self.nodes[node].ports)):
+            for p in self.link(node, i):
+                self.fail_port(p, at, up_at)
+        self._note(at, f"switch {node} down")
+
+    def degrade_link(self, node: int, port: int, at: int, fraction: float, until: int | None = None) -> None:
+        """Both directions of a link run at ``fraction`` of their rate from ``at`` (until ``until``)."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"degrade: fraction {fraction} outside (0, 1]")
+        for p in self.link(node, port):
+            self.sim.schedule(at, self._set_rate, (p, max(1, int(p.nominal_bps * fraction))))
+            if until is not None:
+                self.sim.schedule(until, self._set_rate, (p, p.nominal_bps))
+        self._note(at, f"link {node}:{port} at {fraction:.0%}")
+
     @staticmethod
-    def _set_port(arg: tuple[Port, bool]) -> None:
-        arg[0].up = arg[1]
+    def _set_rate(arg: tuple[Port, int]) -> None:
+        arg[0].set_rate(arg[1])
+
+    def plane_ports(self, plane: int) -> list[Port]:
+        """Every port (both directions of every link) of ``plane`` (0-based) of a multi-plane Clos."""
+        topo = self.topo
+        if not isinstance(topo, MultiPlaneClos):
+            raise ValueError("planes exist only in a multi-plane Clos")
+        if not 0 <= plane < topo.planes:
+            raise ValueError(f"plane {plane} outside 0..{topo.planes - 1}")
+        out = [self.nodes[h].ports[plane] for h in range(topo.num_hosts)]
+        for n in range(topo.t0(plane, 0), topo.t1(plane, topo.t1_per_plane - 1) + 1):
+            out.extend(self.nodes[n].ports)
+        return out
+
+    def set_loss(self, ports: list[Port], probability: float, at: int = 0, until: int | None = None) -> None:
+        """Random loss with ``probability`` on ``ports`` from ``at`` (until ``until``)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"loss probability {probability} is not within [0, 1]")
+        self.sim.schedule(at, self._set_loss, (ports, probability))
+        if until is not None:
+            self.sim.schedule(until, self._set_loss, (ports, 0.0))
+
+    @staticmethod
+    def _set_loss(arg: tuple[list[Port], float]) -> None:
+        for p in arg[0]:
+            p.set_loss(arg[1])
 
     def fail_nic_port(self, host: int, port: int, at: int, up_at: int | None = None) -> None:
         """NIC port ``port`` (1-based plane) of ``host`` dies at ``at``: both link directions go down and the
         host's transport is told (it stops using that plane's EVs)."""
-        h = self._host(host)
+        h = self.nodes[host] if 0 <= host < self.topo.num_hosts else None
+        if h is None:
+            raise ValueError(f"no host {host}")
         if not 1 <= port <= len(h.ports):
             raise ValueError(f"host {host} has no port {port}")
-        ref = self.topo.ports(host)[port - 1]
-        down = self.nodes[ref.peer].ports[ref.peer_port]
-        for p in (h.ports[port - 1], down):
+        for p in self.link(host, port - 1):
             self.fail_port(p, at, up_at)
-        self.sim.schedule(at, self._nic_port, (h, port, False))
-        if up_at is not None:
-            self.sim.schedule(up_at, self._nic_port, (h, port, True))
+        self._note(at, f"host {host} NIC port {port} down")
+        if isinstance(h, Host):
+            self.sim.schedule(at, self._nic_port, (h, port, False))
+            if up_at is not None:
+                self.sim.schedule(up_at, self._nic_port, (h, port, True))
 
     def _nic_port(self, arg: tuple[Host, int, bool]) -> None:
         h, port, up = arg
@@ -347,22 +586,77 @@ class FabricSim:
         h.pump(now)
 
     # -- running -------------------------------------------------------------------------------------------
+    def sample_every(self, interval_ns: int) -> Sampler:
+        """Record job goodput and EV states every ``interval_ns`` (call before `run`)."""
+        self.sampler = Sampler(self.sim, interval_ns, self.delivered_bytes, self._nics)
+        return self.sampler
+
+    def _nics(self) -> list[tuple[int, Nic]]:
+        return [(n.id, n.nic) for n in self.nodes[: self.topo.num_hosts] if isinstance(n, Host)]
+
+    def delivered_bytes(self) -> int:
+        """Bytes the receivers have accepted so far, each once."""
+        if self.roce is not None:
+            mtu = self.roce.mtu
+            return sum(min(q.expected * mtu, q.size) for qps in self._roce_qps.values() for q in qps)
+        return sum(b.responder.rcvd_bytes for _a, b in self._conns.values())
+
+    def done(self) -> bool:
+        return self.completed >= len(self.flows) and self._recv_wait <= 0
+
     def run(self, until: int | None = None) -> SimResults:
-        total = len(self.flows)
-        self.sim.run(until=until, stop=lambda: self.completed >= total)
-        return SimResults(self.flows, self.sim.now, self.sim.events, self.counters())
+        self.sim.run(until=until, stop=self.done)
+        if self.sampler is not None:
+            self.sampler.sample()
+        return SimResults(
+            self.flows,
+            self.sim.now,
+            self.sim.events,
+            self.counters(),
+            samples=[] if self.sampler is None else self.sampler.samples,
+            links=self.link_stats(),
+            ev_log=[] if self.sampler is None else self.sampler.ev_log,
+            failures=sorted(self.failures),
+        )
+
+    def link_stats(self) -> list[LinkStat]:
+        now = max(self.sim.now, 1)
+        out = []
+        for n, node in enumerate(self.nodes):
+            for i, p in enumerate(node.ports):
+                out.append(
+                    LinkStat(
+                        n,
+                        i,
+                        p.peer.id,
+                        p.nominal_bps,
+                        p.sent_bytes,
+                        p.sent_bytes * 8e9 / (p.nominal_bps * now),
+                        p.drops,
+                        p.losses,
+                        p.trims,
+                        p.marks,
+                    )
+                )
+        return out
 
     def counters(self) -> dict[str, int]:
-        drops = trims = marks = hops = 0
+        drops = trims = marks = hops = losses = 0
         for node in self.nodes:
             for p in node.ports:
                 drops += p.drops
                 trims += p.trims
                 marks += p.marks
                 hops += p.sent_packets
+                losses += p.losses
         rtx = sum(n.nic.stats.retransmits for n in self.nodes if isinstance(n, Host))
         rtx += sum(n.resent for n in self.nodes if isinstance(n, RoceHost))
-        return {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
+        out = {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
+        if losses:
+            out["losses"] = losses
+        if self.reconvergences:
+            out["reconvergences"] = self.reconvergences
+        return out
 
 
 class ClosSim(FabricSim):

@@ -38,7 +38,7 @@ _DATA = frozenset(int(o) for o in DATA_OPCODES)
 class SimPacket:
     """A packet in flight: the transport's packet object plus what the fabric needs."""
 
-    __slots__ = ("addr", "dst", "ecn", "entropy", "is_data", "packet", "port", "size", "src", "trim")
+    __slots__ = ("addr", "dst", "ecn", "entropy", "epoch", "is_data", "packet", "port", "size", "src", "trim")
 
     def __init__(
         self, packet: Packet, size: int, addr: int, src: int, dst: int, port: int, entropy: int
@@ -53,6 +53,7 @@ class SimPacket:
         self.ecn = False
         self.trim = TrimMark.NONE
         self.is_data = packet.bth.opcode in _DATA
+        self.epoch = 0
 
 
 class Port:
@@ -65,10 +66,15 @@ class Port:
         "drops",
         "ecn_high",
         "ecn_low",
+        "epoch",
         "free_at",
+        "guarded",
         "last_hop",
         "latency",
+        "loss",
+        "losses",
         "marks",
+        "nominal_bps",
         "pace_ns",
         "peer",
         "rng",
@@ -95,7 +101,7 @@ class Port:
     ) -> None:
         self.sim = sim
         self.peer = peer
-        self.bps = bps
+        self.bps = self.nominal_bps = bps
         self.latency = latency_ns
         self.buffer = buffer
         self.ecn_low, self.ecn_high = ecn if ecn is not None else (1 << 62, 1 << 62)
@@ -105,12 +111,36 @@ class Port:
         self.free_at = 0
         self.ctrl_free_at = 0
         self.up = True
+        self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
+        self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
+        self.loss = 0.0
         self.drops = 0
+        self.losses = 0
         self.trims = 0
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
         self.pace_ns = 4160 * 8_000_000_000 // bps  # one full packet's serialisation
+
+    def set_up(self, up: bool) -> None:
+        """Link state of this direction; going down loses what is queued on or travelling along it."""
+        if self.up and not up:
+            self.epoch += 1
+        self.guarded = True
+        self.up = up
+
+    def set_rate(self, bps: int) -> None:
+        """Run the link at ``bps`` (a degraded link keeps its latency and buffer)."""
+        if bps <= 0:
+            raise ValueError(f"link rate {bps} b/s must be positive")
+        self.bps = bps
+        self.pace_ns = 4160 * 8_000_000_000 // bps
+
+    def set_loss(self, probability: float) -> None:
+        """Lose each packet sent on this direction with ``probability`` (bit errors, a bad optic)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"loss probability {probability} is not within [0, 1]")
+        self.loss = probability
 
     def send(self, p: SimPacket, now: int) -> None:
         if not self.up:
@@ -145,7 +175,20 @@ class Port:
             self.free_at = (self.free_at if self.free_at > now else now) + ser  # control takes the wire too
         self.sent_bytes += p.size
         self.sent_packets += 1
-        self.sim.schedule(done + self.latency, self.peer.arrive, p)
+        if self.loss and self.rng.random() < self.loss:
+            self.losses += 1
+            return
+        if self.guarded:
+            p.epoch = self.epoch
+            self.sim.schedule(done + self.latency, self._deliver, p)
+        else:
+            self.sim.schedule(done + self.latency, self.peer.arrive, p)
+
+    def _deliver(self, p: SimPacket) -> None:
+        if p.epoch == self.epoch:
+            self.peer.arrive(p)
+        else:
+            self.drops += 1
 
 
 class Node:

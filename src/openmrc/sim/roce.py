@@ -81,7 +81,18 @@ class RoceQp:
 class RoceHost(Node):
     """A host running RoCEv2 QPs over its one port per plane (all on plane 0: RoCE uses one NIC port)."""
 
-    __slots__ = ("_by_qpn", "cfg", "on_done", "pace_pending", "qps", "rcv", "resent", "sim", "timer_pending")
+    __slots__ = (
+        "_by_qpn",
+        "cfg",
+        "on_done",
+        "on_received",
+        "pace_pending",
+        "qps",
+        "rcv",
+        "resent",
+        "sim",
+        "timer_pending",
+    )
 
     def __init__(self, sim: Simulator, node_id: int, cfg: RoceConfig) -> None:
         super().__init__(node_id)
@@ -93,6 +104,7 @@ class RoceHost(Node):
         self.pace_pending = False
         self.timer_pending = False
         self.on_done: Callable[[RoceQp], None] | None = None
+        self.on_received: Callable[[RoceQp], None] | None = None  # the receiver got a QP's last byte
         self.resent = 0
 
     def add_sender(self, qp: RoceQp) -> None:
@@ -177,6 +189,8 @@ class RoceHost(Node):
         qp.expected += 1
         qp.nak_sent = False
         qp.rcv_count += 1
+        if qp.expected == qp.npkts and self.on_received is not None:
+            self.on_received(qp)
         if qp.rcv_count % self.cfg.ack_every == 0 or qp.expected == qp.npkts:
             self._ack(qp, AethSyndrome.ACK, now)
 

@@ -6,6 +6,11 @@
   salted hash of (src, dst, UDP source port, flow label) selects (`openmrc.fabric.ecmp.EcmpHash`) — what
   RoCEv2 and EV-as-source-port spraying see in a classic fabric. Next hops come arithmetically for a
   `MultiPlaneClos` and from one breadth-first search per destination host otherwise.
+
+ECMP routing reconverges: `EcmpRouting.withdraw` takes the set of dead links (as (switch, port) pairs,
+either direction) and from then on switches hash only over next hops that still reach the destination, as
+the fabric's routing protocol would after its convergence delay (the simulator calls it that long after a
+failure). Static SRv6 tables never change; MRC senders route around dead paths themselves.
 """
 
 from __future__ import annotations
@@ -54,11 +59,21 @@ class EcmpRouting(Routing):
         self.hash = EcmpHash(seed)
         self._clos = topo if isinstance(topo, MultiPlaneClos) else None
         self._next: list[dict[int, tuple[int, ...]]] = []
+        self.dead: frozenset[tuple[int, int]] = frozenset()
+        self._clos_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         if self._clos is None:
             self._build_tables(topo)
 
+    def withdraw(self, dead: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> None:
+        """Route around ``dead`` (node, port) pairs from now on (the routing protocol has converged)."""
+        self.dead = frozenset(dead)
+        self._clos_cache.clear()
+        if self._clos is None:
+            self._build_tables(self.topo)
+
     def _build_tables(self, topo: Topology) -> None:
         n = topo.num_nodes()
+        dead = self.dead
         ports = [topo.ports(v) for v in range(n)]
         self._next = [{} for _ in range(n)]
         for dst in range(topo.num_hosts):
@@ -70,13 +85,15 @@ class EcmpRouting(Routing):
                 if v != dst and v < topo.num_hosts:
                     continue  # hosts do not forward
                 for r in ports[v]:
-                    if dist[r.peer] < 0:
+                    if dist[r.peer] < 0 and (r.peer, r.peer_port) not in dead:
                         dist[r.peer] = dist[v] + 1
                         q.append(r.peer)
             for v in range(topo.num_hosts, n):
                 d = dist[v]
                 if d > 0:
-                    hops = tuple(r.port for r in ports[v] if dist[r.peer] == d - 1)
+                    hops = tuple(
+                        r.port for r in ports[v] if dist[r.peer] == d - 1 and (v, r.port) not in dead
+                    )
                     if hops:
                         self._next[v][dst] = hops
 
@@ -84,12 +101,29 @@ class EcmpRouting(Routing):
         c = self._clos
         if c is None:
             return self._next[switch].get(dst, ())
-        role, _plane, index = c.switch_info(switch)
+        role, plane, index = c.switch_info(switch)
         if role is Role.T0:
             if dst // c.hosts_per_t0 == index:
                 return (dst % c.hosts_per_t0,)
+            if self.dead:
+                return self._clos_up(switch, plane, dst // c.hosts_per_t0)
             return tuple(range(c.hosts_per_t0, c.hosts_per_t0 + c.uplinks))
         return (dst // c.hosts_per_t0,)
+
+    def _clos_up(self, switch: int, plane: int, dst_t0: int) -> tuple[int, ...]:
+        """A T0's uplinks that are alive and whose T1 still has a live link down to ``dst_t0``."""
+        key = (switch, dst_t0)
+        hops = self._clos_cache.get(key)
+        if hops is None:
+            c = self._clos
+            assert c is not None
+            dead, hpt = self.dead, c.hosts_per_t0
+            hops = self._clos_cache[key] = tuple(
+                hpt + u
+                for u in range(c.uplinks)
+                if (switch, hpt + u) not in dead and (c.t1(plane, u), dst_t0) not in dead
+            )
+        return hops
 
     def port(self, switch: int, p: SimPacket) -> int:
         hops = self.candidates(switch, p.dst)

@@ -1,0 +1,259 @@
+"""What a simulation measured: per-flow completion times and goodput, fabric counters, per-link
+utilisation, and time series (job goodput, EV states) sampled on simulated time.
+
+`Sampler` is one periodic simulator event: every ``interval`` ns it reads a cumulative "bytes delivered to
+receivers" counter (the transports' own: bytes the MRC responders placed, in-order bytes the RoCE receivers
+accepted) and drains every MRC NIC's EV event queue, so the series cost nothing between samples and the
+EV timeline loses no event. `SimResults` gathers everything `FabricSim.run` returns; `write_results` puts
+it on disk (results.json, flows.csv, links.csv, series.csv) for `openmrc.sim.plots`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openmrc.ev.state import EVState
+
+if TYPE_CHECKING:
+    from openmrc.sim.clos_sim import Flow
+    from openmrc.sim.engine import Simulator
+    from openmrc.transport import Nic
+
+__all__ = ["LinkStat", "Sample", "Sampler", "SimResults", "percentile", "write_results"]
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q`` (0..1) quantile by the nearest-rank rule (what htsim-style reports use)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, -(-int(q * 1_000_000) * len(sorted_values) // 1_000_000))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One point of the time series."""
+
+    time_ns: int
+    delivered_bytes: int
+    """Cumulative bytes receivers accepted (each byte once)."""
+    goodput_bps: float
+    """Rate over the interval that ended here."""
+    evs_bad: int
+    """EVs currently ASSUMED_BAD over every MRC QP of the fabric."""
+    ev_to_bad: int
+    """EVs that became ASSUMED_BAD during the interval."""
+    ev_to_good: int
+    """EVs that probes restored to GOOD during the interval."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStat:
+    """One direction of one link over the whole run."""
+
+    node: int
+    port: int
+    peer: int
+    bps: int
+    sent_bytes: int
+    utilisation: float
+    drops: int
+    losses: int
+    trims: int
+    ecn_marks: int
+
+
+class Sampler:
+    """Samples ``delivered()`` and the NICs' EV events every ``interval`` ns of simulated time."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        interval: int,
+        delivered: Callable[[], int],
+        nics: Callable[[], list[tuple[int, Nic]]],
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"sample interval {interval} ns must be positive")
+        self.sim = sim
+        self.interval = interval
+        self._delivered = delivered
+        self._nics = nics
+        self.samples: list[Sample] = []
+        self.ev_log: list[tuple[int, int, int, int, str]] = []  # (ns, host index, qp, port, new state)
+        self.ev_log_limit = 100_000
+        self._last = (0, 0)
+        self._bad = 0
+        sim.schedule(sim.now, self._tick)
+
+    def _tick(self, _: object = None) -> None:
+        self.sample()
+        self.sim.schedule(self.sim.now + self.interval, self._tick)
+
+    def sample(self) -> Sample:
+        now = self.sim.now
+        to_bad = to_good = 0
+        log = self.ev_log
+        for host, nic in self._nics():
+            events = nic.ev_events
+            while events:
+                ev = events.popleft()
+                if ev.state is EVState.ASSUMED_BAD:
+                    to_bad += 1
+                elif ev.state is EVState.GOOD:
+                    to_good += 1
+                if len(log) < self.ev_log_limit:
+                    log.append((ev.time, host, ev.qp_num, ev.port, ev.state.name))
+        self._bad += to_bad - to_good
+        got = self._delivered()
+        t0, b0 = self._last
+        rate = (got - b0) * 8e9 / (now - t0) if now > t0 else 0.0
+        self._last = (now, got)
+        s = Sample(now, got, rate, self._bad, to_bad, to_good)
+        self.samples.append(s)
+        return s
+
+
+@dataclass(slots=True)
+class SimResults:
+    flows: list[Flow]
+    now: int
+    events: int
+    counters: dict[str, int] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    links: list[LinkStat] = field(default_factory=list)
+    ev_log: list[tuple[int, int, int, int, str]] = field(default_factory=list)
+    failures: list[tuple[int, str]] = field(default_factory=list)
+    """(time ns, description) of every failure event, for plots."""
+
+    def fcts_us(self, tag: str | None = None) -> list[float]:
+        return sorted(
+            f.fct_ns / 1000 for f in self.flows if f.fct_ns is not None and (tag is None or f.tag == tag)
+        )
+
+    def job_time_ns(self, tag: str | None = None) -> int | None:
+        """First start to last finish of the flows (with ``tag``), if they all finished."""
+        fl = [f for f in self.flows if tag is None or f.tag == tag]
+        if not fl or any(f.finish is None or f.start is None for f in fl):
+            return None
+        return max(f.finish for f in fl if f.finish is not None) - min(
+            f.start for f in fl if f.start is not None
+        )
+
+    def summary(self) -> dict[str, Any]:
+        fcts = self.fcts_us()
+        done = len(fcts)
+        out: dict[str, Any] = {
+            "flows": len(self.flows),
+            "completed": done,
+            "sim_time_us": self.now / 1000,
+            "events": self.events,
+            **self.counters,
+        }
+        if fcts:
+            out |= {
+                "median_fct_us": statistics.median(fcts),
+                "p99_fct_us": fcts[min(done - 1, int(0.99 * done))],
+                "max_fct_us": fcts[-1],
+            }
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """`summary` plus job figures, per-tag FCTs and link utilisation: what results.json holds."""
+        out = self.summary()
+        job = self.job_time_ns()
+        if job:
+            total = sum(f.size for f in self.flows)
+            out["job_time_us"] = job / 1000
+            out["job_goodput_gbps"] = total * 8 / job
+        for tag in sorted({f.tag for f in self.flows if f.tag}):
+            fc = self.fcts_us(tag)
+            if fc:
+                out[f"{tag}_median_fct_us"] = statistics.median(fc)
+                out[f"{tag}_max_fct_us"] = fc[-1]
+            t = self.job_time_ns(tag)
+            if t:
+                out[f"{tag}_time_us"] = t / 1000
+        used = [link.utilisation for link in self.links if link.sent_bytes]
+        if used:
+            out["link_util_max"] = max(used)
+            out["link_util_mean_used"] = sum(used) / len(used)
+        if self.samples:
+            out["ev_to_bad"] = sum(s.ev_to_bad for s in self.samples)
+            out["ev_to_good"] = sum(s.ev_to_good for s in self.samples)
+        return out
+
+
+def write_results(res: SimResults, out: Path, meta: dict[str, Any] | None = None, prefix: str = "") -> None:
+    """``{prefix}results.json`` (the report and ``meta``), ``flows.csv`` (one row per flow), ``links.csv``
+    (links that carried traffic), ``series.csv`` (the sampled time series) and ``ev_events.csv``."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"meta": meta or {}, "summary": res.report(), "failures": res.failures}
+    (out / f"{prefix}results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    with open(out / f"{prefix}flows.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            ["id", "tag", "src", "dst", "size", "start_us", "finish_us", "fct_us", "goodput_gbps", "status"]
+        )
+        for fl in res.flows:
+            fct, gp = fl.fct_ns, fl.goodput_bps
+            w.writerow(
+                [
+                    fl.id,
+                    fl.tag,
+                    fl.src,
+                    fl.dst,
+                    fl.size,
+                    "" if fl.start is None else fl.start / 1000,
+                    "" if fl.finish is None else fl.finish / 1000,
+                    "" if fct is None else fct / 1000,
+                    "" if gp is None else round(gp / 1e9, 3),
+                    "" if fl.status is None else fl.status.name,
+                ]
+            )
+    with open(out / f"{prefix}links.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            ["node", "port", "peer", "gbps", "sent_bytes", "utilisation", "drops", "losses", "trims", "ecn"]
+        )
+        for link in res.links:
+            if link.sent_bytes or link.drops or link.losses:
+                w.writerow(
+                    [
+                        link.node,
+                        link.port,
+                        link.peer,
+                        link.bps / 1e9,
+                        link.sent_bytes,
+                        round(link.utilisation, 4),
+                        link.drops,
+                        link.losses,
+                        link.trims,
+                        link.ecn_marks,
+                    ]
+                )
+    with open(out / f"{prefix}series.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["time_us", "delivered_bytes", "goodput_gbps", "evs_bad", "ev_to_bad", "ev_to_good"])
+        for s in res.samples:
+            w.writerow(
+                [
+                    s.time_ns / 1000,
+                    s.delivered_bytes,
+                    round(s.goodput_bps / 1e9, 3),
+                    s.evs_bad,
+                    s.ev_to_bad,
+                    s.ev_to_good,
+                ]
+            )
+    with open(out / f"{prefix}ev_events.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["time_us", "host", "qp", "port", "state"])
+        for t, h, q, p, st in res.ev_log:
+            w.writerow([t / 1000, h, q, p, st])

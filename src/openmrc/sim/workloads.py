@@ -1,0 +1,158 @@
+"""Workloads: the traffic patterns the simulator runs, each a function that adds flows to a `FabricSim`.
+
+* `permutation`: every host sends ``size`` bytes to one other host, no host receives twice (seeded).
+* `incast`: ``senders`` hosts (the farthest from the target, so their traffic crosses the fabric's upper
+  tier) send ``size`` bytes each to one host; optionally a victim flow from another sender to another host
+  under the target's T0 shares the congested uplinks but not the congested downlink.
+* `all_to_all`: every host sends ``size`` bytes to every other host, each host's messages posted in a
+  staggered order (host h starts with h+1) as collective libraries do.
+* `ring_allreduce`: NCCL's ring algorithm over ``ranks``: the buffer is cut into one chunk per rank;
+  2·(N−1) steps (reduce-scatter then all-gather), where rank r sends chunk to rank r+1 in step k once it
+  has received step k−1 from rank r−1. Each step is a Write-with-Immediate, so the receiver's completion
+  is what releases the next step.
+* `connection_matrix`: an htsim ``.cm`` file (`openmrc.sim.htsim_cm`): start times, sizes, triggers
+  (oneshot, multishot, barrier) fired by send-done or receive-done.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.fabric.fattree import FoldedClos
+from openmrc.sim.clos_sim import FabricSim, Flow, Trigger
+
+if TYPE_CHECKING:
+    from openmrc.sim.htsim_cm import ConnectionMatrix
+
+__all__ = ["all_to_all", "connection_matrix", "incast", "permutation", "ring_allreduce"]
+
+
+def permutation(sim: FabricSim, size: int, *, seed: int = 1, start: int = 0, tag: str = "perm") -> list[Flow]:
+    """Host s sends to perm[s] (a seeded shuffle; hosts that draw themselves stay idle, as in htsim)."""
+    hosts = sim.topo.num_hosts
+    perm = list(range(hosts))
+    random.Random(seed).shuffle(perm)
+    return [sim.add_flow(s, d, size, start, tag=tag) for s, d in enumerate(perm) if s != d]
+
+
+def _hosts_per_t0(sim: FabricSim) -> int:
+    topo = sim.topo
+    if isinstance(topo, MultiPlaneClos):
+        return topo.hosts_per_t0
+    if isinstance(topo, FoldedClos):
+        return topo.hosts_per_tor
+    return 1
+
+
+def incast(
+    sim: FabricSim,
+    size: int,
+    *,
+    senders: int,
+    target: int = 0,
+    start: int = 0,
+    victim: bool = False,
+    victim_size: int | None = None,
+) -> list[Flow]:
+    """``senders`` → ``target``, tag "incast"; with ``victim``, one more flow (tag "victim") from a host
+    that does not take part to a neighbour of the target under the same T0."""
+    hosts = sim.topo.num_hosts
+    if not 0 <= target < hosts:
+        raise ValueError(f"incast target {target} outside 0..{hosts - 1}")
+    if not 1 <= senders < hosts - (2 if victim else 0):
+        raise ValueError(f"incast: {senders} senders do not fit {hosts} hosts")
+    others = [h for h in range(hosts) if h != target]
+    chosen = others[-senders:]  # the farthest hosts: their traffic crosses the upper tier
+    flows = [sim.add_flow(s, target, size, start, tag="incast") for s in chosen]
+    if victim:
+        hpt = _hosts_per_t0(sim)
+        base = target - target % hpt
+        neighbours = [h for h in range(base, min(base + hpt, hosts)) if h != target and h not in chosen]
+        free = [h for h in others if h not in chosen and h not in neighbours]
+        if not neighbours or not free:
+            raise ValueError("incast victim: no free host under the target's T0 or no free sender")
+        flows.append(sim.add_flow(free[-1], neighbours[0], victim_size or size, start, tag="victim"))
+    return flows
+
+
+def all_to_all(sim: FabricSim, size: int, *, hosts: list[int] | None = None, start: int = 0) -> list[Flow]:
+    """Every host of ``hosts`` (default all) sends ``size`` bytes to every other, tag "alltoall"."""
+    group = list(range(sim.topo.num_hosts)) if hosts is None else hosts
+    n = len(group)
+    if n < 2:
+        raise ValueError("all-to-all needs at least two hosts")
+    flows = []
+    for i, s in enumerate(group):
+        for k in range(1, n):
+            flows.append(sim.add_flow(s, group[(i + k) % n], size, start, tag="alltoall"))
+    return flows
+
+
+def ring_allreduce(
+    sim: FabricSim,
+    size: int,
+    *,
+    ranks: list[int] | None = None,
+    order_seed: int | None = None,
+    start: int = 0,
+) -> list[Flow]:
+    """All-reduce of ``size`` bytes per rank over a ring of ``ranks`` (default every host in order; with
+    ``order_seed``, a seeded shuffle of them, so more neighbours sit under different T0s). Tag
+    "allreduce"; the job time is first start to last receive."""
+    group = list(range(sim.topo.num_hosts)) if ranks is None else list(ranks)
+    if order_seed is not None:
+        random.Random(order_seed).shuffle(group)
+    n = len(group)
+    if n < 2 or len(set(group)) != n:
+        raise ValueError("ring all-reduce needs at least two distinct ranks")
+    chunk = max(1, -(-size // n))
+    steps = 2 * (n - 1)
+    flows: list[Flow] = []
+    # released[r] = the trigger that rank r's next step waits for: rank r-1's message arriving at rank r
+    released: list[Trigger | None] = [None] * n
+    for k in range(steps):
+        arrivals = [Trigger(name=f"step {k} at rank {r}") if k + 1 < steps else None for r in range(n)]
+        for r in range(n):
+            nxt = (r + 1) % n
+            trig = released[r]
+            f = sim.add_flow(
+                group[r],
+                group[nxt],
+                chunk,
+                start if trig is None else None,
+                tag="allreduce",
+                imm=True,
+                trigger=trig,
+                recv_done=arrivals[nxt],
+            )
+            flows.append(f)
+        released = arrivals
+    return flows
+
+
+def connection_matrix(sim: FabricSim, cm: ConnectionMatrix, *, start: int = 0) -> list[Flow]:
+    """Replay an htsim connection matrix: connections start at their time (µs, plus ``start`` ns) or when
+    their trigger fires; send-done / receive-done fire triggers; a barrier fires after ``count``
+    arrivals. The matrix's host count must equal the fabric's."""
+    if cm.nodes != sim.topo.num_hosts:
+        raise ValueError(f"connection matrix has {cm.nodes} nodes, the fabric {sim.topo.num_hosts} hosts")
+    triggers = {
+        t.id: Trigger(t.count if t.kind == "barrier" else 1, name=f"trigger {t.id}") for t in cm.triggers
+    }
+    flows = []
+    for c in cm.connections:
+        flows.append(
+            sim.add_flow(
+                c.src,
+                c.dst,
+                c.size,
+                None if c.trigger is not None else start + (c.start_us or 0) * 1000,
+                tag="cm",
+                trigger=None if c.trigger is None else triggers[c.trigger],
+                send_done=None if c.send_done_trigger is None else triggers[c.send_done_trigger],
+                recv_done=None if c.recv_done_trigger is None else triggers[c.recv_done_trigger],
+            )
+        )
+    return flows
