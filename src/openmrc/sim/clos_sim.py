@@ -20,7 +20,7 @@ from openmrc.fabric.srv6 import UsidPlan
 from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import Simulator
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
-from openmrc.sim.roce import RoceConfig, RoceHost, RoceQp, new_qpn
+from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
 from openmrc.transport import (
     Access,
@@ -75,6 +75,8 @@ class ClosSimConfig:
     """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
     roce_window: int = 64
     """RoCE only: packets in flight per QP."""
+    dcqcn: bool = False
+    """RoCE only: DCQCN congestion control (CNPs, per-QP rate pacing) with `DcqcnConfig`'s defaults."""
 
 
 @dataclass(slots=True)
@@ -134,7 +136,10 @@ class FabricSim:
             raise ValueError(f"ClosSimConfig.transport: {cfg.transport!r} is not 'mrc' or 'roce'")
         if cfg.transport == "roce" and cfg.routing != "ecmp":
             raise ValueError("ClosSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
-        self.roce = RoceConfig(mtu=cfg.mtu, window=cfg.roce_window) if cfg.transport == "roce" else None
+        dcqcn = DcqcnConfig() if cfg.dcqcn else None
+        self.roce = (
+            RoceConfig(mtu=cfg.mtu, window=cfg.roce_window, dcqcn=dcqcn) if cfg.transport == "roce" else None
+        )
         self._qpns: set[int] = set()
         self._roce_flows: dict[int, Flow] = {}
         self.sim = Simulator()
@@ -190,7 +195,7 @@ class FabricSim:
                         buffer=1 << 62 if is_host else buffer,
                         ecn=None if is_host else ecn,
                         trimming=cfg.trimming and not is_host,
-                        last_hop=not is_host and to_host,
+                        last_hop=not is_host and to_host and self.roce is None,  # RoCE marks the last hop too
                         rng=port_rng,
                     )
                 )
