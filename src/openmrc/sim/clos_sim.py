@@ -19,7 +19,7 @@ from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import Simulator
 from openmrc.sim.metrics import LinkStat, Sampler, SimResults
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
-from openmrc.sim.roce import RoceConfig, RoceHost, RoceQp, new_qpn
+from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
 from openmrc.transport import (
     Access,
@@ -90,6 +90,8 @@ class ClosSimConfig:
     """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
     roce_window: int = 64
     """RoCE only: packets in flight per QP."""
+    dcqcn: bool = False
+    """RoCE only: DCQCN congestion control (CNPs, per-QP rate pacing) with `DcqcnConfig`'s defaults."""
     ecmp_reconverge_ns: int | None = 100_000
     """ECMP routing only: how long after a link changes state the switches hash around dead links (the
     routing protocol's convergence; real fabrics take 50 ms to seconds, kept short here so that short runs
@@ -154,7 +156,10 @@ class FabricSim:
             raise ValueError(f"ClosSimConfig.transport: {cfg.transport!r} is not 'mrc' or 'roce'")
         if cfg.transport == "roce" and cfg.routing != "ecmp":
             raise ValueError("ClosSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
-        self.roce = RoceConfig(mtu=cfg.mtu, window=cfg.roce_window) if cfg.transport == "roce" else None
+        dcqcn = DcqcnConfig() if cfg.dcqcn else None
+        self.roce = (
+            RoceConfig(mtu=cfg.mtu, window=cfg.roce_window, dcqcn=dcqcn) if cfg.transport == "roce" else None
+        )
         self._qpns: set[int] = set()
         self._roce_flows: dict[int, Flow] = {}
         self.sim = Simulator()
@@ -214,7 +219,7 @@ class FabricSim:
                         buffer=1 << 62 if is_host else buffer,
                         ecn=None if is_host else ecn,
                         trimming=cfg.trimming and not is_host,
-                        last_hop=not is_host and to_host,
+                        last_hop=not is_host and to_host and self.roce is None,  # RoCE marks the last hop too
                         rng=port_rng,
                     )
                 )
@@ -654,6 +659,9 @@ class FabricSim:
         out = {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
         if losses:
             out["losses"] = losses
+        cnps = sum(n.cnps_sent for n in self.nodes if isinstance(n, RoceHost))
+        if cnps:
+            out["cnps"] = cnps
         if self.reconvergences:
             out["reconvergences"] = self.reconvergences
         return out

@@ -1,4 +1,5 @@
-"""The RoCEv2 baseline: one path per QP (ECMP-hashed UDP source port), go-back-N, no PFC (lossy fabric).
+"""The RoCEv2 baseline: one path per QP (ECMP-hashed UDP source port), go-back-N, no PFC (lossy fabric),
+optionally DCQCN congestion control.
 
 A flow of ``size`` bytes is split over ``qps`` queue pairs, each with its own UDP source port (so ECMP may
 put them on different paths). A QP keeps up to ``window`` packets in flight. The receiver accepts only the
@@ -6,6 +7,27 @@ next expected PSN: anything else is dropped, and the first out-of-order arrival 
 NAK (PSN sequence error) carrying the expected PSN, upon which the sender goes back to it and resends
 everything from there. A retransmission timeout does the same. ACKs are cumulative, one per ``ack_every``
 packets and on the last. Trimmed packets are simply lost to RoCE (it has no trim NACK).
+
+DCQCN: theory of operation
+--------------------------
+DCQCN (Zhu et al., "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015, §3) is rate-based
+and has three parts. The congestion point (a switch, `openmrc.sim.network.Port`) ECN-marks data packets
+by RED on its queue length, on every hop including the last. The notification point (the receiving NIC)
+answers a marked packet with a CNP (a BTH-only packet, opcode `CNP_OPCODE`) to the sending QP, at most
+one per ``cnp_interval_ns`` per QP. The reaction point (the sending NIC, `ReactionPoint`) keeps, per QP,
+a current rate Rc, a target rate Rt and an estimate alpha of the marked fraction:
+
+- on a CNP: Rt = Rc, Rc = Rc·(1 − alpha/2), alpha = (1 − g)·alpha + g, and the increase state restarts;
+- every ``alpha_period_ns`` without a CNP: alpha = (1 − g)·alpha;
+- every ``rate_timer_ns`` and every ``byte_counter`` bytes sent, an increase event: while both the timer
+  count T and the byte-counter count BC are at most F, fast recovery (Rc = (Rt + Rc)/2); once one of them
+  passes F, additive increase (Rt += R_AI first); once both have, hyper increase (Rt += R_HAI first).
+
+Rates stay within [``min_rate_bps``, line rate]. When Rc and Rt are back at line rate the QP leaves rate
+limiting (as a NIC frees its rate limiter): its timers stop and the next CNP starts from alpha =
+``alpha_init`` again. The sender paces each QP: a packet goes no earlier than the previous one's send time
+plus its size at Rc, on top of the window limit. Every timer is a simulator event, so runs are
+deterministic.
 """
 
 from __future__ import annotations
@@ -22,9 +44,40 @@ from openmrc.wire import AETH, BTH, METH, RETH, AethSyndrome, Opcode, Packet
 if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
 
-__all__ = ["RoceConfig", "RoceHost", "RoceQp"]
+__all__ = ["CNP_OPCODE", "DcqcnConfig", "ReactionPoint", "RoceConfig", "RoceHost", "RoceQp"]
 
 _EMPTY = memoryview(b"")
+
+#: The RoCEv2 CNP opcode (InfiniBand Annex A17). It is no MRC opcode, so `Packet.encode_headers` would
+#: reject it; the simulator never encodes packets.
+CNP_OPCODE = 0x81
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DcqcnConfig:
+    """DCQCN parameters: the paper's (SIGCOMM 2015, §3 and §5) and common NIC defaults, rates for 100G."""
+
+    g: float = 1 / 256
+    """Gain of the alpha estimate (the paper's g)."""
+    alpha_init: float = 1.0
+    """Alpha when a QP's rate limiting starts: the first CNP halves the rate."""
+    alpha_period_ns: int = 55_000
+    """Alpha decays by (1 − g) every this long without a CNP (the paper's K = 55 µs)."""
+    rate_timer_ns: int = 55_000
+    """Rate-increase timer period (the paper's T = 55 µs), restarted by every CNP."""
+    byte_counter: int = 10_000_000
+    """Rate-increase byte counter (the paper's B = 10 MB of data sent by the QP)."""
+    fast_recovery_steps: int = 5
+    """Increase events of each kind (timer, byte counter) spent in fast recovery (the paper's F)."""
+    rai_bps: int = 5_000_000_000
+    """Additive increase R_AI. The paper's 40 Mb/s at 40G recovers in tens of ms; 5 Gb/s, as is common in
+    100G simulations, lets a rate recover within the few hundred µs a simulated flow lasts."""
+    rhai_bps: int = 50_000_000_000
+    """Hyper increase R_HAI: ten times R_AI, QCN's ratio."""
+    min_rate_bps: int = 100_000_000
+    """Floor of the current rate."""
+    cnp_interval_ns: int = 50_000
+    """The notification point sends at most one CNP per QP per this long (50 µs)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +90,101 @@ class RoceConfig:
     """Retransmission timeout."""
     ack_every: int = 4
     """The receiver ACKs every this many in-order packets (and the last of a flow)."""
+    dcqcn: DcqcnConfig | None = None
+    """DCQCN congestion control (CNPs, per-QP rate pacing); None: window-limited only, no CNPs."""
+
+
+class ReactionPoint:
+    """DCQCN's sender side for one QP: the rate Rc, target Rt and alpha, and its two timers' deadlines.
+
+    Sans-IO: the caller reports CNPs (`on_cnp`), bytes sent (`on_sent`) and timer expiry (`on_timer`) with
+    the time, and schedules `on_timer` for `next_deadline`.
+    """
+
+    __slots__ = (
+        "alpha",
+        "alpha_at",
+        "byte_events",
+        "bytes",
+        "cfg",
+        "cnp_seen",
+        "increase_at",
+        "line_bps",
+        "rate",
+        "target",
+        "timer_events",
+    )
+
+    def __init__(self, cfg: DcqcnConfig, line_bps: int) -> None:
+        self.cfg = cfg
+        self.line_bps = line_bps
+        self.rate = line_bps
+        self.target = line_bps
+        self.alpha = cfg.alpha_init
+        self.alpha_at: int | None = None  # None: not rate limiting, no timers
+        self.increase_at: int | None = None
+        self.cnp_seen = False
+        self.timer_events = 0
+        self.byte_events = 0
+        self.bytes = 0
+
+    @property
+    def limiting(self) -> bool:
+        """Whether the QP is rate limited (a CNP came and the rate has not yet recovered)."""
+        return self.alpha_at is not None
+
+    def next_deadline(self) -> int | None:
+        if self.alpha_at is None or self.increase_at is None:
+            return self.alpha_at
+        return min(self.alpha_at, self.increase_at)
+
+    def on_cnp(self, now: int) -> None:
+        cfg = self.cfg
+        if self.alpha_at is None:
+            self.alpha_at = now + cfg.alpha_period_ns
+        self.target = self.rate
+        self.rate = max(cfg.min_rate_bps, int(self.rate * (1 - self.alpha / 2)))
+        self.alpha = (1 - cfg.g) * self.alpha + cfg.g
+        self.cnp_seen = True
+        self.timer_events = self.byte_events = self.bytes = 0
+        self.increase_at = now + cfg.rate_timer_ns
+
+    def on_sent(self, nbytes: int) -> None:
+        if self.alpha_at is None:
+            return
+        self.bytes += nbytes
+        while self.bytes >= self.cfg.byte_counter and self.alpha_at is not None:
+            self.bytes -= self.cfg.byte_counter
+            self.byte_events += 1
+            self._increase()
+
+    def on_timer(self, now: int) -> None:
+        cfg = self.cfg
+        if self.alpha_at is not None and self.alpha_at <= now:
+            if not self.cnp_seen:
+                self.alpha *= 1 - cfg.g
+            self.cnp_seen = False
+            self.alpha_at = now + cfg.alpha_period_ns
+        if self.increase_at is not None and self.increase_at <= now:
+            self.timer_events += 1
+            self.increase_at = now + cfg.rate_timer_ns
+            self._increase()
+
+    def _increase(self) -> None:
+        cfg = self.cfg
+        f = cfg.fast_recovery_steps
+        if min(self.timer_events, self.byte_events) > f:
+            self.target += cfg.rhai_bps
+        elif max(self.timer_events, self.byte_events) > f:
+            self.target += cfg.rai_bps
+        line = self.line_bps
+        self.target = min(self.target, line)
+        self.rate = min(line, max(cfg.min_rate_bps, -(-(self.target + self.rate) // 2)))
+        if self.rate == self.target == line:  # recovered: free the rate limiter
+            self.alpha = cfg.alpha_init
+            self.alpha_at = self.increase_at = None
+            self.cnp_seen = False
+            self.timer_events = self.byte_events = self.bytes = 0
 
 
 class RoceQp:
@@ -44,6 +192,7 @@ class RoceQp:
 
     __slots__ = (
         "acked",
+        "cnp_at",
         "done_at",
         "dst",
         "expected",
@@ -54,6 +203,9 @@ class RoceQp:
         "npkts",
         "qpn",
         "rcv_count",
+        "ready_at",
+        "rp",
+        "rp_at",
         "rto_at",
         "size",
         "sport",
@@ -76,6 +228,10 @@ class RoceQp:
         self.rto_at = 0
         self.last_progress = 0
         self.done_at: int | None = None
+        self.rp: ReactionPoint | None = None  # DCQCN only
+        self.ready_at = 0  # DCQCN pacing: the next packet may go at this time
+        self.rp_at: int | None = None  # the reaction point's scheduled timer
+        self.cnp_at: int | None = None  # receiver side: when the last CNP went
 
 
 class RoceHost(Node):
@@ -84,9 +240,11 @@ class RoceHost(Node):
     __slots__ = (
         "_by_qpn",
         "cfg",
+        "cnps_received",
+        "cnps_sent",
         "on_done",
         "on_received",
-        "pace_pending",
+        "pace_at",
         "qps",
         "rcv",
         "resent",
@@ -101,15 +259,19 @@ class RoceHost(Node):
         self.qps: list[RoceQp] = []  # sending QPs, in start order
         self._by_qpn: dict[int, RoceQp] = {}
         self.rcv: dict[int, RoceQp] = {}  # receiving QPs by QPN
-        self.pace_pending = False
+        self.pace_at: int | None = None  # the pending pace event
         self.timer_pending = False
         self.on_done: Callable[[RoceQp], None] | None = None
         self.on_received: Callable[[RoceQp], None] | None = None  # the receiver got a QP's last byte
         self.resent = 0
+        self.cnps_sent = 0
+        self.cnps_received = 0
 
     def add_sender(self, qp: RoceQp) -> None:
         self.qps.append(qp)
         self._by_qpn[qp.qpn] = qp
+        if self.cfg.dcqcn is not None:
+            qp.rp = ReactionPoint(self.cfg.dcqcn, self.ports[0].bps)
 
     # -- sending ---------------------------------------------------------------------------------------------
     def _packet(self, qp: RoceQp, psn: int) -> SimPacket:
@@ -126,16 +288,25 @@ class RoceHost(Node):
         sp = SimPacket(pkt, size + HEADER_BYTES, 0, self.id, qp.dst, 1, qp.sport)
         return sp
 
+    def _can_send(self, qp: RoceQp) -> bool:
+        return qp.done_at is None and qp.next_psn < qp.npkts and qp.next_psn - qp.acked < self.cfg.window
+
     def pump(self, now: int) -> None:
         port = self.ports[0]
+        paced = self.cfg.dcqcn is not None
         sent = True
         while sent:
             sent = False
             for qp in self.qps:
                 if port.free_at - now >= port.pace_ns:
                     break
-                if qp.done_at is None and qp.next_psn < qp.npkts and qp.next_psn - qp.acked < self.cfg.window:
-                    port.send(self._packet(qp, qp.next_psn), now)
+                if self._can_send(qp) and (not paced or qp.ready_at <= now):
+                    sp = self._packet(qp, qp.next_psn)
+                    port.send(sp, now)
+                    if qp.rp is not None:
+                        qp.ready_at = now + sp.size * 8_000_000_000 // qp.rp.rate
+                        qp.rp.on_sent(sp.size)
+                        self._arm_rp(qp)
                     if qp.next_psn < qp.high:
                         self.resent += 1
                     qp.next_psn += 1
@@ -143,16 +314,22 @@ class RoceHost(Node):
                     if qp.rto_at <= now:
                         qp.rto_at = now + self.cfg.rto_ns
                     sent = True
-        if not self.pace_pending and any(
-            q.done_at is None and q.next_psn < q.npkts and q.next_psn - q.acked < self.cfg.window
-            for q in self.qps
-        ):
-            self.pace_pending = True
-            self.sim.schedule(max(port.free_at - port.pace_ns, now + 1), self._pace, None)
+        if paced:
+            ready = [q.ready_at for q in self.qps if self._can_send(q)]
+            if ready:
+                at = max(port.free_at - port.pace_ns, min(ready), now + 1)
+                if self.pace_at is None or at < self.pace_at:  # a QP may become ready before the pending one
+                    self.pace_at = at
+                    self.sim.schedule(at, self._pace, at)
+        elif self.pace_at is None and any(self._can_send(q) for q in self.qps):
+            self.pace_at = at = max(port.free_at - port.pace_ns, now + 1)
+            self.sim.schedule(at, self._pace, at)
         self._arm(now)
 
-    def _pace(self, _: None) -> None:
-        self.pace_pending = False
+    def _pace(self, at: int) -> None:
+        if at != self.pace_at:
+            return  # superseded by an earlier one
+        self.pace_at = None
         self.pump(self.sim.now)
 
     def _arm(self, now: int) -> None:
@@ -170,6 +347,22 @@ class RoceHost(Node):
                 q.rto_at = now + self.cfg.rto_ns
         self.pump(now)
 
+    def _arm_rp(self, qp: RoceQp) -> None:
+        assert qp.rp is not None
+        at = qp.rp.next_deadline()
+        if at is not None and at != qp.rp_at:
+            qp.rp_at = at
+            self.sim.schedule(at, self._rp_timer, (qp, at))
+
+    def _rp_timer(self, arg: tuple[RoceQp, int]) -> None:
+        qp, at = arg
+        if at != qp.rp_at or qp.done_at is not None:
+            return  # superseded, or the QP has finished
+        assert qp.rp is not None
+        qp.rp_at = None
+        qp.rp.on_timer(self.sim.now)
+        self._arm_rp(qp)
+
     # -- receiving -------------------------------------------------------------------------------------------
     def arrive(self, p: SimPacket) -> None:
         now = self.sim.now
@@ -177,9 +370,14 @@ class RoceHost(Node):
         if pkt.bth.opcode == Opcode.ACK:
             self._on_ack(pkt, now)
             return
+        if pkt.bth.opcode == CNP_OPCODE:
+            self._on_cnp(pkt, now)
+            return
         qp = self.rcv.get(pkt.bth.dest_qp)
         if qp is None:
             return
+        if p.ecn and self.cfg.dcqcn is not None:
+            self._notify(qp, self.cfg.dcqcn, now)
         psn = pkt.bth.psn
         if p.trim is not TrimMark.NONE or psn != qp.expected & 0xFFFFFF:
             if psn != qp.expected & 0xFFFFFF and not qp.nak_sent and (psn - qp.expected) & 0xFFFFFF < 1 << 23:
@@ -193,6 +391,24 @@ class RoceHost(Node):
             self.on_received(qp)
         if qp.rcv_count % self.cfg.ack_every == 0 or qp.expected == qp.npkts:
             self._ack(qp, AethSyndrome.ACK, now)
+
+    def _notify(self, qp: RoceQp, dcqcn: DcqcnConfig, now: int) -> None:
+        """The notification point: a marked packet asks for a CNP, at most one per interval per QP."""
+        if qp.cnp_at is not None and now - qp.cnp_at < dcqcn.cnp_interval_ns:
+            return
+        qp.cnp_at = now
+        self.cnps_sent += 1
+        pkt = Packet(BTH(CNP_OPCODE, dest_qp=qp.qpn), payload=_EMPTY)
+        self.ports[0].send(SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, 1, qp.sport ^ 0x8000), now)
+
+    def _on_cnp(self, pkt: Packet, now: int) -> None:
+        q = self._by_qpn.get(pkt.bth.dest_qp)
+        if q is None or q.rp is None:
+            return
+        self.cnps_received += 1
+        if q.done_at is None:
+            q.rp.on_cnp(now)
+            self._arm_rp(q)
 
     def _ack(self, qp: RoceQp, syndrome: AethSyndrome, now: int) -> None:
         pkt = Packet(
