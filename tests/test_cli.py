@@ -1,7 +1,8 @@
-"""The openmrc command line: pcap, decode, wireshark-plugin and the demo."""
+"""The openmrc command line: pcap, decode, wireshark-plugin, the tour and the demo."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -62,7 +63,23 @@ def test_wireshark_plugin_path_exists() -> None:
     assert 'Proto("mrc"' in path.read_text()
 
 
-def test_demo_runs() -> None:
-    res = runner.invoke(app, ["demo"])
+def test_tour_runs() -> None:
+    res = runner.invoke(app, ["tour"])
     assert res.exit_code == 0, res.output
     assert "WRITE_ONLY" in res.output and "fc00:0:1" in res.output
+
+
+def test_demo_runs_small(tmp_path: Path) -> None:
+    """The demo's scenario shrunk: both transports finish the all-reduce, the link failure is reported,
+    and the plots are written."""
+    small = ["fabric.hosts=16", "fabric.planes=2", "fabric.t0_radix=8", "fabric.t1_radix=8"]
+    small += ["workload.size_kib=128", "failures.0.at_us=20"]
+    args = ["demo", "--out", str(tmp_path)]
+    for s in small:
+        args += ["--set", s]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "MRC" in res.output and "RoCEv2 + ECMP" in res.output and "down at 20 µs" in res.output
+    assert (tmp_path / "timeline.png").stat().st_size > 10_000
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [r["completed"] for r in data["runs"]] == [r["flows"] for r in data["runs"]] == [2 * 15 * 16] * 2

@@ -31,7 +31,9 @@ def run1(doc: dict[str, object]) -> tuple[FabricSim, SimResults]:
 
 def test_builtins_load() -> None:
     names = builtin_scenarios()
-    assert {"clos-perm", "clos-incast", "clos-link-failure"} <= set(names)
+    named = {"htsim-perm-1024", "htsim-incast-15", "paper-allreduce-loss", "paper-incast-victim"}
+    named.add("link-failure")
+    assert named | {"demo", "clos-perm", "clos-incast"} <= set(names)
     for name in names:
         doc = load_scenario(name)
         assert doc["fabric"]["link_bps"] == 100_000_000_000
@@ -69,7 +71,8 @@ def test_incast_runs_and_completes() -> None:
 
 def test_failures_are_ridden_out() -> None:
     over = [*SMALL, "workload.size_kib=512"]
-    doc = load_scenario("clos-link-failure", over)
+    doc = load_scenario("link-failure", over)
+    del doc["variants"]
     doc["failures"] = [
         {"kind": "t0_uplink", "at_us": 5, "plane": 1, "t0": 0, "uplink": 0, "up_at_us": 40},
         {"kind": "nic_port", "at_us": 6, "host": 3, "port": 2},
@@ -104,6 +107,6 @@ def test_cli_run_writes_results(tmp_path: Path) -> None:
     series = list(csv.DictReader((tmp_path / "series.csv").open()))
     assert int(series[-1]["delivered_bytes"]) == sum(int(r["size"]) for r in rows)
     listing = CliRunner().invoke(app, ["sim", "scenarios"])
-    assert "clos-link-failure" in listing.output
+    assert "link-failure" in listing.output
     bad = CliRunner().invoke(app, ["sim", "run", "clos-perm", "--set", "fabric.nope=1"])
     assert bad.exit_code != 0 and "fabric.nope" in bad.output

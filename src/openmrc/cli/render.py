@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 
+from rich.console import Console
 from rich.table import Table
 
 from openmrc.wire import Opcode, Packet
 from openmrc.wire.packet import HEADER_ATTRS
 
-__all__ = ["opcode_name", "packet_table"]
+__all__ = ["make_console", "opcode_name", "packet_table"]
+
+
+def make_console() -> Console:
+    """The CLI's console; when writing to a log or pipe, wide enough for the comparison tables."""
+    console = Console()
+    return console if console.is_terminal else Console(width=max(console.width, 132))
 
 
 def opcode_name(op: int) -> str:

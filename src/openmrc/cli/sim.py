@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from openmrc.cli.render import make_console
 from openmrc.sim.clos_sim import FabricSim
 from openmrc.sim.scenario import (
     Run,
@@ -22,16 +22,15 @@ from openmrc.sim.scenario import (
 )
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Packet-level fabric simulation.")
-console = Console()
+console = make_console()
 
 #: The columns of the comparison table: (report key, heading, format).
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("completed", "done", "{:,}"),
     ("job_time_us", "job µs", "{:,.1f}"),
     ("job_goodput_gbps", "Gb/s", "{:,.1f}"),
-    ("median_fct_us", "p50 FCT µs", "{:,.1f}"),
-    ("p99_fct_us", "p99 FCT µs", "{:,.1f}"),
-    ("max_fct_us", "max FCT µs", "{:,.1f}"),
+    ("median_fct_us", "FCT p50 µs", "{:,.1f}"),
+    ("max_fct_us", "FCT max µs", "{:,.1f}"),
     ("retransmits", "rtx", "{:,}"),
     ("trims", "trims", "{:,}"),
     ("drops", "drops", "{:,}"),

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from openmrc.cli.render import make_console
 from openmrc.fabric.clos import MultiPlaneClos, single_plane_equivalent
 from openmrc.fabric.srv6 import UsidPlan
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Fabric topologies and SRv6 plans.")
-console = Console()
+console = make_console()
 
 
 @app.command()

@@ -17,7 +17,7 @@ from openmrc.fabric.fattree import FoldedClos
 from openmrc.fabric.srv6 import UsidPlan
 from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import Simulator
-from openmrc.sim.metrics import LinkStat, Sampler, SimResults
+from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
 from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
@@ -100,17 +100,19 @@ class ClosSimConfig:
 
 class Trigger:
     """Starts flows once ``count`` events (flows finishing) have arrived: htsim's oneshot trigger is a
-    count of 1, its barrier a count of n."""
+    count of 1, its barrier a count of n. A ``multishot`` trigger starts its next waiting flow at each
+    arrival instead (htsim's multishot)."""
 
-    __slots__ = ("arrivals", "count", "flows", "name")
+    __slots__ = ("arrivals", "count", "flows", "multishot", "name")
 
-    def __init__(self, count: int = 1, name: str = "") -> None:
+    def __init__(self, count: int = 1, name: str = "", *, multishot: bool = False) -> None:
         if count < 1:
             raise ValueError(f"trigger count {count} < 1")
         self.count = count
         self.arrivals = 0
         self.flows: list[Flow] = []
         self.name = name
+        self.multishot = multishot
 
 
 @dataclass(slots=True, eq=False)
@@ -234,6 +236,8 @@ class FabricSim:
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
         self.completed = 0
         self.failures: list[tuple[int, str]] = []
+        self._outages: list[tuple[int, str, list[Port], int | None]] = []
+        self.watched: int | None = None  # a host whose outgoing goodput the sampler records
         self.sampler: Sampler | None = None
         self.reconvergences = 0
 
@@ -281,7 +285,7 @@ class FabricSim:
         src: int,
         dst: int,
         size: int,
-        start: int | None = 0,
+        start: int | None = None,
         *,
         tag: str = "",
         imm: bool = False,
@@ -289,8 +293,8 @@ class FabricSim:
         send_done: Trigger | None = None,
         recv_done: Trigger | None = None,
     ) -> Flow:
-        """A message of ``size`` bytes from host ``src`` to host ``dst``, starting at ``start`` ns or, with
-        ``trigger``, when that trigger fires. ``imm`` (Write-with-Immediate) lets the receiver see it
+        """A message of ``size`` bytes from host ``src`` to host ``dst``, starting at ``start`` ns (default 0)
+        or, with ``trigger``, when that trigger fires. ``imm`` (Write-with-Immediate) lets the receiver see it
         complete; a ``recv_done`` trigger implies it."""
         hosts = self.topo.num_hosts
         if not (0 <= src < hosts and 0 <= dst < hosts):
@@ -299,8 +303,10 @@ class FabricSim:
             raise ValueError("a flow needs two different hosts")
         if size < 1:
             raise ValueError(f"flow {src}->{dst}: size {size} must be at least one byte")
-        if (trigger is None) == (start is None):
-            raise ValueError(f"flow {src}->{dst}: give exactly one of start and trigger")
+        if trigger is not None and start is not None:
+            raise ValueError(f"flow {src}->{dst}: give a start time or a trigger, not both")
+        if trigger is None and start is None:
+            start = 0
         f = Flow(
             src,
             dst,
@@ -330,10 +336,16 @@ class FabricSim:
     def fire(self, trigger: Trigger) -> None:
         """One arrival at ``trigger``; at its count its flows start now."""
         trigger.arrivals += 1
-        if trigger.arrivals == trigger.count:
+        if trigger.multishot:
+            if trigger.arrivals <= len(trigger.flows):
+                self._start_now(trigger.flows[trigger.arrivals - 1])
+        elif trigger.arrivals == trigger.count:
             for f in trigger.flows:
-                f.start = self.sim.now
-                self._start(f)
+                self._start_now(f)
+
+    def _start_now(self, f: Flow) -> None:
+        f.start = self.sim.now
+        self._start(f)
 
     def _start(self, f: Flow) -> None:
         if self.roce is not None:
@@ -450,6 +462,8 @@ class FabricSim:
     # -- failures ------------------------------------------------------------------------------------------
     def link(self, node: int, port: int) -> tuple[Port, Port]:
         """Both directions of the link on ``port`` (0-based) of ``node``: (node's side, the peer's side)."""
+        if not 0 <= node < len(self.nodes):
+            raise ValueError(f"no node {node} (nodes are 0..{len(self.nodes) - 1})")
         refs = self.topo.ports(node)
         if not 0 <= port < len(refs):
             raise ValueError(f"node {node} has no port {port} (it has {len(refs)})")
@@ -470,11 +484,15 @@ class FabricSim:
                 raise ValueError(f"{name} {v} outside 0..{hi - 1}")
         return topo.t0(plane, t0), topo.hosts_per_t0 + uplink
 
-    def _note(self, at: int, what: str) -> None:
+    def _note(self, at: int, what: str, ports: list[Port] | None = None, host: int | None = None) -> None:
         self.failures.append((at, what))
+        if ports:
+            self._outages.append((at, what, ports, host))
 
     def fail_port(self, port: Port, at: int, up_at: int | None = None) -> None:
         """One direction of a link down at ``at`` (what it queues or carries is lost), up at ``up_at``."""
+        if up_at is not None and up_at <= at:
+            raise ValueError(f"a link cannot come back up ({up_at} ns) before it fails ({at} ns)")
         port.guarded = True  # from now on arrivals check the link did not fail under them
         self.sim.schedule(at, self._set_port, (port, False))
         if up_at is not None:
@@ -501,9 +519,10 @@ class FabricSim:
 
     def fail_link(self, node: int, port: int, at: int, up_at: int | None = None) -> None:
         """Both directions of a link down at ``at`` (and up at ``up_at``)."""
-        for p in self.link(node, port):
+        ports = list(self.link(node, port))
+        for p in ports:
             self.fail_port(p, at, up_at)
-        self._note(at, f"link {node}:{port} down")
+        self._note(at, f"link {node}:{port} down", ports)
         if up_at is not None:
             self._note(up_at, f"link {node}:{port} up")
 
@@ -521,15 +540,17 @@ class FabricSim:
         """Every link of switch ``node`` down at ``at`` (and up at ``up_at``)."""
         if node < self.topo.num_hosts or node >= len(self.nodes):
             raise ValueError(f"node {node} is not a switch")
-        for i in range(len(self.nodes[node].ports)):
-            for p in self.link(node, i):
-                self.fail_port(p, at, up_at)
-        self._note(at, f"switch {node} down")
+        ports = [p for i in range(len(self.nodes[node].ports)) for p in self.link(node, i)]
+        for p in ports:
+            self.fail_port(p, at, up_at)
+        self._note(at, f"switch {node} down", ports)
 
     def degrade_link(self, node: int, port: int, at: int, fraction: float, until: int | None = None) -> None:
         """Both directions of a link run at ``fraction`` of their rate from ``at`` (until ``until``)."""
         if not 0 < fraction <= 1:
             raise ValueError(f"degrade: fraction {fraction} outside (0, 1]")
+        if until is not None and until <= at:
+            raise ValueError(f"degrade: until ({until} ns) must come after at ({at} ns)")
         for p in self.link(node, port):
             self.sim.schedule(at, self._set_rate, (p, max(1, int(p.nominal_bps * fraction))))
             if until is not None:
@@ -556,6 +577,8 @@ class FabricSim:
         """Random loss with ``probability`` on ``ports`` from ``at`` (until ``until``)."""
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"loss probability {probability} is not within [0, 1]")
+        if until is not None and until <= at:
+            raise ValueError(f"loss: until ({until} ns) must come after at ({at} ns)")
         self.sim.schedule(at, self._set_loss, (ports, probability))
         if until is not None:
             self.sim.schedule(until, self._set_loss, (ports, 0.0))
@@ -573,9 +596,11 @@ class FabricSim:
             raise ValueError(f"no host {host}")
         if not 1 <= port <= len(h.ports):
             raise ValueError(f"host {host} has no port {port}")
-        for p in self.link(host, port - 1):
+        ports = list(self.link(host, port - 1))
+        for p in ports:
             self.fail_port(p, at, up_at)
-        self._note(at, f"host {host} NIC port {port} down")
+        self._note(at, f"host {host} NIC port {port} down", ports, host)
+        self.watched = host
         if isinstance(h, Host):
             self.sim.schedule(at, self._nic_port, (h, port, False))
             if up_at is not None:
@@ -593,18 +618,28 @@ class FabricSim:
     # -- running -------------------------------------------------------------------------------------------
     def sample_every(self, interval_ns: int) -> Sampler:
         """Record job goodput and EV states every ``interval_ns`` (call before `run`)."""
-        self.sampler = Sampler(self.sim, interval_ns, self.delivered_bytes, self._nics)
+        self.sampler = Sampler(self.sim, interval_ns, self.delivered_bytes, self._nics, self._watched_bytes)
         return self.sampler
 
     def _nics(self) -> list[tuple[int, Nic]]:
         return [(n.id, n.nic) for n in self.nodes[: self.topo.num_hosts] if isinstance(n, Host)]
 
-    def delivered_bytes(self) -> int:
-        """Bytes the receivers have accepted so far, each once."""
+    def delivered_bytes(self, src: int | None = None) -> int:
+        """Bytes the receivers have accepted so far, each once (only from host ``src`` if given)."""
         if self.roce is not None:
             mtu = self.roce.mtu
-            return sum(min(q.expected * mtu, q.size) for qps in self._roce_qps.values() for q in qps)
-        return sum(b.responder.rcvd_bytes for _a, b in self._conns.values())
+            return sum(
+                min(q.expected * mtu, q.size)
+                for qps in self._roce_qps.values()
+                for q in qps
+                if src is None or q.src == src
+            )
+        return sum(
+            b.responder.rcvd_bytes for (s, _d), (_a, b) in self._conns.items() if src is None or s == src
+        )
+
+    def _watched_bytes(self) -> int:
+        return 0 if self.watched is None else self.delivered_bytes(self.watched)
 
     def done(self) -> bool:
         return self.completed >= len(self.flows) and self._recv_wait <= 0
@@ -622,7 +657,13 @@ class FabricSim:
             links=self.link_stats(),
             ev_log=[] if self.sampler is None else self.sampler.ev_log,
             failures=sorted(self.failures),
+            outages=[self._outage(*o) for o in self._outages],
         )
+
+    @staticmethod
+    def _outage(at: int, what: str, ports: list[Port], host: int | None) -> Outage:
+        drops = [p.down_drop_at for p in ports if p.down_drop_at is not None and p.down_drop_at >= at]
+        return Outage(at, what, max(drops) - at if drops else None, host)
 
     def link_stats(self) -> list[LinkStat]:
         now = max(self.sim.now, 1)

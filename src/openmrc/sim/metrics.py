@@ -15,6 +15,7 @@ import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,16 @@ if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
     from openmrc.transport import Nic
 
-__all__ = ["LinkStat", "Sample", "Sampler", "SimResults", "percentile", "write_results"]
+__all__ = [
+    "LinkStat",
+    "Outage",
+    "Sample",
+    "Sampler",
+    "SimResults",
+    "outage_report",
+    "percentile",
+    "write_results",
+]
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -51,6 +61,8 @@ class Sample:
     """EVs that became ASSUMED_BAD during the interval."""
     ev_to_good: int
     """EVs that probes restored to GOOD during the interval."""
+    watched_bytes: int = 0
+    """Cumulative bytes of the watched host's outgoing flows (a host that lost a NIC port)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +90,7 @@ class Sampler:
         interval: int,
         delivered: Callable[[], int],
         nics: Callable[[], list[tuple[int, Nic]]],
+        watched: Callable[[], int] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"sample interval {interval} ns must be positive")
@@ -85,6 +98,7 @@ class Sampler:
         self.interval = interval
         self._delivered = delivered
         self._nics = nics
+        self.watched = watched
         self.samples: list[Sample] = []
         self.ev_log: list[tuple[int, int, int, int, str]] = []  # (ns, host index, qp, port, new state)
         self.ev_log_limit = 100_000
@@ -115,9 +129,63 @@ class Sampler:
         t0, b0 = self._last
         rate = (got - b0) * 8e9 / (now - t0) if now > t0 else 0.0
         self._last = (now, got)
-        s = Sample(now, got, rate, self._bad, to_bad, to_good)
+        w = self.watched() if self.watched is not None else 0
+        s = Sample(now, got, rate, self._bad, to_bad, to_good, w)
         self.samples.append(s)
         return s
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """One failure event and what the fabric saw of it."""
+
+    at: int
+    what: str
+    bypass_ns: int | None
+    """From the failure to the last data packet sent into the dead link (None: none was)."""
+    host: int | None = None
+    """The host whose NIC port failed (its outgoing goodput is watched)."""
+
+
+def _rate(samples: Sequence[Sample], lo: int, hi: int, watched: bool) -> float | None:
+    """Mean rate (b/s) over the samples that end in (lo, hi], from the cumulative counter."""
+    pts = [s for s in samples if lo <= s.time_ns <= hi]
+    if len(pts) < 2 or pts[-1].time_ns == pts[0].time_ns:
+        return None
+    a, b = pts[0], pts[-1]
+    got = (b.watched_bytes - a.watched_bytes) if watched else (b.delivered_bytes - a.delivered_bytes)
+    return got * 8e9 / (b.time_ns - a.time_ns)
+
+
+def outage_report(o: Outage, samples: Sequence[Sample], first_finish_after: int | None) -> dict[str, Any]:
+    """Bypass time, goodput before and after (job, and the failed host's when one is watched) and the time
+    until goodput is back within 5 % of its new level."""
+    out: dict[str, Any] = {"at_us": o.at / 1000, "what": o.what}
+    out["bypass_us"] = None if o.bypass_ns is None else o.bypass_ns / 1000
+    if len(samples) < 3:
+        return out
+    step = samples[1].time_ns - samples[0].time_ns
+    end = first_finish_after if first_finish_after is not None else samples[-1].time_ns
+    settle = o.at + (o.bypass_ns or 0) + 2 * step
+    for key, watched in (("goodput", False), ("host_goodput", True)):
+        if watched and o.host is None:
+            continue
+        before = _rate(samples, o.at - 5 * step, o.at, watched)
+        after = _rate(samples, settle, end, watched)
+        out[f"{key}_before_gbps"] = None if before is None else before / 1e9
+        out[f"{key}_after_gbps"] = None if after is None else after / 1e9
+        if not watched and after:
+            recovered = next(
+                (
+                    b.time_ns
+                    for a, b in pairwise(samples)
+                    if b.time_ns > o.at
+                    and (b.delivered_bytes - a.delivered_bytes) * 8e9 / step >= 0.95 * after
+                ),
+                None,
+            )
+            out["recovery_us"] = None if recovered is None else (recovered - o.at) / 1000
+    return out
 
 
 @dataclass(slots=True)
@@ -131,6 +199,7 @@ class SimResults:
     ev_log: list[tuple[int, int, int, int, str]] = field(default_factory=list)
     failures: list[tuple[int, str]] = field(default_factory=list)
     """(time ns, description) of every failure event, for plots."""
+    outages: list[Outage] = field(default_factory=list)
 
     def fcts_us(self, tag: str | None = None) -> list[float]:
         return sorted(
@@ -187,7 +256,19 @@ class SimResults:
         if self.samples:
             out["ev_to_bad"] = sum(s.ev_to_bad for s in self.samples)
             out["ev_to_good"] = sum(s.ev_to_good for s in self.samples)
+        if self.outages:
+            out["outages"] = self.outage_reports()
+            bypass = [o.bypass_ns for o in self.outages if o.bypass_ns is not None]
+            if bypass:
+                out["bypass_us"] = max(bypass) / 1000
         return out
+
+    def outage_reports(self) -> list[dict[str, Any]]:
+        reps = []
+        for o in self.outages:
+            after = [f.finish for f in self.flows if f.finish is not None and f.finish > o.at]
+            reps.append(outage_report(o, self.samples, min(after) if after else None))
+        return reps
 
 
 def write_results(res: SimResults, out: Path, meta: dict[str, Any] | None = None, prefix: str = "") -> None:

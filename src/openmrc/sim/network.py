@@ -63,6 +63,7 @@ class Port:
         "bps",
         "buffer",
         "ctrl_free_at",
+        "down_drop_at",
         "drops",
         "ecn_high",
         "ecn_low",
@@ -114,6 +115,7 @@ class Port:
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
         self.loss = 0.0
+        self.down_drop_at: int | None = None  # when the last data packet was sent into this port while down
         self.drops = 0
         self.losses = 0
         self.trims = 0
@@ -126,6 +128,9 @@ class Port:
         """Link state of this direction; going down loses what is queued on or travelling along it."""
         if self.up and not up:
             self.epoch += 1
+            now = self.sim.now
+            self.free_at = min(self.free_at, now)  # its queue is gone with the packets in it
+            self.ctrl_free_at = min(self.ctrl_free_at, now)
         self.guarded = True
         self.up = up
 
@@ -145,6 +150,8 @@ class Port:
     def send(self, p: SimPacket, now: int) -> None:
         if not self.up:
             self.drops += 1
+            if p.is_data:
+                self.down_drop_at = now
             return
         if p.is_data and not p.trim:
             queued = (self.free_at - now) * self.bps // 8_000_000_000 if self.free_at > now else 0

@@ -41,7 +41,8 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
                 xs, [s.evs_bad for s in res.samples], linestyle=":", linewidth=1, label=f"{label}: bad EVs"
             )
         for t, what in res.failures:
-            failures.setdefault(t, what)
+            if what not in failures.get(t, ""):
+                failures[t] = f"{failures[t]} / {what}" if t in failures else what
     for t, what in sorted(failures.items()):
         ax.axvline(t / 1000, color="red", linestyle="--", linewidth=0.9)
         ax.annotate(what, (t / 1000, 0), xytext=(3, 6), textcoords="offset points", rotation=90, fontsize=7)

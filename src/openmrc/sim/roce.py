@@ -380,7 +380,14 @@ class RoceHost(Node):
             self._notify(qp, self.cfg.dcqcn, now)
         psn = pkt.bth.psn
         if p.trim is not TrimMark.NONE or psn != qp.expected & 0xFFFFFF:
-            if psn != qp.expected & 0xFFFFFF and not qp.nak_sent and (psn - qp.expected) & 0xFFFFFF < 1 << 23:
+            ahead = (psn - qp.expected) & 0xFFFFFF
+            if p.trim is TrimMark.NONE and ahead >= 1 << 23:
+                # a duplicate: the sender missed our ACKs (lost, or it timed out), so say again where we
+                # are, coalesced like ordinary ACKs
+                qp.rcv_count += 1
+                if pkt.bth.ack_req or qp.rcv_count % self.cfg.ack_every == 0:
+                    self._ack(qp, AethSyndrome.ACK, now)
+            elif psn != qp.expected & 0xFFFFFF and not qp.nak_sent and ahead < 1 << 23:
                 qp.nak_sent = True
                 self._ack(qp, AethSyndrome.NAK_PSN_SEQUENCE_ERROR, now)
             return

@@ -63,17 +63,19 @@ def incast(
         raise ValueError(f"incast target {target} outside 0..{hosts - 1}")
     if not 1 <= senders < hosts - (2 if victim else 0):
         raise ValueError(f"incast: {senders} senders do not fit {hosts} hosts")
+    hpt = _hosts_per_t0(sim)
+    base = target - target % hpt
     others = [h for h in range(hosts) if h != target]
-    chosen = others[-senders:]  # the farthest hosts: their traffic crosses the upper tier
+    # the farthest hosts first (other T0s, most distant numbers): their traffic crosses the upper tier
+    by_distance = sorted(others, key=lambda h: (base <= h < base + hpt, -abs(h - target)))
+    chosen = by_distance[:senders]
     flows = [sim.add_flow(s, target, size, start, tag="incast") for s in chosen]
     if victim:
-        hpt = _hosts_per_t0(sim)
-        base = target - target % hpt
         neighbours = [h for h in range(base, min(base + hpt, hosts)) if h != target and h not in chosen]
-        free = [h for h in others if h not in chosen and h not in neighbours]
+        free = [h for h in by_distance if h not in chosen and h not in neighbours]
         if not neighbours or not free:
             raise ValueError("incast victim: no free host under the target's T0 or no free sender")
-        flows.append(sim.add_flow(free[-1], neighbours[0], victim_size or size, start, tag="victim"))
+        flows.append(sim.add_flow(free[0], neighbours[0], victim_size or size, start, tag="victim"))
     return flows
 
 
@@ -100,7 +102,7 @@ def ring_allreduce(
 ) -> list[Flow]:
     """All-reduce of ``size`` bytes per rank over a ring of ``ranks`` (default every host in order; with
     ``order_seed``, a seeded shuffle of them, so more neighbours sit under different T0s). Tag
-    "allreduce"; the job time is first start to last receive."""
+    "allreduce"; the job time is first start to the last sender completion."""
     group = list(range(sim.topo.num_hosts)) if ranks is None else list(ranks)
     if order_seed is not None:
         random.Random(order_seed).shuffle(group)
@@ -139,7 +141,10 @@ def connection_matrix(sim: FabricSim, cm: ConnectionMatrix, *, start: int = 0) -
     if cm.nodes != sim.topo.num_hosts:
         raise ValueError(f"connection matrix has {cm.nodes} nodes, the fabric {sim.topo.num_hosts} hosts")
     triggers = {
-        t.id: Trigger(t.count if t.kind == "barrier" else 1, name=f"trigger {t.id}") for t in cm.triggers
+        t.id: Trigger(
+            t.count if t.kind == "barrier" else 1, name=f"trigger {t.id}", multishot=t.kind == "multishot"
+        )
+        for t in cm.triggers
     }
     flows = []
     for c in cm.connections:

@@ -1,0 +1,31 @@
+"""Small fabrics and checks shared by the simulator tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openmrc.fabric import MultiPlaneClos
+from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, Flow
+from openmrc.transport import WcStatus
+
+UNTIL = 10**9
+
+ROCE: dict[str, Any] = {"routing": "ecmp", "transport": "roce", "trimming": False}
+"""ClosSimConfig fields of the RoCEv2 baseline (ECMP, drop-tail)."""
+
+
+def clos(**kw: Any) -> ClosSim:
+    """Two planes of four T0s (four hosts each, four uplinks) and four T1s: 16 hosts."""
+    args: dict[str, Any] = {"planes": 2, "hosts": 16, "t0_radix": 8, "t1_radix": 8, "seed": 1}
+    args.update(kw)
+    return ClosSim(ClosSimConfig(**args))
+
+
+def topo_of(sim: ClosSim) -> MultiPlaneClos:
+    topo = sim.topo
+    assert isinstance(topo, MultiPlaneClos)
+    return topo
+
+
+def all_succeeded(flows: list[Flow]) -> bool:
+    return bool(flows) and all(f.finish is not None and f.status is WcStatus.SUCCESS for f in flows)
