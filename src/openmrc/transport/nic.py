@@ -17,8 +17,9 @@ import errno
 import heapq
 import itertools
 import random
+from array import array
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -116,6 +117,21 @@ class EpResponse:
     peer: Hashable
 
 
+class _Profiles(dict[int, "EvProfileBinding"]):
+    """EV profiles by id; profile 0 (the NIC's own) is built when first asked for."""
+
+    default: Callable[[], EvProfileBinding] | None = None
+
+    def __missing__(self, key: int) -> EvProfileBinding:
+        if key != 0 or self.default is None:
+            raise KeyError(key)
+        b = self[0] = self.default()
+        return b
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or (key == 0 and self.default is not None)
+
+
 class Nic:
     """A software MRC NIC with ``num_ports`` ports, one per plane (ports are 1-based, as in verbs)."""
 
@@ -129,7 +145,7 @@ class Nic:
         self.ports_up = [False] + [True] * num_ports
         self.mrs = MrTable(rng)
         self.qps: dict[int, Qp] = {}
-        self.ev_profiles: dict[int, EvProfileBinding] = {}
+        self.ev_profiles = _Profiles()
         self.cc_profiles: dict[int, tuple[str, object | None]] = {}
         self.ev_events: deque[EvEvent] = deque(maxlen=1 << 16)
         self.ep_responses: deque[EpResponse] = deque()
@@ -175,20 +191,23 @@ class Nic:
 
     # -- profiles ------------------------------------------------------------------------------------------
     def _add_default_profiles(self) -> None:
+        # The values are drawn now (the rng sequence must not depend on whether profile 0 is used), the
+        # profile itself is built on first use: a simulated fabric of 100K+ NICs mostly never needs it.
         cfg = self.config
-        n = cfg.default_ev_count
-        values = self.rng.sample(range(1, 1 << 16), n)
-        entries = []
-        for i, v in enumerate(values):
-            ev = v.to_bytes(2, "big") + bytes(30)
-            entries.append((ev, 1 + i % self.num_ports, ev_echo32(ev, EVFormatMode.UDP)))
-        self.ev_profiles[0] = EvProfileBinding(
-            0, EVFormatMode.UDP, tuple(entries), max(1, n // 8), int(EVENT_MASK_ALLOWED)
-        )
+        values = array("H", self.rng.sample(range(1, 1 << 16), cfg.default_ev_count))
+        self.ev_profiles.default = lambda: self._default_profile(values)
         self.cc_profiles[0] = (
             "uet-1.0-nscc",
             NsccConfig.defaults(cfg.link_bps, cfg.base_rtt_ns, cfg.mtu, trimming=cfg.trimming),
         )
+
+    def _default_profile(self, values: array[int]) -> EvProfileBinding:
+        entries = []
+        for i, v in enumerate(values):
+            ev = v.to_bytes(2, "big") + bytes(30)
+            entries.append((ev, 1 + i % self.num_ports, ev_echo32(ev, EVFormatMode.UDP)))
+        n = len(values)
+        return EvProfileBinding(0, EVFormatMode.UDP, tuple(entries), max(1, n // 8), int(EVENT_MASK_ALLOWED))
 
     def add_ev_profile(
         self, profile_id: int, profile: EVProfile, ports: Sequence[int] | None = None
