@@ -1,104 +1,176 @@
-"""Simulator speed and results (the parts that exist so far; see the fabric/simulator issue for the rest).
+"""Simulator figures the fabric/simulator issue asks for, each part in its own process (own peak RSS).
 
-``clos-perm``: a permutation on a multi-plane two-tier Clos (default 8 planes, 256 hosts, 32-port switches,
-1 MiB per host), MRC spraying over up to 128 SRv6 paths. ``htsim-perm``: htsim's 2 MB permutation on its
-k-ary fat tree (default k=16: 1,024 hosts), MRC with 128 (or ``--evs``) ECMP-hashed EVs. Both print wall
-time, packet-hops per second, peak RSS and the flow completion times.
+Parts (``--only``):
+  htsim-perm       scenario 1 (`htsim-perm-1024`), MRC with 128 EVs: wall time, packet-hops/s, peak RSS,
+                   tail and median FCT (htsim: 200.5 / 194.5 µs in 15.7 s on a 2-core machine)
+  htsim-perm-1ev   the same with 1 EV (htsim: tail 889.9 µs)
+  htsim-perm-roce  the same with RoCEv2 over ECMP
+  link-failure     scenario 5: bypass time of a T0-T1 link failure and of a NIC port failure (MRC), and the
+                   failed host's goodput after vs before (target: (k-1)/k)
+  scale            the 131,072-host 8-plane Clos (512-port switches), permutation of 256 KiB per host:
+                   build time, wall time, peak RSS
+  clos-perm        a quick one: permutation on a 4-plane 64-host Clos
 
-    python benchmarks/sim_bench.py [--json] [--only clos-perm|htsim-perm] [--hosts 256] [--planes 8]
-                                   [--radix 32] [--kib 1024] [--k 16] [--evs 128]
+    python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
+
+Without ``--only`` every part but ``clos-perm`` runs (about an hour on a 2-core machine; ``scale`` is most
+of it). ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree with htsim's matching permutation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import resource
+import subprocess
+import sys
 import time
+from typing import Any
 
-from openmrc.fabric import FatTree
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim, fat_tree_sim
+from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim
+from openmrc.sim.scenario import build_run, expand_runs, load_scenario
+from openmrc.sim.workloads import permutation
 
-
-def _permutation(sim: FabricSim, size: int, seed: int) -> None:
-    hosts = sim.topo.num_hosts
-    perm = list(range(hosts))
-    random.Random(seed).shuffle(perm)
-    for s, d in enumerate(perm):
-        if s != d:
-            sim.add_flow(s, d, size)
+PERM_FILES = {16: "perm_1024n_1024c_0u_2000000b.cm", 8: "perm_128n_128c_2MB.cm", 4: "perm_16n_16c_2MB.cm"}
+PARTS = ("htsim-perm", "htsim-perm-1ev", "htsim-perm-roce", "link-failure", "scale", "clos-perm")
 
 
-def clos_perm(hosts: int, planes: int, radix: int, kib: int, seed: int = 1) -> dict[str, float]:
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _run(sim: FabricSim, until: int = 10**10) -> tuple[dict[str, Any], float]:
     t0 = time.perf_counter()
-    sim = ClosSim(ClosSimConfig(planes=planes, hosts=hosts, t0_radix=radix, t1_radix=radix, seed=seed))
-    _permutation(sim, kib << 10, seed)
-    build = time.perf_counter() - t0
-    return _run(sim, build, (kib << 10) * 8 / (planes * 100e9) * 1e6)
-
-
-def htsim_perm(
-    k: int, size: int = 2_000_000, evs: int = 128, seed: int = 1, roce_qps: int = 0
-) -> dict[str, float]:
-    """htsim's permutation on its k-ary fat tree (k=16: 1,024 hosts), 100 Gb/s, 1 µs links, ECMP-hashed
-    EVs. Differences from htsim: 4,084-byte payloads (multiple of 4) + 64 B of headers = 4,148 B."""
-    t0 = time.perf_counter()
-    if roce_qps:  # the RoCEv2 baseline: go-back-N, one path per QP, drop-tail (no trimming, no PFC)
-        cfg = ClosSimConfig(
-            routing="ecmp", mtu=4084, seed=seed, transport="roce", roce_qps=roce_qps, trimming=False
-        )
-    else:
-        cfg = ClosSimConfig(routing="ecmp", mtu=4084, evs_per_qp=evs, seed=seed)
-    sim = fat_tree_sim(FatTree.from_k(k), cfg)
-    _permutation(sim, size, seed)
-    build = time.perf_counter() - t0
-    return _run(sim, build, size * 8 / 100e9 * 1e6)
-
-
-def _run(sim: FabricSim, build: float, ideal_us: float) -> dict[str, float]:
-    t0 = time.perf_counter()
-    res = sim.run(until=10**10)
+    res = sim.run(until=until)
     wall = time.perf_counter() - t0
-    s = res.summary()
-    return {
-        "build_s": build,
-        "wall_s": wall,
-        "packet_hops_per_s": s["packet_hops"] / wall,
-        "events_per_s": s["events"] / wall,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "median_fct_us": s.get("median_fct_us", float("nan")),
-        "tail_fct_us": s.get("max_fct_us", float("nan")),
-        "ideal_fct_us": ideal_us,
-        "completed": s["completed"],
-        "flows": s["flows"],
-        "retransmits": s["retransmits"],
-        "trims": s["trims"],
+    return res.report(), wall
+
+
+def htsim_perm(variant: int, k: int) -> dict[str, Any]:
+    """Variant 0: 128 EVs, 1: 1 EV, 2: RoCEv2 of the `htsim-perm-1024` scenario."""
+    over = [f"fabric.k={k}", f'workload.file="{PERM_FILES[k]}"', "sample_us=0"]
+    run = expand_runs(load_scenario("htsim-perm-1024", over))[variant]
+    t0 = time.perf_counter()
+    sim = build_run(run.doc)
+    build = time.perf_counter() - t0
+    rep, wall = _run(sim)
+    suffix = ("128ev", "1ev", "roce")[variant]
+    out = {
+        f"tail_fct_us_{suffix}": rep.get("max_fct_us"),
+        f"median_fct_us_{suffix}": rep.get("median_fct_us"),
+        f"completed_{suffix}": rep["completed"],
+        f"flows_{suffix}": rep["flows"],
+        f"retransmits_{suffix}": rep["retransmits"],
+        f"wall_s_{suffix}": wall,
     }
+    if variant == 0:
+        out |= {
+            "wall_s": wall,
+            "build_s": build,
+            "packet_hops_per_s": rep["packet_hops"] / wall,
+            "events_per_s": rep["events"] / wall,
+            "peak_rss_mb": _rss_mb(),
+            "trims": rep["trims"],
+            "htsim_k": k,
+        }
+    return out
+
+
+def link_failure() -> dict[str, Any]:
+    """Scenario 5's two MRC variants: a T0-T1 link, then a NIC port, failing mid-permutation."""
+    out: dict[str, Any] = {}
+    runs = expand_runs(load_scenario("link-failure"))
+    for run, key in ((runs[0], "link"), (runs[1], "nic_port")):
+        sim = build_run(run.doc)
+        rep, _wall = _run(sim, int(run.doc.get("until_us", 10_000) * 1000))
+        (o,) = rep["outages"]
+        out[f"bypass_us_{key}"] = o["bypass_us"]
+        out[f"goodput_before_gbps_{key}"] = o.get("goodput_before_gbps")
+        out[f"goodput_after_gbps_{key}"] = o.get("goodput_after_gbps")
+        out[f"completed_{key}"] = f"{rep['completed']}/{rep['flows']}"
+        if key == "nic_port":
+            before, after = o.get("host_goodput_before_gbps"), o.get("host_goodput_after_gbps")
+            planes = int(run.doc["fabric"]["planes"])
+            out["host_goodput_before_gbps"] = before
+            out["host_goodput_after_gbps"] = after
+            out["host_goodput_after_vs_line_share"] = (
+                None if after is None else after / (100 * (planes - 1))
+            )  # vs (k-1)/k of the host's k × 100G
+    out["bypass_us"] = out["bypass_us_link"]
+    return out
+
+
+def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
+    """The production shape (8 planes, 512-port switches) with ``hosts`` hosts; a permutation."""
+    t0 = time.perf_counter()
+    cfg = ClosSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=evs, seed=1)
+    sim = ClosSim(cfg)
+    build = time.perf_counter() - t0
+    permutation(sim, kib << 10, seed=1)
+    setup = time.perf_counter() - t0 - build
+    rep, wall = _run(sim)
+    return {
+        "scale_hosts": hosts,
+        "scale_evs_per_qp": evs,
+        "scale_build_s": build,
+        "scale_setup_s": setup,
+        "scale_wall_s": wall,
+        "scale_peak_rss_mb": _rss_mb(),
+        "scale_packet_hops_per_s": rep["packet_hops"] / wall,
+        "scale_completed": rep["completed"],
+        "scale_flows": rep["flows"],
+        "scale_median_fct_us": rep.get("median_fct_us"),
+        "scale_tail_fct_us": rep.get("max_fct_us"),
+        "scale_ideal_fct_us": (kib << 10) * 8 / (8 * 100e9) * 1e6,
+    }
+
+
+def clos_perm() -> dict[str, Any]:
+    sim = ClosSim(ClosSimConfig(planes=4, hosts=64, t0_radix=16, t1_radix=16, seed=1))
+    permutation(sim, 1 << 20, seed=1)
+    rep, wall = _run(sim)
+    return {
+        "clos_wall_s": wall,
+        "clos_packet_hops_per_s": rep["packet_hops"] / wall,
+        "clos_median_fct_us": rep.get("median_fct_us"),
+        "clos_tail_fct_us": rep.get("max_fct_us"),
+    }
+
+
+def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    if name.startswith("htsim-perm"):
+        return htsim_perm({"htsim-perm": 0, "htsim-perm-1ev": 1, "htsim-perm-roce": 2}[name], a.k)
+    if name == "link-failure":
+        return link_failure()
+    if name == "scale":
+        return scale(a.scale_hosts, a.scale_evs)
+    return clos_perm()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--hosts", type=int, default=256)
-    ap.add_argument("--planes", type=int, default=8)
-    ap.add_argument("--radix", type=int, default=32)
-    ap.add_argument("--kib", type=int, default=1024)
-    ap.add_argument("--only", choices=["clos-perm", "htsim-perm"], default="clos-perm")
-    ap.add_argument("--k", type=int, default=16, help="fat-tree k for htsim-perm (16 = 1,024 hosts)")
-    ap.add_argument("--evs", type=int, default=128, help="EVs per QP for htsim-perm")
-    ap.add_argument("--roce-qps", type=int, default=0, help="htsim-perm with the RoCEv2 baseline and N QPs")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--only", choices=PARTS)
+    ap.add_argument("--k", type=int, default=16, choices=sorted(PERM_FILES), help="fat tree for scenario 1")
+    ap.add_argument("--scale-hosts", type=int, default=131_072)
+    ap.add_argument("--scale-evs", type=int, default=32, help="EVs per QP in the scale run")
     a = ap.parse_args()
-    r = (
-        clos_perm(a.hosts, a.planes, a.radix, a.kib)
-        if a.only == "clos-perm"
-        else htsim_perm(a.k, evs=a.evs, roce_qps=a.roce_qps)
-    )
+    if a.only:
+        out = part(a.only, a)
+    else:
+        out = {}
+        for name in PARTS[:-1]:  # each in a fresh process, so peak RSS is the part's own
+            cmd = [sys.executable, __file__, "--json", "--only", name, "--k", str(a.k)]
+            cmd += ["--scale-hosts", str(a.scale_hosts), "--scale-evs", str(a.scale_evs)]
+            done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            out |= json.loads(done.stdout)
+            if not a.json:
+                print(f"# {name} done", file=sys.stderr)
     if a.json:
-        print(json.dumps({k: round(v, 3) for k, v in r.items()}))
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
         return
-    for k, v in r.items():
-        print(f"{k:20s} {v:,.3f}")
+    for k, v in out.items():
+        print(f"{k:34s} {v:,.3f}" if isinstance(v, float) else f"{k:34s} {v}")
 
 
 if __name__ == "__main__":
