@@ -157,3 +157,15 @@ def test_link_failure_is_ridden_out() -> None:
     assert summary["completed"] == summary["flows"] == len(sim.flows)
     assert all(f.status is not None and f.status.name == "SUCCESS" for f in sim.flows)
     assert uplink.drops > 0 and res.counters["retransmits"] > 0
+
+
+def test_validation_mode_encodes_every_packet_and_changes_nothing() -> None:
+    """With validate_wire every packet goes through openmrc.wire's encoder and parser; the run is the same."""
+    runs = []
+    for validate in (False, True):
+        cfg = ClosSimConfig(planes=2, hosts=16, t0_radix=8, t1_radix=8, seed=2, validate_wire=validate)
+        sim = ClosSim(cfg)
+        permutation(sim, 64 << 10, seed=2)
+        res = sim.run(until=10**9)
+        runs.append((res.fcts_us(), res.summary()))
+    assert runs[0] == runs[1] and runs[0][1]["completed"] == 15

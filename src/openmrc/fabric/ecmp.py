@@ -23,9 +23,13 @@ class EcmpHash:
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed & 0xFFFFFFFF
+        self._salts: dict[int, int] = {}
 
     def salt(self, switch: int) -> int:
-        return zlib.crc32(struct.pack("!IQ", self.seed, switch))
+        s = self._salts.get(switch)
+        if s is None:
+            s = self._salts[switch] = zlib.crc32(struct.pack("!IQ", self.seed, switch))
+        return s
 
     def pick(
         self,
@@ -40,6 +44,12 @@ class EcmpHash:
         """Index of the next hop (0 .. choices-1) ``switch`` picks for this flow."""
         if choices <= 0:
             raise ValueError("ECMP needs at least one next hop")
+        return self.hash32(switch, src, dst, sport, dport, flow_label) % choices
+
+    def hash32(
+        self, switch: int, src: int, dst: int, sport: int, dport: int = 4791, flow_label: int = 0
+    ) -> int:
+        """The 32-bit value `pick` reduces modulo the number of next hops."""
         key = _KEY.pack(0, src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, flow_label)
         # CRC-32 is affine over XOR: two switches hashing one key with different salts would differ by a
         # constant and polarise (the same low bits at every tier). MurmurHash3's fmix32 finaliser, applied
@@ -50,4 +60,4 @@ class EcmpHash:
         h ^= h >> 13
         h = (h * 0xC2B2AE35) & 0xFFFFFFFF
         h ^= h >> 16
-        return h % choices
+        return h

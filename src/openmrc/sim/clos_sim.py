@@ -90,6 +90,9 @@ class ClosSimConfig:
     """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
     roce_window: int = 64
     """RoCE only: packets in flight per QP."""
+    validate_wire: bool = False
+    """Encode every packet a NIC sends or receives to bytes and parse it back (`openmrc.wire`): slower, and
+    proves the simulated conversation is made of valid MRC packets."""
     dcqcn: bool = False
     """RoCE only: DCQCN congestion control (CNPs, per-QP rate pacing) with `DcqcnConfig`'s defaults."""
     ecmp_reconverge_ns: int | None = 100_000
@@ -192,6 +195,7 @@ class FabricSim:
             base_rtt_ns=self.base_rtt_ns,
             trimming=cfg.trimming,
             default_ev_count=max(cfg.evs_per_qp, planes),
+            validate_wire=cfg.validate_wire,
         )
         self.nodes: list[Node] = []
         for n in range(topo.num_nodes()):
@@ -397,6 +401,8 @@ class FabricSim:
         self.completed += 1
         if f.send_done is not None:
             self.fire(f.send_done)
+        if self.done():
+            self.sim.halted = True
 
     def _received(self, f: Flow, now: int) -> None:
         if f.recv_finish is not None:
@@ -405,6 +411,8 @@ class FabricSim:
         self._recv_wait -= 1
         if f.recv_done is not None:
             self.fire(f.recv_done)
+        if self.done():
+            self.sim.halted = True
 
     def _mr(self, host: Host) -> MemoryRegion:
         mr = self._mrs.get(host.id)
@@ -645,7 +653,8 @@ class FabricSim:
         return self.completed >= len(self.flows) and self._recv_wait <= 0
 
     def run(self, until: int | None = None) -> SimResults:
-        self.sim.run(until=until, stop=self.done)
+        if not self.done():
+            self.sim.run(until=until)
         if self.sampler is not None:
             self.sampler.sample()
         return SimResults(

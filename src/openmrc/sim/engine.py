@@ -21,35 +21,40 @@ class Simulator:
 
     def __init__(self) -> None:
         self.now = 0
-        self._heap: list[tuple[int, int, int, Callable[[Any], None], Any]] = []
-        self._seq = itertools.count()
+        self.heap: list[tuple[int, int, int, Callable[[Any], None], Any]] = []
+        """Pending events. Hot paths (link ports) push ``(time, 0, next(seq), callback, arg)`` directly."""
+        self.seq = itertools.count()
         self.events = 0
+        self.halted = False
+        """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
 
     def schedule(self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0) -> None:
         """Call ``callback(arg)`` at time ``at`` (not before now)."""
         if at < self.now:
             raise ValueError(f"cannot schedule at {at} ns, before now ({self.now} ns)")
-        heapq.heappush(self._heap, (at, priority, next(self._seq), callback, arg))
+        heapq.heappush(self.heap, (at, priority, next(self.seq), callback, arg))
 
     def peek(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
+        return self.heap[0][0] if self.heap else None
 
     def run(self, until: int | None = None, stop: Callable[[], bool] | None = None) -> int:
         """Process events in order until ``until`` (inclusive), until ``stop()`` is true, or until none is
         left. Returns the number of events processed."""
-        heap = self._heap
+        heap = self.heap
         pop = heapq.heappop
+        limit = until if until is not None else 1 << 62
         n = 0
+        self.halted = False
         while heap:
             t = heap[0][0]
-            if until is not None and t > until:
-                self.now = until
+            if t > limit:
+                self.now = limit
                 break
             _t, _p, _s, cb, arg = pop(heap)
             self.now = t
             cb(arg)
             n += 1
-            if stop is not None and stop():
+            if self.halted or (stop is not None and stop()):
                 break
         self.events += n
         return n

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 from openmrc.transport import Nic, Transmit, TrimMark
@@ -60,6 +61,9 @@ class Port:
     """One direction of a link: the output queue of its node and the pipe to the peer."""
 
     __slots__ = (
+        "_arrive",
+        "_heap",
+        "_seq",
         "bps",
         "buffer",
         "ctrl_free_at",
@@ -101,11 +105,15 @@ class Port:
         rng: random.Random,
     ) -> None:
         self.sim = sim
+        self._heap = sim.heap
+        self._seq = sim.seq
         self.peer = peer
+        self._arrive = peer.arrive
         self.bps = self.nominal_bps = bps
         self.latency = latency_ns
         self.buffer = buffer
-        self.ecn_low, self.ecn_high = ecn if ecn is not None else (1 << 62, 1 << 62)
+        # no ECN marking on a host's last hop (MRC rule): thresholds no queue reaches
+        self.ecn_low, self.ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
         self.trimming = trimming
         self.last_hop = last_hop
         self.rng = rng
@@ -153,33 +161,33 @@ class Port:
             if p.is_data:
                 self.down_drop_at = now
             return
+        size = p.size
+        free = self.free_at
+        if free < now:
+            free = now
         if p.is_data and not p.trim:
-            queued = (self.free_at - now) * self.bps // 8_000_000_000 if self.free_at > now else 0
-            if queued + p.size > self.buffer:
+            queued = (free - now) * self.bps // 8_000_000_000
+            if queued + size > self.buffer:
                 if not self.trimming:
                     self.drops += 1
                     return
                 self.trims += 1
                 p.trim = TrimMark.TRIMMED_LASTHOP if self.last_hop else TrimMark.TRIMMED
-                p.size = HEADER_BYTES
-            elif (
-                queued > self.ecn_low
-                and not self.last_hop
-                and (
+                p.size = size = HEADER_BYTES
+            else:
+                if queued > self.ecn_low and (
                     queued >= self.ecn_high
                     or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
-                )
-            ):
-                p.ecn = True
-                self.marks += 1
-        ser = p.size * 8_000_000_000 // self.bps
-        if p.is_data and not p.trim:
-            start = self.free_at if self.free_at > now else now
-            self.free_at = done = start + ser
-        else:
+                ):
+                    p.ecn = True
+                    self.marks += 1
+                self.free_at = done = free + size * 8_000_000_000 // self.bps
+                size = 0  # marks the data path taken
+        if size:  # control, or a packet just trimmed to its header: the priority queue
+            ser = size * 8_000_000_000 // self.bps
             start = self.ctrl_free_at if self.ctrl_free_at > now else now
             self.ctrl_free_at = done = start + ser
-            self.free_at = (self.free_at if self.free_at > now else now) + ser  # control takes the wire too
+            self.free_at = free + ser  # control takes the wire too
         self.sent_bytes += p.size
         self.sent_packets += 1
         if self.loss and self.rng.random() < self.loss:
@@ -187,9 +195,9 @@ class Port:
             return
         if self.guarded:
             p.epoch = self.epoch
-            self.sim.schedule(done + self.latency, self._deliver, p)
+            heappush(self._heap, (done + self.latency, 0, next(self._seq), self._deliver, p))
         else:
-            self.sim.schedule(done + self.latency, self.peer.arrive, p)
+            heappush(self._heap, (done + self.latency, 0, next(self._seq), self._arrive, p))
 
     def _deliver(self, p: SimPacket) -> None:
         if p.epoch == self.epoch:

@@ -60,6 +60,7 @@ class EcmpRouting(Routing):
         self._clos = topo if isinstance(topo, MultiPlaneClos) else None
         self._next: list[dict[int, tuple[int, ...]]] = []
         self.dead: frozenset[tuple[int, int]] = frozenset()
+        self._hashes: dict[tuple[int, int, int, int], int] = {}  # a flow's hash at a switch, computed once
         self._clos_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         if self._clos is None:
             self._build_tables(topo)
@@ -132,4 +133,10 @@ class EcmpRouting(Routing):
         if len(hops) == 1:
             return hops[0]
         e = p.entropy
-        return hops[self.hash.pick(switch, len(hops), p.src, p.dst, e & 0xFFFF, 4791, e >> 16)]
+        key = (switch, p.src, p.dst, e)
+        h = self._hashes.get(key)
+        if h is None:
+            if len(self._hashes) >= 1 << 22:
+                self._hashes.clear()
+            h = self._hashes[key] = self.hash.hash32(switch, p.src, p.dst, e & 0xFFFF, 4791, e >> 16)
+        return hops[h % len(hops)]

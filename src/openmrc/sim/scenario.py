@@ -362,7 +362,7 @@ def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None]
         t = 0
         while True:
             t = min(t + step, until)
-            sim.sim.run(until=t, stop=sim.done)
+            sim.sim.run(until=t)
             if progress is not None:
                 progress(r, sim)
             if sim.done() or t >= until or sim.sim.peek() is None:
