@@ -212,7 +212,11 @@ class UsidPlan:
     # -- EV profiles ----------------------------------------------------------------------------------------
     def ev_profile(self, src: int, dst: int, count: int | None = None) -> tuple[EVProfile, list[int]]:
         """An explicit SRv6 EV profile from ``src`` to ``dst``: ``count`` paths (default every plane ×
-        uplink combination) spread equally over the planes, and the NIC port (plane + 1) of each EV."""
+        uplink combination) spread equally over the planes, and the NIC port (plane + 1) of each EV.
+
+        When a pair uses fewer paths than a plane has uplinks, its uplinks are evenly spaced from an
+        offset that depends on the pair, so that different pairs use different T1s and the whole fabric
+        carries traffic (one fixed set would load a few T1s and leave the rest idle)."""
         t = self.topo
         per_plane = 1 if t.hops(src, dst) == 1 else t.uplinks
         total = t.planes * per_plane
@@ -220,9 +224,12 @@ class UsidPlan:
         if not 1 <= count <= total:
             raise ValueError(f"count {count} outside 1..{total} paths between host{src} and host{dst}")
         evs, ports = [], []
+        per = -(-count // t.planes)  # EVs per plane
+        stride = per_plane // per if per_plane > 1 else 1
+        offset = ((src * 0x9E3779B1) ^ (dst * 0x85EBCA77)) % stride if per < per_plane else 0
         for i in range(count):
             plane = i % t.planes
-            uplink = (i // t.planes) * per_plane // -(-count // t.planes) if per_plane > 1 else 0
+            uplink = offset + (i // t.planes) * per_plane // per if per_plane > 1 else 0
             usids = self.path_usids(src, dst, plane, uplink)
             if len(usids) == 2:
                 usids = [*usids, 0, 0]

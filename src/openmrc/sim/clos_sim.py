@@ -232,6 +232,7 @@ class FabricSim:
         self.flows: list[Flow] = []
         self._conns: dict[tuple[int, int], tuple[Qp, Qp]] = {}
         self._ready: list[CompletionQueue] = []  # CQs that got completions since the last drain
+        self._cqs: dict[int, tuple[CompletionQueue, CompletionQueue]] = {}
         self._buf = bytearray(1 << 20)
         self._profiles: set[tuple[int, int]] = set()
         self._mrs: dict[int, MemoryRegion] = {}  # host -> its region over the shared buffer
@@ -263,8 +264,10 @@ class FabricSim:
 
     def _qp(self, host: int, peer: int) -> Qp:
         nic = self._host(host).nic
-        ready = self._ready
-        qp = nic.create_qp(QpInitAttr(send_cq=_SimCq(ready), recv_cq=_SimCq(ready)))
+        cqs = self._cqs.get(host)
+        if cqs is None:  # one send and one receive CQ per host: completions name their flow by wr_id
+            cqs = self._cqs[host] = (_SimCq(self._ready), _SimCq(self._ready))
+        qp = nic.create_qp(QpInitAttr(send_cq=cqs[0], recv_cq=cqs[1]))
         qp.modify(QpState.INIT, ev_profile_id=self._profile(host, peer), cc_profile_id=0)
         return qp
 
