@@ -126,6 +126,30 @@ def test_ev_profile_expands_to_path_addresses() -> None:
     assert same_t0.ev_count == 8 and sp == list(range(1, 9))
 
 
+def test_pairs_with_few_evs_spread_over_every_uplink() -> None:
+    """A pair with fewer EVs than uplinks uses evenly spaced uplinks from its own offset, so that many
+    pairs together load every T1 (one fixed set would leave most of the fabric idle)."""
+    c = medium()
+    plan = UsidPlan(c)
+    per_plane = 2
+    used: dict[int, int] = {}
+    sets = set()
+    for src in range(0, 64):
+        dst = c.num_hosts - 1 - src
+        prof, ports = plan.ev_profile(src, dst, c.planes * per_plane)
+        assert [ports.count(p) for p in range(1, c.planes + 1)] == [per_plane] * c.planes
+        ups = []
+        for compact, port in zip(prof.evs or (), ports, strict=True):
+            addr = packet_fields(prof, prof.expand(compact)).dst
+            (u,) = [u for u in range(c.uplinks) if plan.path_address(src, dst, port - 1, u) == addr]
+            ups.append(u)
+            used[u] = used.get(u, 0) + 1
+        first = sorted(ups[: c.planes * per_plane : c.planes])
+        assert first[1] - first[0] == c.uplinks // per_plane  # evenly spaced within a plane
+        sets.add(tuple(first))
+    assert len(sets) > 1 and sorted(used) == list(range(c.uplinks))  # every uplink carries some pair
+
+
 def test_plan_too_big_for_the_usid_index() -> None:
     with pytest.raises(ValueError, match="uSID index"):
         UsidPlan(MultiPlaneClos(32, 4096, 8192, 8192))

@@ -13,9 +13,18 @@ from __future__ import annotations
 import struct
 import zlib
 
-__all__ = ["EcmpHash"]
+__all__ = ["EcmpHash", "fmix32"]
 
 _KEY = struct.Struct("!IIIHHI")
+
+
+def fmix32(h: int) -> int:
+    """MurmurHash3's 32-bit finaliser: every input bit affects every output bit."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
 
 
 class EcmpHash:
@@ -54,10 +63,4 @@ class EcmpHash:
         # CRC-32 is affine over XOR: two switches hashing one key with different salts would differ by a
         # constant and polarise (the same low bits at every tier). MurmurHash3's fmix32 finaliser, applied
         # after mixing in the salt, decorrelates them.
-        h = zlib.crc32(key) ^ self.salt(switch)
-        h ^= h >> 16
-        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-        h ^= h >> 13
-        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-        h ^= h >> 16
-        return h
+        return fmix32(zlib.crc32(key) ^ self.salt(switch))

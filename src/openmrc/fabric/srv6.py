@@ -31,6 +31,7 @@ from typing import Any
 
 from openmrc.ev import EVENT_MASK_ALLOWED, EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode
 from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.fabric.ecmp import fmix32
 from openmrc.fabric.topology import Role
 
 __all__ = ["Route", "UsidPlan"]
@@ -226,7 +227,7 @@ class UsidPlan:
         evs, ports = [], []
         per = -(-count // t.planes)  # EVs per plane
         stride = per_plane // per if per_plane > 1 else 1
-        offset = ((src * 0x9E3779B1) ^ (dst * 0x85EBCA77)) % stride if per < per_plane else 0
+        offset = fmix32((src * 0x9E3779B1 + dst) & 0xFFFFFFFF) % stride if per < per_plane else 0
         for i in range(count):
             plane = i % t.planes
             uplink = offset + (i // t.planes) * per_plane // per if per_plane > 1 else 0
