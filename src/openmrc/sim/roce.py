@@ -256,7 +256,7 @@ class RoceHost(Node):
         super().__init__(node_id)
         self.sim = sim
         self.cfg = cfg
-        self.qps: list[RoceQp] = []  # sending QPs, in start order
+        self.qps: list[RoceQp] = []  # QPs still sending, in start order
         self._by_qpn: dict[int, RoceQp] = {}
         self.rcv: dict[int, RoceQp] = {}  # receiving QPs by QPN
         self.pace_at: int | None = None  # the pending pace event
@@ -440,6 +440,7 @@ class RoceHost(Node):
             q.next_psn = q.acked  # go back N
         if q.acked >= q.npkts and q.done_at is None:
             q.done_at = now
+            self.qps.remove(q)  # pumping walks the sending QPs: finished ones must not accumulate
             if self.on_done is not None:
                 self.on_done(q)
         self.pump(now)
