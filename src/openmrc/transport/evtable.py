@@ -139,14 +139,28 @@ class EvTable:
     def pick(self, avoid: EvEntry | None = None, port: int = 0) -> EvEntry | None:
         """The next usable EV of the rotation (not ``avoid`` if another exists; on ``port`` if non-zero)."""
         rot = self.rotation
+        pos = self._pos
+        mask = self._port_mask
         n = len(rot)
-        mask = self.port_mask
+        # Per-packet fast path: while spraying, the next slot almost always holds a GOOD EV of a usable plane.
+        if pos < n:
+            e = rot[pos]
+            if (
+                e.state is _GOOD
+                and e is not avoid
+                and (mask >> (e.port - 1)) & 1
+                and (not port or e.port == port)
+            ):
+                self._pos = pos + 1
+                e.uses += 1
+                return e
         fallback = None
         for _ in range(n):
-            if self._pos >= n:  # wrap lazily, so `epoch` is the rotation of the EV read below
+            if pos >= n:  # wrap lazily, so `epoch` is the rotation of the EV read below
                 self._new_epoch()
-            e = rot[self._pos]
-            self._pos += 1
+                pos = 0
+            e = rot[pos]
+            pos += 1
             st = e.state
             if st is _GOOD or (st is _SKIP and e.skip_epoch != self.epoch):
                 if not (mask >> (e.port - 1)) & 1 or (port and e.port != port):
@@ -157,7 +171,9 @@ class EvTable:
                 if st is _SKIP:
                     e.state = _GOOD
                 e.uses += 1
+                self._pos = pos
                 return e
+        self._pos = pos
         return fallback
 
     def _new_epoch(self) -> None:

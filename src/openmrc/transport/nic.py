@@ -54,6 +54,9 @@ from openmrc.wire import (
 __all__ = ["EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 
 _DATA = frozenset(int(o) for o in DATA_OPCODES)
+# Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
+_SACK, _NACK, _ACK, _PROBE = int(Opcode.SACK), int(Opcode.NACK), int(Opcode.ACK), int(Opcode.PROBE)
+_RTS = QpState.RTS
 
 
 @dataclass(slots=True)
@@ -397,13 +400,13 @@ class Nic:
             return
         if op in _DATA:
             qp.responder.on_data(pkt, now, port, ecn, entropy, trim)
-        elif op == Opcode.SACK:
+        elif op == _SACK:
             qp.requester.on_sack(pkt, now)
-        elif op == Opcode.NACK:
+        elif op == _NACK:
             qp.requester.on_nack(pkt, now)
-        elif op == Opcode.ACK:
+        elif op == _ACK:
             qp.requester.on_aeth(pkt, now)
-        elif op == Opcode.PROBE:
+        elif op == _PROBE:
             qp.responder.on_probe(pkt, now, port, ecn, entropy)
         else:
             stats.rx_dropped_state += 1
@@ -427,7 +430,7 @@ class Nic:
 
     def wake(self, qp: Qp) -> None:
         """Note that ``qp`` may have packets to send or a new timer deadline."""
-        if qp.state is QpState.RTS and qp.requester.has_work():
+        if qp.state is _RTS and qp.requester.has_work():
             self._active[qp] = None
         t = qp.next_timer()
         if t is not None and self._sched.get(qp) != t:
@@ -486,5 +489,5 @@ class Nic:
         for qp in due:
             qp.on_timer(now)
             self.wake(qp)
-            if qp.evs is not None and qp.evs.bad and qp.state is QpState.RTS:
+            if qp.evs is not None and qp.evs.bad and qp.state is _RTS:
                 self._active[qp] = None  # probes may be due

@@ -74,6 +74,11 @@ _WRITE_ONLY, _WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WIT
 _WRITE_FIRST, _WRITE_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
 _WRITE_LAST, _WRITE_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_WITH_IMM)
 _EMPTY = memoryview(b"")
+# Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
+_RTS = QpState.RTS
+_M_NONE, _SKIP_ONCE, _ALWAYS_SKIP = SackM.NONE, SackM.SKIP_ONCE, SackM.ALWAYS_SKIP
+_TRIMMED, _TRIMMED_LASTHOP = NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP
+_UNEXP_EVENT = NackReason.UNEXP_EVENT
 
 
 class _Wr:
@@ -207,7 +212,7 @@ class Requester:
         """Append the packets this QP may send now (probes, then retransmissions, then new packets), at most
         ``budget`` data packets; returns how many data packets it appended."""
         qp = self.qp
-        if qp.state is not QpState.RTS:
+        if qp.state is not _RTS:
             return 0
         sent = 0
         evs = qp.evs
@@ -345,7 +350,7 @@ class Requester:
         seth, qp = pkt.seth, self.qp
         assert seth is not None
         self.blocked = False
-        if qp.state is not QpState.RTS:
+        if qp.state is not _RTS:
             return
         cack = unwrap_psn(seth.cack_psn, self.cack)
         if cack > self.next_seq or cack < self.cack - (1 << 22):
@@ -385,17 +390,17 @@ class Requester:
         e = evs.by_entropy.get(seth.entropy)
         if e is not None:
             if seth.pr:
-                evs.probe_answered(e, now, m == SackM.NONE)
-            elif m == SackM.SKIP_ONCE:
+                evs.probe_answered(e, now, m == _M_NONE)
+            elif m == _SKIP_ONCE:
                 evs.skip(e)
-            elif m == SackM.ALWAYS_SKIP:
+            elif m == _ALWAYS_SKIP:
                 evs.mark_bad(e, now)
         if seth.mpr:
             self.peer_mpr = seth.mpr
         if npkts:
             self.timeouts = 0
             self.cc.on_ack(
-                now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == SackM.SKIP_ONCE
+                now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == _SKIP_ONCE
             )
             self._arm(now)
             self._detect_losses(now)
@@ -459,20 +464,20 @@ class Requester:
         neth, qp = pkt.neth, self.qp
         assert neth is not None
         self.blocked = False
-        if qp.state is not QpState.RTS:
+        if qp.state is not _RTS:
             return
         stats = qp.nic.stats
         stats.nacks_received += 1
-        if neth.reason == NackReason.UNEXP_EVENT:
+        if neth.reason == _UNEXP_EVENT:
             qp.set_error(now, WcStatus.REM_OP_ERR)
             return
         p = self.outstanding.get(unwrap_psn(neth.psn, self.cack))
         if p is None or p.lost:
             return
         assert self.cc is not None and qp.evs is not None
-        if neth.reason == NackReason.TRIMMED or neth.reason == NackReason.TRIMMED_LASTHOP:
+        if neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP:
             stats.trims_received += 1
-            last_hop = neth.reason == NackReason.TRIMMED_LASTHOP
+            last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.by_entropy.get(neth.entropy)
             if e is not None and not last_hop:
                 qp.evs.skip(e)
@@ -494,7 +499,7 @@ class Requester:
             AethSyndrome.NAK_INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR,
             AethSyndrome.NAK_REMOTE_OPERATIONAL_ERROR: WcStatus.REM_OP_ERR,
         }.get(aeth.syndrome)  # type: ignore[call-overload]
-        if status is not None and self.qp.state is QpState.RTS:
+        if status is not None and self.qp.state is _RTS:
             self.qp.set_error(now, status)
 
     # -- timers --------------------------------------------------------------------------------------------
@@ -502,7 +507,7 @@ class Requester:
         self.rto_deadline = now + self.rto() if self.outstanding else None
 
     def next_timer(self) -> int | None:
-        if self.qp.state is not QpState.RTS:
+        if self.qp.state is not _RTS:
             return None  # nothing is sent or probed outside RTS
         evs = self.qp.evs
         t = self.rto_deadline
@@ -514,7 +519,7 @@ class Requester:
 
     def on_timer(self, now: int) -> None:
         self.blocked = False
-        if self.rto_deadline is None or now < self.rto_deadline or self.qp.state is not QpState.RTS:
+        if self.rto_deadline is None or now < self.rto_deadline or self.qp.state is not _RTS:
             return
         if not self.outstanding:
             self.rto_deadline = None

@@ -62,7 +62,9 @@ _ONLY = frozenset({int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)})
 _IMM = frozenset(int(o) for o in IMM_OPCODES)
 _MASK64 = (1 << 64) - 1
 _SACK = int(Opcode.SACK)
+# Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _M_NONE, _SKIP_ONCE = SackM.NONE, SackM.SKIP_ONCE
+_RTR, _RTS = QpState.RTR, QpState.RTS
 
 
 class Responder:
@@ -91,7 +93,7 @@ class Responder:
         qp = self.qp
         nic = qp.nic
         stats = nic.stats
-        if qp.state is not QpState.RTR and qp.state is not QpState.RTS:
+        if qp.state is not _RTR and qp.state is not _RTS:
             stats.rx_dropped_state += 1
             return
         bth = pkt.bth
@@ -190,7 +192,7 @@ class Responder:
         return True
 
     def on_probe(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int) -> None:
-        if self.qp.state is QpState.RTR or self.qp.state is QpState.RTS:
+        if self.qp.state is _RTR or self.qp.state is _RTS:
             self.qp.nic.stats.probes_answered += 1
             peth = pkt.peth
             self._sack(self.cack, entropy, port, ecn, now, ts=peth.tx_timestamp if peth else 0, pr=True)
