@@ -377,15 +377,15 @@ class Nic:
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        try:
-            if isinstance(data, Packet):
+        if isinstance(data, Packet) and not self.config.validate_wire:
+            pkt = data
+        else:
+            try:
                 cut = bool(trim)
-                pkt = parse(data.encode(trimmed=cut), trimmed=cut) if self.config.validate_wire else data
-            else:
-                pkt = parse(data, trimmed=bool(trim))
-        except WireError:
-            stats.rx_malformed += 1
-            return
+                pkt = parse(data.encode(trimmed=cut) if isinstance(data, Packet) else data, trimmed=cut)
+            except WireError:
+                stats.rx_malformed += 1
+                return
         bth = pkt.bth
         op = bth.opcode
         if trim and op not in _DATA:
@@ -418,7 +418,7 @@ class Nic:
         evs = qp.evs
         e = None
         if evs is not None:
-            e = evs.pick(port=port) or evs.pick()
+            e = evs.pick(None, port) or evs.pick()
         if e is None:
             self._ctrl.append(Transmit(port, qp.attr.peer, bytes(32), 0, pkt, qp.qp_num, 0))
         else:
@@ -430,14 +430,15 @@ class Nic:
 
     def wake(self, qp: Qp) -> None:
         """Note that ``qp`` may have packets to send or a new timer deadline."""
-        if qp.state is _RTS and qp.requester.has_work():
+        r = qp.requester
+        if qp.state is _RTS and (r.unsent or r.retx) and not r.blocked:  # r.has_work(), per packet
             self._active[qp] = None
         t = qp.next_timer()
-        if t is not None and self._sched.get(qp) != t:
+        if t is None:
+            self._sched.pop(qp, None)
+        elif self._sched.get(qp) != t:
             self._sched[qp] = t
             heapq.heappush(self._timers, (t, next(self._seq), qp))
-        elif t is None:
-            self._sched.pop(qp, None)
 
     def datagrams_to_send(self, now: int, max_data: int | None = None) -> list[Transmit]:
         """The packets that may leave now: all control packets first, then each QP's retransmissions and new

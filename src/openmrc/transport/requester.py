@@ -63,6 +63,7 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
+from openmrc.wire.packet import data_packet
 
 if TYPE_CHECKING:
     from openmrc.transport.qp import Qp
@@ -88,12 +89,14 @@ class _Wr:
         "acked",
         "first_seq",
         "imm",
+        "meth",
         "msn",
         "next_index",
         "npkts",
         "rqmsn",
         "signaled",
         "total",
+        "view",
         "views",
         "wr",
     )
@@ -101,6 +104,7 @@ class _Wr:
     def __init__(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool, mtu: int) -> None:
         self.wr = wr
         self.views = views
+        self.view = views[0] if len(views) == 1 else None  # the common single-SGE Write, sliced directly
         self.total = total
         self.signaled = signaled
         self.npkts = max(1, -(-total // mtu))
@@ -109,6 +113,7 @@ class _Wr:
         self.first_seq = -1
         self.msn = 0
         self.rqmsn = 0
+        self.meth: METH | None = None  # set with msn/rqmsn; every packet of the Write carries the same one
         self.imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
 
     def payload(self, offset: int, size: int) -> memoryview:
@@ -170,8 +175,12 @@ class Requester:
         self.cc: CongestionControl | None = None
         self.cc_on_send = False
         self.probe_id = 0
-        self.mtu = qp.nic.config.mtu
+        cfg = qp.nic.config  # frozen: per-packet paths read these copies
+        self.mtu = cfg.mtu
+        self.reorder_allowance = cfg.reorder_allowance
+        self.base_rtt = cfg.base_rtt_ns
         self.stats = qp.nic.stats
+        self.qp_num = qp.qp_num
         self.dest_qp = 0
         self.peer: Hashable = None
 
@@ -218,34 +227,40 @@ class Requester:
         evs = qp.evs
         cc = self.cc
         assert evs is not None and cc is not None
-        mtu = qp.nic.config.mtu
         if evs.bad:
             for bad in evs.due_probes(now):  # probes are tiny and not window-limited
                 self._probe(bad, now, out)
         retx = self.retx
-        while retx and sent < budget:
-            p = self.outstanding.get(retx[0])
-            if p is None or not p.lost:
-                heapq.heappop(retx)
-                continue
-            if not cc.can_send(self.inflight, p.size):
-                break
-            ev = evs.pick(avoid=p.ev)
-            if ev is None:
-                break
-            heapq.heappop(retx)
-            p.lost = False
-            self._transmit(p, ev, now, out, rtx=True)
-            sent += 1
         if retx:
-            self.blocked = sent < budget
-            return sent
+            while retx and sent < budget:
+                p = self.outstanding.get(retx[0])
+                if p is None or not p.lost:
+                    heapq.heappop(retx)
+                    continue
+                if not cc.can_send(self.inflight, p.size):
+                    break
+                ev = evs.pick(p.ev)
+                if ev is None:
+                    break
+                heapq.heappop(retx)
+                p.lost = False
+                self._transmit(p, ev, now, out, True)
+                sent += 1
+            self.stats.retransmits += sent
+            if retx:
+                self.stats.tx_data += sent
+                self.blocked = sent < budget
+                return sent
+        mtu = self.mtu
         mpr = qp.attr.mpr or 1
         if self.peer_mpr and (qp.attr.cap or 0) & QpCapFlags.DYNAMIC_MPR:
             mpr = min(mpr, self.peer_mpr)
         limit = self.cack + mpr * 128
         max_wimm = qp.attr.max_wimm or 0
         unsent = self.unsent
+        outstanding = self.outstanding
+        pick = evs.pick
+        can_send = cc.can_send
         while unsent and sent < budget:
             w = unsent[0]
             seq = self.next_seq
@@ -253,35 +268,43 @@ class Requester:
                 break
             i = w.next_index
             offset = i * mtu
-            size = min(mtu, w.total - offset)
-            if not cc.can_send(self.inflight, size):
-                break
-            if i == 0 and w.imm and max_wimm and self.imm_inflight >= max_wimm:
-                break
-            ev = evs.pick()
-            if ev is None:
+            size = w.total - offset
+            if size > mtu:
+                size = mtu
+            if not can_send(self.inflight, size):
                 break
             if i == 0:
+                if w.imm and max_wimm and self.imm_inflight >= max_wimm:
+                    break
+                ev = pick()
+                if ev is None:
+                    break
                 w.first_seq = seq
                 w.msn = self.msn = (self.msn + 1) & 0xFFFF
                 if w.imm:
                     self.rqmsn = (self.rqmsn + 1) & 0xFFFF
                     self.imm_inflight += 1
                 w.rqmsn = self.rqmsn
+                w.meth = METH(w.rqmsn, w.msn)
+            else:
+                ev = pick()
+                if ev is None:
+                    break
             p = _Tx(seq, w, i, size)
-            self.outstanding[seq] = p
+            outstanding[seq] = p
             self.next_seq = seq + 1
-            w.next_index = i + 1
-            if w.next_index == w.npkts:
+            w.next_index = i = i + 1
+            if i == w.npkts:
                 unsent.popleft()
-            self._transmit(p, ev, now, out, rtx=False)
+            self._transmit(p, ev, now, out, False)
             sent += 1
+        self.stats.tx_data += sent
         self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
         return sent
 
     def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
-        # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice.
-        qp = self.qp
+        # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice;
+        # the caller counts tx_data and retransmits.
         w = p.wr
         n, i = w.npkts, p.index
         last = i == n - 1
@@ -296,22 +319,22 @@ class Requester:
         offset = i * self.mtu
         wr = w.wr
         size = p.size
-        pkt = Packet(
+        if not size:
+            payload = _EMPTY
+        elif w.view is not None:
+            payload = w.view[offset : offset + size]
+        else:
+            payload = w.payload(offset, size)
+        assert w.meth is not None
+        pkt = data_packet(
             BTH(
                 op, False, False, 0, 0, 0xFFFF, False, False, self.dest_qp, last, rtx, False, p.seq & PSN_MASK
             ),
-            METH(w.rqmsn, w.msn),
+            w.meth,
             None,
             RETH(wr.remote_addr + offset, wr.rkey, w.total),
             ImmDt(wr.imm_data or 0) if (w.imm and last) else None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            w.payload(offset, size) if size else _EMPTY,
+            payload,
         )
         p.ev = ev
         p.sent_at = now
@@ -324,11 +347,7 @@ class Requester:
             self.cc.on_send(now=now, size=size, inflight=self.inflight)  # type: ignore[union-attr]
         if self.rto_deadline is None:
             self._arm(now)
-        stats = self.stats
-        stats.tx_data += 1
-        if rtx:
-            stats.retransmits += 1
-        out.append(Transmit(ev.port, self.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, size))
+        out.append(Transmit(ev.port, self.peer, ev.expanded, ev.entropy, pkt, self.qp_num, size))
 
     def _probe(self, ev: EvEntry, now: int, out: list[Transmit]) -> None:
         qp = self.qp
@@ -364,26 +383,39 @@ class Requester:
             else:  # RFC 6298 smoothing
                 self.rttvar = (3 * self.rttvar + abs(self.srtt - rtt)) >> 2
                 self.srtt = (7 * self.srtt + rtt) >> 3
-        newly = 0  # bytes
-        npkts = 0  # packets (zero-length Writes acknowledge no bytes)
         outstanding = self.outstanding
+        acked = []
         if cack > self.cack:
             for seq in range(self.cack, cack):
                 p = outstanding.pop(seq, None)
                 if p is not None:
-                    newly += self._acked(p)
-                    npkts += 1
+                    acked.append(p)
             self.cack = cack
         bm = seth.bitmap
         if bm:
             base = cack + seth.sack_offset
+            pop = outstanding.pop
             while bm:
                 low = bm & -bm
-                p = outstanding.pop(base + low.bit_length() - 1, None)
+                p = pop(base + low.bit_length() - 1, None)
                 if p is not None:
-                    newly += self._acked(p)
-                    npkts += 1
+                    acked.append(p)
                 bm ^= low
+        newly = 0  # bytes
+        npkts = len(acked)  # packets (zero-length Writes acknowledge no bytes)
+        if acked:
+            by_order = self.by_order
+            top = self.acked_order
+            for p in acked:
+                size = p.size
+                if not p.lost:
+                    self.inflight -= size
+                by_order.pop(p.order, None)
+                if p.order > top:
+                    top = p.order
+                p.wr.acked += 1
+                newly += size
+            self.acked_order = top
         evs = qp.evs
         assert evs is not None and self.cc is not None
         m = seth.m
@@ -408,22 +440,12 @@ class Requester:
         if not outstanding:
             self.rto_deadline = None
 
-    def _acked(self, p: _Tx) -> int:
-        if not p.lost:
-            self.inflight -= p.size
-        self.by_order.pop(p.order, None)
-        if p.order > self.acked_order:
-            self.acked_order = p.order
-        p.wr.acked += 1
-        return p.size
-
     def _detect_losses(self, now: int) -> None:
-        cfg = self.qp.nic.config
-        threshold = self.acked_order - cfg.reorder_allowance
+        threshold = self.acked_order - self.reorder_allowance
         # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
         # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
         srtt = self.srtt
-        sent_before = now - max(2 * srtt, srtt + 4 * self.rttvar, cfg.base_rtt_ns)
+        sent_before = now - max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
         by_order = self.by_order
         lost_any = False
         while by_order:

@@ -80,6 +80,10 @@ class Responder:
         self.sack_deadline: int | None = None
         self._last: tuple[int, int, int, int, bool] | None = None  # (trigger seq, entropy, port, ts, ecn)
         self.adv_mpr = 0
+        cfg = qp.nic.config  # frozen: per-packet paths read these copies
+        self.mtu = cfg.mtu
+        self.sack_every = cfg.sack_every
+        self.sack_delay = cfg.sack_delay_ns
 
     def start(self, now: int) -> None:
         a = self.qp.attr
@@ -93,7 +97,8 @@ class Responder:
         qp = self.qp
         nic = qp.nic
         stats = nic.stats
-        if qp.state is not _RTR and qp.state is not _RTS:
+        state = qp.state
+        if state is not _RTR and state is not _RTS:
             stats.rx_dropped_state += 1
             return
         bth = pkt.bth
@@ -115,7 +120,7 @@ class Responder:
         assert reth is not None
         n = len(pkt.payload)
         op = bth.opcode
-        mtu = nic.config.mtu
+        mtu = self.mtu
         dma = reth.dma_len
         if op in _FIRST_MIDDLE:
             ok = n == mtu and dma > mtu
@@ -165,12 +170,12 @@ class Responder:
                 return
         self.unacked += 1
         ts = pkt.tseth.tx_timestamp if pkt.tseth is not None else 0
-        if ecn or new_hole or bth.ack_req or imm or self.unacked >= nic.config.sack_every:
-            self._sack(seq, entropy, port, ecn, now, ts=ts)
+        if ecn or new_hole or bth.ack_req or imm or self.unacked >= self.sack_every:
+            self._sack(seq, entropy, port, ecn, now, ts)
         else:
             self._last = (seq, entropy, port, ts, ecn)
             if self.sack_deadline is None:
-                self.sack_deadline = now + nic.config.sack_delay_ns
+                self.sack_deadline = now + self.sack_delay
                 nic.wake(qp)
 
     def _complete_imm(self, now: int) -> bool:
@@ -195,11 +200,11 @@ class Responder:
         if self.qp.state is _RTR or self.qp.state is _RTS:
             self.qp.nic.stats.probes_answered += 1
             peth = pkt.peth
-            self._sack(self.cack, entropy, port, ecn, now, ts=peth.tx_timestamp if peth else 0, pr=True)
+            self._sack(self.cack, entropy, port, ecn, now, peth.tx_timestamp if peth else 0, True)
 
     # -- acknowledgements ----------------------------------------------------------------------------------
     def _sack(
-        self, trigger: int, entropy: int, port: int, ecn: bool, now: int, *, ts: int = 0, pr: bool = False
+        self, trigger: int, entropy: int, port: int, ecn: bool, now: int, ts: int = 0, pr: bool = False
     ) -> None:
         qp = self.qp
         cack = self.cack
@@ -210,16 +215,20 @@ class Responder:
         shift = base - cack
         bits = (self.bitmap >> shift) & _MASK64
         self.unreported = un & ~(_MASK64 << shift)
-        a = qp.attr
-        dqp = a.dest_qp_num or 0
+        dqp = qp.attr.dest_qp_num or 0
         pkt = Packet(
             BTH(_SACK, False, False, 0, 0, 0xFFFF, False, False, dqp, False, False, False, cack & PSN_MASK),
-            seth=SETH(
+            None,
+            None,
+            None,
+            None,
+            None,
+            SETH(
                 0,
                 0,
                 _SKIP_ONCE if ecn else _M_NONE,
                 pr,
-                max(min(off, 0x7FFF), -0x8000),
+                off if -0x8000 <= off <= 0x7FFF else (0x7FFF if off > 0 else -0x8000),
                 entropy,
                 qp.qp_num & 0xFFFF,
                 dqp & 0xFFFF,
@@ -230,15 +239,16 @@ class Responder:
                 base - cack,
                 bits,
             ),
-            cc_state=CcState(
+            CcState(
                 ts, min(self.bitmap.bit_count(), 0x7FFF), False, 0, (-(-self.rcvd_bytes // 256)) & 0xFFFFFF
             ),
         )
         self.unacked = 0
         self.sack_deadline = None
         self._last = None
-        qp.nic.stats.sacks_sent += 1
-        self._send(pkt, port)
+        nic = qp.nic
+        nic.stats.sacks_sent += 1
+        nic.send_control(qp, pkt, port)
 
     def _nack(self, reason: NackReason, seq: int, entropy: int, port: int) -> None:
         qp = self.qp
@@ -272,4 +282,4 @@ class Responder:
             self.sack_deadline = None
             if last is not None:
                 seq, entropy, port, ts, ecn = last
-                self._sack(seq, entropy, port, ecn, now, ts=ts)
+                self._sack(seq, entropy, port, ecn, now, ts)
