@@ -454,8 +454,8 @@ class Nic:
         if not out and not self._active:
             return out
         if self._active:
-            active = list(self._active)
-            self._active.clear()
+            active = self._active
+            self._active = {}  # emptied by swapping: wake() below re-adds the QPs still blocked
             budget = 1 << 62 if max_data is None else max_data
             for qp in active:
                 # Even with no data budget left a QP sends its due probes (tiny, not rate-limited), so

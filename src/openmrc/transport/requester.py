@@ -89,13 +89,18 @@ class _Wr:
         "acked",
         "first_seq",
         "imm",
+        "immdt",
         "meth",
         "msn",
         "next_index",
         "npkts",
+        "op_first",
+        "op_last",
+        "rkey",
         "rqmsn",
         "signaled",
         "total",
+        "va",
         "view",
         "views",
         "wr",
@@ -114,7 +119,16 @@ class _Wr:
         self.msn = 0
         self.rqmsn = 0
         self.meth: METH | None = None  # set with msn/rqmsn; every packet of the Write carries the same one
-        self.imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
+        self.imm = imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
+        # What every packet of this Write repeats, computed once (retransmissions share the objects too).
+        self.immdt = ImmDt(wr.imm_data or 0) if imm else None
+        self.va = wr.remote_addr
+        self.rkey = wr.rkey
+        if self.npkts == 1:
+            self.op_first = self.op_last = _WRITE_ONLY_IMM if imm else _WRITE_ONLY
+        else:
+            self.op_first = _WRITE_FIRST
+            self.op_last = _WRITE_LAST_IMM if imm else _WRITE_LAST
 
     def payload(self, offset: int, size: int) -> memoryview:
         views = self.views
@@ -183,6 +197,8 @@ class Requester:
         self.qp_num = qp.qp_num
         self.dest_qp = 0
         self.peer: Hashable = None
+        self.mpr = 1
+        self.dynamic_mpr = False
 
     # -- setup ---------------------------------------------------------------------------------------------
     def start(self, now: int) -> None:
@@ -193,6 +209,8 @@ class Requester:
         self.cc_on_send = type(self.cc).on_send is not CongestionControl.on_send
         self.dest_qp = a.dest_qp_num or 0
         self.peer = a.peer
+        self.mpr = a.mpr or 1  # fixed from RTS on (RTS -> RTS cannot change it, nor cap)
+        self.dynamic_mpr = bool((a.cap or 0) & QpCapFlags.DYNAMIC_MPR)
 
     def rto(self) -> int:
         a = self.qp.attr
@@ -223,101 +241,100 @@ class Requester:
         qp = self.qp
         if qp.state is not _RTS:
             return 0
-        sent = 0
         evs = qp.evs
         cc = self.cc
         assert evs is not None and cc is not None
         if evs.bad:
             for bad in evs.due_probes(now):  # probes are tiny and not window-limited
                 self._probe(bad, now, out)
-        retx = self.retx
-        if retx:
-            while retx and sent < budget:
-                p = self.outstanding.get(retx[0])
-                if p is None or not p.lost:
-                    heapq.heappop(retx)
-                    continue
-                if not cc.can_send(self.inflight, p.size):
-                    break
-                ev = evs.pick(p.ev)
-                if ev is None:
-                    break
-                heapq.heappop(retx)
-                p.lost = False
-                self._transmit(p, ev, now, out, True)
-                sent += 1
-            self.stats.retransmits += sent
-            if retx:
-                self.stats.tx_data += sent
-                self.blocked = sent < budget
-                return sent
-        mtu = self.mtu
-        mpr = qp.attr.mpr or 1
-        if self.peer_mpr and (qp.attr.cap or 0) & QpCapFlags.DYNAMIC_MPR:
-            mpr = min(mpr, self.peer_mpr)
-        limit = self.cack + mpr * 128
-        max_wimm = qp.attr.max_wimm or 0
+        sent = self._retransmit(now, out, budget) if self.retx else 0
+        if self.retx:
+            self.stats.tx_data += sent
+            self.blocked = sent < budget
+            return sent
         unsent = self.unsent
-        outstanding = self.outstanding
-        pick = evs.pick
-        can_send = cc.can_send
-        while unsent and sent < budget:
-            w = unsent[0]
-            seq = self.next_seq
-            if seq >= limit:
-                break
-            i = w.next_index
-            offset = i * mtu
-            size = w.total - offset
-            if size > mtu:
-                size = mtu
-            if not can_send(self.inflight, size):
-                break
-            if i == 0:
-                if w.imm and max_wimm and self.imm_inflight >= max_wimm:
+        if unsent and sent < budget:
+            mtu = self.mtu
+            mpr = self.mpr
+            if self.peer_mpr and self.dynamic_mpr:
+                mpr = min(mpr, self.peer_mpr)
+            limit = self.cack + mpr * 128
+            outstanding = self.outstanding
+            pick = evs.pick
+            can_send = cc.can_send
+            transmit = self._transmit
+            while unsent and sent < budget:
+                w = unsent[0]
+                seq = self.next_seq
+                if seq >= limit:
                     break
-                ev = pick()
-                if ev is None:
+                i = w.next_index
+                offset = i * mtu
+                size = w.total - offset
+                if size > mtu:
+                    size = mtu
+                if not can_send(self.inflight, size):
                     break
-                w.first_seq = seq
-                w.msn = self.msn = (self.msn + 1) & 0xFFFF
-                if w.imm:
-                    self.rqmsn = (self.rqmsn + 1) & 0xFFFF
-                    self.imm_inflight += 1
-                w.rqmsn = self.rqmsn
-                w.meth = METH(w.rqmsn, w.msn)
-            else:
-                ev = pick()
-                if ev is None:
-                    break
-            p = _Tx(seq, w, i, size)
-            outstanding[seq] = p
-            self.next_seq = seq + 1
-            w.next_index = i = i + 1
-            if i == w.npkts:
-                unsent.popleft()
-            self._transmit(p, ev, now, out, False)
-            sent += 1
+                if i == 0:
+                    max_wimm = qp.attr.max_wimm or 0
+                    if w.imm and max_wimm and self.imm_inflight >= max_wimm:
+                        break
+                    ev = pick()
+                    if ev is None:
+                        break
+                    w.first_seq = seq
+                    w.msn = self.msn = (self.msn + 1) & 0xFFFF
+                    if w.imm:
+                        self.rqmsn = (self.rqmsn + 1) & 0xFFFF
+                        self.imm_inflight += 1
+                    w.rqmsn = self.rqmsn
+                    w.meth = METH(w.rqmsn, w.msn)
+                else:
+                    ev = pick()
+                    if ev is None:
+                        break
+                p = _Tx(seq, w, i, size)
+                outstanding[seq] = p
+                self.next_seq = seq + 1
+                w.next_index = i = i + 1
+                if i == w.npkts:
+                    unsent.popleft()
+                transmit(p, ev, now, out, False)
+                sent += 1
         self.stats.tx_data += sent
         self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
+        return sent
+
+    def _retransmit(self, now: int, out: list[Transmit], budget: int) -> int:
+        """The lost packets, oldest PSN first, each on a fresh EV; returns how many were sent."""
+        evs, cc = self.qp.evs, self.cc
+        assert evs is not None and cc is not None
+        retx = self.retx
+        sent = 0
+        while retx and sent < budget:
+            p = self.outstanding.get(retx[0])
+            if p is None or not p.lost:
+                heapq.heappop(retx)
+                continue
+            if not cc.can_send(self.inflight, p.size):
+                break
+            ev = evs.pick(p.ev)
+            if ev is None:
+                break
+            heapq.heappop(retx)
+            p.lost = False
+            self._transmit(p, ev, now, out, True)
+            sent += 1
+        self.stats.retransmits += sent
         return sent
 
     def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
         # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice;
         # the caller counts tx_data and retransmits.
         w = p.wr
-        n, i = w.npkts, p.index
-        last = i == n - 1
-        if n == 1:
-            op = _WRITE_ONLY_IMM if w.imm else _WRITE_ONLY
-        elif i == 0:
-            op = _WRITE_FIRST
-        elif last:
-            op = _WRITE_LAST_IMM if w.imm else _WRITE_LAST
-        else:
-            op = _WRITE_MIDDLE
+        i = p.index
+        last = i == w.npkts - 1
         offset = i * self.mtu
-        wr = w.wr
         size = p.size
         if not size:
             payload = _EMPTY
@@ -328,12 +345,24 @@ class Requester:
         assert w.meth is not None
         pkt = data_packet(
             BTH(
-                op, False, False, 0, 0, 0xFFFF, False, False, self.dest_qp, last, rtx, False, p.seq & PSN_MASK
+                w.op_first if i == 0 else (w.op_last if last else _WRITE_MIDDLE),
+                False,
+                False,
+                0,
+                0,
+                0xFFFF,
+                False,
+                False,
+                self.dest_qp,
+                last,
+                rtx,
+                False,
+                p.seq & PSN_MASK,
             ),
             w.meth,
             None,
-            RETH(wr.remote_addr + offset, wr.rkey, w.total),
-            ImmDt(wr.imm_data or 0) if (w.imm and last) else None,
+            RETH(w.va + offset, w.rkey, w.total),
+            w.immdt if last else None,
             payload,
         )
         p.ev = ev
@@ -527,17 +556,6 @@ class Requester:
     # -- timers --------------------------------------------------------------------------------------------
     def _arm(self, now: int) -> None:
         self.rto_deadline = now + self.rto() if self.outstanding else None
-
-    def next_timer(self) -> int | None:
-        if self.qp.state is not _RTS:
-            return None  # nothing is sent or probed outside RTS
-        evs = self.qp.evs
-        t = self.rto_deadline
-        if evs is not None and evs.bad:
-            pt = evs.next_probe_time()
-            if pt is not None and (t is None or pt < t):
-                t = pt
-        return t
 
     def on_timer(self, now: int) -> None:
         self.blocked = False

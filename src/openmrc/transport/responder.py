@@ -102,12 +102,14 @@ class Responder:
             stats.rx_dropped_state += 1
             return
         bth = pkt.bth
-        seq = unwrap_psn(bth.psn, self.cack)
-        d = seq - self.cack
+        cack = self.cack
+        seq = unwrap_psn(bth.psn, cack)
+        d = seq - cack
         if d >= self.window:
             self._nack(NackReason.PSN_OOR_WINDOW, seq, entropy, port)
             return
-        if d < 0 or (self.bitmap >> d) & 1:
+        bitmap = self.bitmap
+        if d < 0 or (bitmap >> d) & 1:
             stats.duplicates += 1
             self._sack(seq, entropy, port, ecn, now)
             return
@@ -154,20 +156,22 @@ class Responder:
                 self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
                 qp.set_error(now, WcStatus.REM_INV_REQ_ERR)
                 return
-        new_hole = d > 0 and not (self.bitmap >> (d - 1)) & 1
-        self.bitmap |= 1 << d
-        self.unreported |= 1 << d
+        new_hole = d > 0 and not (bitmap >> (d - 1)) & 1
+        bit = 1 << d
+        bitmap |= bit
         self.rcvd_bytes += n
         stats.rx_data += 1
         if d == 0:
-            bm = self.bitmap
-            t = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
-            self.bitmap = bm >> t
-            self.unreported >>= t
-            self.cack += t
+            t = (~bitmap & (bitmap + 1)).bit_length() - 1  # trailing ones
+            self.bitmap = bitmap >> t
+            self.unreported = (self.unreported | bit) >> t
+            self.cack = cack + t
             if self.pending_imm and self.pending_imm[0][0] < self.cack and not self._complete_imm(now):
                 self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)  # no receive posted: no RNR in MRC
                 return
+        else:
+            self.bitmap = bitmap
+            self.unreported |= bit
         self.unacked += 1
         ts = pkt.tseth.tx_timestamp if pkt.tseth is not None else 0
         if ecn or new_hole or bth.ack_req or imm or self.unacked >= self.sack_every:
@@ -273,9 +277,6 @@ class Responder:
         self.qp.nic.send_control(self.qp, pkt, port)
 
     # -- timers --------------------------------------------------------------------------------------------
-    def next_timer(self) -> int | None:
-        return self.sack_deadline
-
     def on_timer(self, now: int) -> None:
         if self.sack_deadline is not None and now >= self.sack_deadline:
             last = self._last
