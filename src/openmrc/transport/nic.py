@@ -458,9 +458,17 @@ class Nic:
             self._active = {}  # emptied by swapping: wake() below re-adds the QPs still blocked
             budget = 1 << 62 if max_data is None else max_data
             for qp in active:
+                r = qp.requester
+                if budget <= 0 and not r.blocked and qp.state is _RTS and not qp.evs.bad:  # type: ignore[union-attr]
+                    # A pacing driver polls often with no room left. Without bad EVs (no probe can be due)
+                    # emit() would change nothing, and nothing else changed since this QP's last wake()
+                    # (every state change ends in one), so its timer stands: it only stays in the set.
+                    if r.unsent or r.retx:
+                        self._active[qp] = None
+                    continue
                 # Even with no data budget left a QP sends its due probes (tiny, not rate-limited), so
                 # that probe deadlines move on; QPs with data left stay in the set.
-                budget -= qp.requester.emit(now, out, budget)
+                budget -= r.emit(now, out, budget)
                 self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
         self.stats.tx_packets += len(out)
         if self.config.validate_wire:

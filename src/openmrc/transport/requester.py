@@ -247,6 +247,9 @@ class Requester:
         if evs.bad:
             for bad in evs.due_probes(now):  # probes are tiny and not window-limited
                 self._probe(bad, now, out)
+        if budget <= 0:  # a pacing driver polls often with no room left: nothing more to do but stay polled
+            self.blocked = False
+            return 0
         sent = self._retransmit(now, out, budget) if self.retx else 0
         if self.retx:
             self.stats.tx_data += sent
