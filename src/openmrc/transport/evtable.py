@@ -161,9 +161,11 @@ class EvTable:
                 pos = 0
             e = rot[pos]
             pos += 1
+            if port and e.port != port:  # cheapest test first: a control packet skips ~(ports-1)/ports
+                continue
             st = e.state
             if st is _GOOD or (st is _SKIP and e.skip_epoch != self.epoch):
-                if not (mask >> (e.port - 1)) & 1 or (port and e.port != port):
+                if not (mask >> (e.port - 1)) & 1:
                     continue
                 if e is avoid:
                     fallback = e

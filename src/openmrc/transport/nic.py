@@ -128,6 +128,7 @@ class Nic:
         self.num_ports = num_ports
         self.rng = rng
         self.config = config or NicConfig()
+        self._validate = self.config.validate_wire  # read per packet; NicConfig is frozen
         self.stats = NicStats()
         self.ports_up = [False] + [True] * num_ports
         self.mrs = MrTable(rng)
@@ -377,7 +378,7 @@ class Nic:
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        if isinstance(data, Packet) and not self.config.validate_wire:
+        if isinstance(data, Packet) and not self._validate:
             pkt = data
         else:
             try:
@@ -470,8 +471,9 @@ class Nic:
                 # that probe deadlines move on; QPs with data left stay in the set.
                 budget -= r.emit(now, out, budget)
                 self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
-        self.stats.tx_packets += len(out)
-        if self.config.validate_wire:
+        if out:
+            self.stats.tx_packets += len(out)
+        if self._validate:
             for t in out:
                 if isinstance(t.packet, Packet):
                     t.packet = parse(t.packet.encode())
