@@ -33,6 +33,24 @@ __all__ = ["EvEntry", "EvEvent", "EvTable"]
 _GOOD, _SKIP, _BAD, _DENIED = EVState.GOOD, EVState.SKIP, EVState.ASSUMED_BAD, EVState.DENIED
 
 
+def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
+    """``rng.shuffle(x)``, drawing the very same numbers, at about half the cost for a plain
+    `random.Random` (the rotation is re-shuffled once per pass, so this is on the per-packet path):
+    Fisher-Yates from the last slot down, each index below ``n`` drawn by rejection from
+    ``getrandbits(n.bit_length())``, as `random.Random.shuffle` draws it."""
+    if type(rng) is not random.Random:
+        rng.shuffle(x)  # a subclass may draw differently
+        return
+    getrandbits = rng.getrandbits
+    for i in range(len(x) - 1, 0, -1):
+        n = i + 1
+        k = n.bit_length()
+        j = getrandbits(k)
+        while j >= n:
+            j = getrandbits(k)
+        x[i], x[j] = x[j], x[i]
+
+
 class EvEntry:
     """One EV of a QP: the expanded value, its port (plane), the 32-bit echo, and its state."""
 
@@ -183,7 +201,7 @@ class EvTable:
         self.epoch += 1
         if self.epoch % self.reshuffle_rotations == 0:
             rot = self.rotation
-            self._rng.shuffle(rot)
+            shuffle(self._rng, rot)
             for i, e in enumerate(rot):
                 e.slot = i
 
