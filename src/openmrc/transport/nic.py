@@ -142,6 +142,8 @@ class Nic:
         self._active: dict[Qp, None] = {}
         self._timers: list[tuple[int, int, Qp]] = []
         self._sched: dict[Qp, int | None] = {}
+        self._next_timer: int | None = None  # get_timer()'s answer while _timer_known (asked per poll)
+        self._timer_known = False
         self._seq = itertools.count()
         self._ep_pending: dict[int, tuple[int, EpOp]] = {}
         self._ep_arrivals: dict[int, int] = {}
@@ -176,6 +178,7 @@ class Nic:
         del self.qps[qp.qp_num]
         self._active.pop(qp, None)
         self._sched.pop(qp, None)
+        self._timer_known = False
 
     # -- profiles ------------------------------------------------------------------------------------------
     def _add_default_profiles(self) -> None:
@@ -436,10 +439,13 @@ class Nic:
             self._active[qp] = None
         t = qp.next_timer()
         if t is None:
-            self._sched.pop(qp, None)
+            if qp in self._sched:
+                del self._sched[qp]
+                self._timer_known = False
         elif self._sched.get(qp) != t:
             self._sched[qp] = t
             heapq.heappush(self._timers, (t, next(self._seq), qp))
+            self._timer_known = False
 
     def datagrams_to_send(self, now: int, max_data: int | None = None) -> list[Transmit]:
         """The packets that may leave now: all control packets first, then each QP's retransmissions and new
@@ -481,16 +487,23 @@ class Nic:
 
     def get_timer(self) -> int | None:
         """The earliest deadline at which `handle_timer` must be called, or None."""
+        if self._timer_known:
+            return self._next_timer
         timers = self._timers
+        t = None
         while timers:
-            t, _, qp = timers[0]
-            if self._sched.get(qp) == t:
-                return t
+            top, _, qp = timers[0]
+            if self._sched.get(qp) == top:
+                t = top
+                break
             heapq.heappop(timers)
-        return None
+        self._next_timer = t
+        self._timer_known = True
+        return t
 
     def handle_timer(self, now: int) -> None:
         timers = self._timers
+        self._timer_known = False
         due = []
         while timers and timers[0][0] <= now:
             t, _, qp = heapq.heappop(timers)
