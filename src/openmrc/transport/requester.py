@@ -63,6 +63,7 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
+from openmrc.wire.headers import make_bth
 from openmrc.wire.packet import data_packet
 
 if TYPE_CHECKING:
@@ -347,19 +348,11 @@ class Requester:
             payload = w.payload(offset, size)
         assert w.meth is not None
         pkt = data_packet(
-            BTH(
+            make_bth(
                 w.op_first if i == 0 else (w.op_last if last else _WRITE_MIDDLE),
-                False,
-                False,
-                0,
-                0,
-                0xFFFF,
-                False,
-                False,
                 self.dest_qp,
                 last,
                 rtx,
-                False,
                 p.seq & PSN_MASK,
             ),
             w.meth,

@@ -51,6 +51,7 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
+from openmrc.wire.headers import make_bth
 
 if TYPE_CHECKING:
     from openmrc.transport.qp import Qp
@@ -221,7 +222,7 @@ class Responder:
         self.unreported = un & ~(_MASK64 << shift)
         dqp = qp.attr.dest_qp_num or 0
         pkt = Packet(
-            BTH(_SACK, False, False, 0, 0, 0xFFFF, False, False, dqp, False, False, False, cack & PSN_MASK),
+            make_bth(_SACK, dqp, False, False, cack & PSN_MASK),
             None,
             None,
             None,
