@@ -12,6 +12,7 @@ import pytest
 
 from openmrc.ev import EVState
 from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, WcStatus
+from openmrc.transport.evtable import shuffle
 from openmrc.wire import EpOp, Opcode
 
 from .helpers import Impairments, Pair
@@ -19,6 +20,23 @@ from .transport_tools import install, run_until_completions, statuses, tap_recei
 
 GOOD, SKIP, BAD, DENIED = EVState.GOOD, EVState.SKIP, EVState.ASSUMED_BAD, EVState.DENIED
 PROBE_INTERVAL = 1_000
+
+
+def test_rotation_shuffle_draws_what_random_shuffle_draws() -> None:
+    """The rotation's own shuffle must stay interchangeable with `random.Random.shuffle` (seeded runs)."""
+
+    class Subclass(random.Random):
+        pass
+
+    for n in (0, 1, 2, 3, 7, 64, 96, 129):
+        for seed in range(5):
+            for cls in (random.Random, Subclass):
+                a, b = cls(seed), cls(seed)
+                xs = [EvEntry(bytes(32), 1, i) for i in range(n)]
+                ys = list(xs)
+                shuffle(a, xs)
+                b.shuffle(ys)
+                assert xs == ys and a.random() == b.random()
 
 
 def entries(ports: int = 4, per_port: int = 8) -> list[tuple[bytes, int, int]]:

@@ -31,8 +31,8 @@ from openmrc.wire import (
 )
 from openmrc.wire.buffer import Buffer
 from openmrc.wire.examples import example_conversation
-from openmrc.wire.headers import Header
-from openmrc.wire.packet import _parse
+from openmrc.wire.headers import Header, make_bth
+from openmrc.wire.packet import _parse, data_packet
 
 from .wire_strategies import HEADER_CLASSES, header, packets
 
@@ -402,3 +402,25 @@ def test_bit_flipped_packets_raise_only_wire_error() -> None:
         except WireError:
             pass
     assert parsed > 0  # most flips land in fields any value of which is valid
+
+
+def test_fast_constructors_build_what_the_dataclasses_build() -> None:
+    """`make_bth` and `data_packet` (the transport core's per-packet builders) fill every field."""
+    for op, dqp, a, rtx, psn in ((0xC6, 0, False, False, 0), (0xCB, 0xFFFFFF, True, True, 0xFFFFFF)):
+        h = make_bth(op, dqp, a, rtx, psn)
+        assert h == BTH(op, dest_qp=dqp, ack_req=a, rtx=rtx, psn=psn)
+        assert h.encode() == BTH(op, dest_qp=dqp, ack_req=a, rtx=rtx, psn=psn).encode()
+    meth, reth, imm, payload = METH(1, 2), RETH(0x1000, 7, 4), ImmDt(9), memoryview(b"abcd")
+    p = data_packet(
+        make_bth(Opcode.WRITE_ONLY_WITH_IMM, 5, True, False, 3), meth, None, reth, imm, payload, 11
+    )
+    q = Packet(
+        BTH(Opcode.WRITE_ONLY_WITH_IMM, dest_qp=5, ack_req=True, psn=3),
+        meth,
+        None,
+        reth,
+        imm,
+        payload=payload,
+        icrc=11,
+    )
+    assert p == q and p.encode() == q.encode() and repr(p) == repr(q)

@@ -55,6 +55,9 @@ from openmrc.wire import (
 __all__ = ["EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 
 _DATA = frozenset(int(o) for o in DATA_OPCODES)
+# Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
+_SACK, _NACK, _ACK, _PROBE = int(Opcode.SACK), int(Opcode.NACK), int(Opcode.ACK), int(Opcode.PROBE)
+_RTS = QpState.RTS
 
 
 @dataclass(slots=True)
@@ -141,6 +144,7 @@ class Nic:
         self.num_ports = num_ports
         self.rng = rng
         self.config = config or NicConfig()
+        self._validate = self.config.validate_wire  # read per packet; NicConfig is frozen
         self.stats = NicStats()
         self.ports_up = [False] + [True] * num_ports
         self.mrs = MrTable(rng)
@@ -154,6 +158,8 @@ class Nic:
         self._active: dict[Qp, None] = {}
         self._timers: list[tuple[int, int, Qp]] = []
         self._sched: dict[Qp, int | None] = {}
+        self._next_timer: int | None = None  # get_timer()'s answer while _timer_known (asked per poll)
+        self._timer_known = False
         self._seq = itertools.count()
         self._ep_pending: dict[int, tuple[int, EpOp]] = {}
         self._ep_arrivals: dict[int, int] = {}
@@ -188,6 +194,7 @@ class Nic:
         del self.qps[qp.qp_num]
         self._active.pop(qp, None)
         self._sched.pop(qp, None)
+        self._timer_known = False
 
     # -- profiles ------------------------------------------------------------------------------------------
     def _add_default_profiles(self) -> None:
@@ -393,15 +400,15 @@ class Nic:
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        try:
-            if isinstance(data, Packet):
+        if isinstance(data, Packet) and not self._validate:
+            pkt = data
+        else:
+            try:
                 cut = bool(trim)
-                pkt = parse(data.encode(trimmed=cut), trimmed=cut) if self.config.validate_wire else data
-            else:
-                pkt = parse(data, trimmed=bool(trim))
-        except WireError:
-            stats.rx_malformed += 1
-            return
+                pkt = parse(data.encode(trimmed=cut) if isinstance(data, Packet) else data, trimmed=cut)
+            except WireError:
+                stats.rx_malformed += 1
+                return
         bth = pkt.bth
         op = bth.opcode
         if trim and op not in _DATA:
@@ -416,13 +423,13 @@ class Nic:
             return
         if op in _DATA:
             qp.responder.on_data(pkt, now, port, ecn, entropy, trim)
-        elif op == Opcode.SACK:
+        elif op == _SACK:
             qp.requester.on_sack(pkt, now)
-        elif op == Opcode.NACK:
+        elif op == _NACK:
             qp.requester.on_nack(pkt, now)
-        elif op == Opcode.ACK:
+        elif op == _ACK:
             qp.requester.on_aeth(pkt, now)
-        elif op == Opcode.PROBE:
+        elif op == _PROBE:
             qp.responder.on_probe(pkt, now, port, ecn, entropy)
         else:
             stats.rx_dropped_state += 1
@@ -434,7 +441,7 @@ class Nic:
         evs = qp.evs
         e = None
         if evs is not None:
-            e = evs.pick(port=port) or evs.pick()
+            e = evs.pick(None, port) or evs.pick()
         if e is None:
             self._ctrl.append(Transmit(port, qp.attr.peer, bytes(32), 0, pkt, qp.qp_num, 0))
         else:
@@ -446,14 +453,18 @@ class Nic:
 
     def wake(self, qp: Qp) -> None:
         """Note that ``qp`` may have packets to send or a new timer deadline."""
-        if qp.state is QpState.RTS and qp.requester.has_work():
+        r = qp.requester
+        if qp.state is _RTS and (r.unsent or r.retx) and not r.blocked:  # r.has_work(), per packet
             self._active[qp] = None
         t = qp.next_timer()
-        if t is not None and self._sched.get(qp) != t:
+        if t is None:
+            if qp in self._sched:
+                del self._sched[qp]
+                self._timer_known = False
+        elif self._sched.get(qp) != t:
             self._sched[qp] = t
             heapq.heappush(self._timers, (t, next(self._seq), qp))
-        elif t is None:
-            self._sched.pop(qp, None)
+            self._timer_known = False
 
     def datagrams_to_send(self, now: int, max_data: int | None = None) -> list[Transmit]:
         """The packets that may leave now: all control packets first, then each QP's retransmissions and new
@@ -469,16 +480,25 @@ class Nic:
         if not out and not self._active:
             return out
         if self._active:
-            active = list(self._active)
-            self._active.clear()
+            active = self._active
+            self._active = {}  # emptied by swapping: wake() below re-adds the QPs still blocked
             budget = 1 << 62 if max_data is None else max_data
             for qp in active:
+                r = qp.requester
+                if budget <= 0 and not r.blocked and qp.state is _RTS and not qp.evs.bad:  # type: ignore[union-attr]
+                    # A pacing driver polls often with no room left. Without bad EVs (no probe can be due)
+                    # emit() would change nothing, and nothing else changed since this QP's last wake()
+                    # (every state change ends in one), so its timer stands: it only stays in the set.
+                    if r.unsent or r.retx:
+                        self._active[qp] = None
+                    continue
                 # Even with no data budget left a QP sends its due probes (tiny, not rate-limited), so
                 # that probe deadlines move on; QPs with data left stay in the set.
-                budget -= qp.requester.emit(now, out, budget)
+                budget -= r.emit(now, out, budget)
                 self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
-        self.stats.tx_packets += len(out)
-        if self.config.validate_wire:
+        if out:
+            self.stats.tx_packets += len(out)
+        if self._validate:
             for t in out:
                 if isinstance(t.packet, Packet):
                     t.packet = parse(t.packet.encode())
@@ -486,16 +506,23 @@ class Nic:
 
     def get_timer(self) -> int | None:
         """The earliest deadline at which `handle_timer` must be called, or None."""
+        if self._timer_known:
+            return self._next_timer
         timers = self._timers
+        t = None
         while timers:
-            t, _, qp = timers[0]
-            if self._sched.get(qp) == t:
-                return t
+            top, _, qp = timers[0]
+            if self._sched.get(qp) == top:
+                t = top
+                break
             heapq.heappop(timers)
-        return None
+        self._next_timer = t
+        self._timer_known = True
+        return t
 
     def handle_timer(self, now: int) -> None:
         timers = self._timers
+        self._timer_known = False
         due = []
         while timers and timers[0][0] <= now:
             t, _, qp = heapq.heappop(timers)
@@ -505,5 +532,5 @@ class Nic:
         for qp in due:
             qp.on_timer(now)
             self.wake(qp)
-            if qp.evs is not None and qp.evs.bad and qp.state is QpState.RTS:
+            if qp.evs is not None and qp.evs.bad and qp.state is _RTS:
                 self._active[qp] = None  # probes may be due

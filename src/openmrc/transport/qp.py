@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TRANSITIONS", "Qp", "QpAttr", "QpInitAttr"]
 
+_RTS = QpState.RTS  # a plain global: an Enum class attribute lookup costs more than the test itself
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QpInitAttr:
@@ -218,7 +220,17 @@ class Qp:
 
     # -- timers --------------------------------------------------------------------------------------------
     def next_timer(self) -> int | None:
-        a, b = self.requester.next_timer(), self.responder.next_timer()
+        """The earliest of the responder's SACK deadline, the retransmission timeout and the next EV probe
+        (nothing is sent or probed outside RTS). Asked after every packet, hence one flat function."""
+        b = self.responder.sack_deadline
+        if self.state is not _RTS:
+            return b
+        a = self.requester.rto_deadline
+        evs = self.evs
+        if evs is not None and evs.bad:
+            pt = evs.next_probe_time()
+            if pt is not None and (a is None or pt < a):
+                a = pt
         if a is None:
             return b
         return a if b is None or a < b else b

@@ -63,6 +63,8 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
+from openmrc.wire.headers import make_bth
+from openmrc.wire.packet import data_packet
 
 if TYPE_CHECKING:
     from openmrc.transport.qp import Qp
@@ -74,6 +76,11 @@ _WRITE_ONLY, _WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WIT
 _WRITE_FIRST, _WRITE_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
 _WRITE_LAST, _WRITE_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_WITH_IMM)
 _EMPTY = memoryview(b"")
+# Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
+_RTS = QpState.RTS
+_M_NONE, _SKIP_ONCE, _ALWAYS_SKIP = SackM.NONE, SackM.SKIP_ONCE, SackM.ALWAYS_SKIP
+_TRIMMED, _TRIMMED_LASTHOP = NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP
+_UNEXP_EVENT = NackReason.UNEXP_EVENT
 
 
 class _Wr:
@@ -83,12 +90,19 @@ class _Wr:
         "acked",
         "first_seq",
         "imm",
+        "immdt",
+        "meth",
         "msn",
         "next_index",
         "npkts",
+        "op_first",
+        "op_last",
+        "rkey",
         "rqmsn",
         "signaled",
         "total",
+        "va",
+        "view",
         "views",
         "wr",
     )
@@ -96,6 +110,7 @@ class _Wr:
     def __init__(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool, mtu: int) -> None:
         self.wr = wr
         self.views = views
+        self.view = views[0] if len(views) == 1 else None  # the common single-SGE Write, sliced directly
         self.total = total
         self.signaled = signaled
         self.npkts = max(1, -(-total // mtu))
@@ -104,7 +119,17 @@ class _Wr:
         self.first_seq = -1
         self.msn = 0
         self.rqmsn = 0
-        self.imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
+        self.meth: METH | None = None  # set with msn/rqmsn; every packet of the Write carries the same one
+        self.imm = imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
+        # What every packet of this Write repeats, computed once (retransmissions share the objects too).
+        self.immdt = ImmDt(wr.imm_data or 0) if imm else None
+        self.va = wr.remote_addr
+        self.rkey = wr.rkey
+        if self.npkts == 1:
+            self.op_first = self.op_last = _WRITE_ONLY_IMM if imm else _WRITE_ONLY
+        else:
+            self.op_first = _WRITE_FIRST
+            self.op_last = _WRITE_LAST_IMM if imm else _WRITE_LAST
 
     def payload(self, offset: int, size: int) -> memoryview:
         views = self.views
@@ -165,10 +190,16 @@ class Requester:
         self.cc: CongestionControl | None = None
         self.cc_on_send = False
         self.probe_id = 0
-        self.mtu = qp.nic.config.mtu
+        cfg = qp.nic.config  # frozen: per-packet paths read these copies
+        self.mtu = cfg.mtu
+        self.reorder_allowance = cfg.reorder_allowance
+        self.base_rtt = cfg.base_rtt_ns
         self.stats = qp.nic.stats
+        self.qp_num = qp.qp_num
         self.dest_qp = 0
         self.peer: Hashable = None
+        self.mpr = 1
+        self.dynamic_mpr = False
 
     # -- setup ---------------------------------------------------------------------------------------------
     def start(self, now: int) -> None:
@@ -179,6 +210,8 @@ class Requester:
         self.cc_on_send = type(self.cc).on_send is not CongestionControl.on_send
         self.dest_qp = a.dest_qp_num or 0
         self.peer = a.peer
+        self.mpr = a.mpr or 1  # fixed from RTS on (RTS -> RTS cannot change it, nor cap)
+        self.dynamic_mpr = bool((a.cap or 0) & QpCapFlags.DYNAMIC_MPR)
 
     def rto(self) -> int:
         a = self.qp.attr
@@ -207,17 +240,81 @@ class Requester:
         """Append the packets this QP may send now (probes, then retransmissions, then new packets), at most
         ``budget`` data packets; returns how many data packets it appended."""
         qp = self.qp
-        if qp.state is not QpState.RTS:
+        if qp.state is not _RTS:
             return 0
-        sent = 0
         evs = qp.evs
         cc = self.cc
         assert evs is not None and cc is not None
-        mtu = qp.nic.config.mtu
         if evs.bad:
             for bad in evs.due_probes(now):  # probes are tiny and not window-limited
                 self._probe(bad, now, out)
+        if budget <= 0:  # a pacing driver polls often with no room left: nothing more to do but stay polled
+            self.blocked = False
+            return 0
+        sent = self._retransmit(now, out, budget) if self.retx else 0
+        if self.retx:
+            self.stats.tx_data += sent
+            self.blocked = sent < budget
+            return sent
+        unsent = self.unsent
+        if unsent and sent < budget:
+            mtu = self.mtu
+            mpr = self.mpr
+            if self.peer_mpr and self.dynamic_mpr:
+                mpr = min(mpr, self.peer_mpr)
+            limit = self.cack + mpr * 128
+            outstanding = self.outstanding
+            pick = evs.pick
+            can_send = cc.can_send
+            transmit = self._transmit
+            while unsent and sent < budget:
+                w = unsent[0]
+                seq = self.next_seq
+                if seq >= limit:
+                    break
+                i = w.next_index
+                offset = i * mtu
+                size = w.total - offset
+                if size > mtu:
+                    size = mtu
+                if not can_send(self.inflight, size):
+                    break
+                if i == 0:
+                    max_wimm = qp.attr.max_wimm or 0
+                    if w.imm and max_wimm and self.imm_inflight >= max_wimm:
+                        break
+                    ev = pick()
+                    if ev is None:
+                        break
+                    w.first_seq = seq
+                    w.msn = self.msn = (self.msn + 1) & 0xFFFF
+                    if w.imm:
+                        self.rqmsn = (self.rqmsn + 1) & 0xFFFF
+                        self.imm_inflight += 1
+                    w.rqmsn = self.rqmsn
+                    w.meth = METH(w.rqmsn, w.msn)
+                else:
+                    ev = pick()
+                    if ev is None:
+                        break
+                p = _Tx(seq, w, i, size)
+                outstanding[seq] = p
+                self.next_seq = seq + 1
+                w.next_index = i = i + 1
+                if i == w.npkts:
+                    unsent.popleft()
+                transmit(p, ev, now, out, False)
+                sent += 1
+        self.stats.tx_data += sent
+        self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
+        return sent
+
+    def _retransmit(self, now: int, out: list[Transmit], budget: int) -> int:
+        """The lost packets, oldest PSN first, each on a fresh EV; returns how many were sent."""
+        evs, cc = self.qp.evs, self.cc
+        assert evs is not None and cc is not None
         retx = self.retx
+        sent = 0
         while retx and sent < budget:
             p = self.outstanding.get(retx[0])
             if p is None or not p.lost:
@@ -225,88 +322,44 @@ class Requester:
                 continue
             if not cc.can_send(self.inflight, p.size):
                 break
-            ev = evs.pick(avoid=p.ev)
+            ev = evs.pick(p.ev)
             if ev is None:
                 break
             heapq.heappop(retx)
             p.lost = False
-            self._transmit(p, ev, now, out, rtx=True)
+            self._transmit(p, ev, now, out, True)
             sent += 1
-        if retx:
-            self.blocked = sent < budget
-            return sent
-        mpr = qp.attr.mpr or 1
-        if self.peer_mpr and (qp.attr.cap or 0) & QpCapFlags.DYNAMIC_MPR:
-            mpr = min(mpr, self.peer_mpr)
-        limit = self.cack + mpr * 128
-        max_wimm = qp.attr.max_wimm or 0
-        unsent = self.unsent
-        while unsent and sent < budget:
-            w = unsent[0]
-            seq = self.next_seq
-            if seq >= limit:
-                break
-            i = w.next_index
-            offset = i * mtu
-            size = min(mtu, w.total - offset)
-            if not cc.can_send(self.inflight, size):
-                break
-            if i == 0 and w.imm and max_wimm and self.imm_inflight >= max_wimm:
-                break
-            ev = evs.pick()
-            if ev is None:
-                break
-            if i == 0:
-                w.first_seq = seq
-                w.msn = self.msn = (self.msn + 1) & 0xFFFF
-                if w.imm:
-                    self.rqmsn = (self.rqmsn + 1) & 0xFFFF
-                    self.imm_inflight += 1
-                w.rqmsn = self.rqmsn
-            p = _Tx(seq, w, i, size)
-            self.outstanding[seq] = p
-            self.next_seq = seq + 1
-            w.next_index = i + 1
-            if w.next_index == w.npkts:
-                unsent.popleft()
-            self._transmit(p, ev, now, out, rtx=False)
-            sent += 1
-        self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
+        self.stats.retransmits += sent
         return sent
 
     def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
-        # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice.
-        qp = self.qp
+        # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice;
+        # the caller counts tx_data and retransmits.
         w = p.wr
-        n, i = w.npkts, p.index
-        last = i == n - 1
-        if n == 1:
-            op = _WRITE_ONLY_IMM if w.imm else _WRITE_ONLY
-        elif i == 0:
-            op = _WRITE_FIRST
-        elif last:
-            op = _WRITE_LAST_IMM if w.imm else _WRITE_LAST
-        else:
-            op = _WRITE_MIDDLE
+        i = p.index
+        last = i == w.npkts - 1
         offset = i * self.mtu
-        wr = w.wr
         size = p.size
-        pkt = Packet(
-            BTH(
-                op, False, False, 0, 0, 0xFFFF, False, False, self.dest_qp, last, rtx, False, p.seq & PSN_MASK
+        if not size:
+            payload = _EMPTY
+        elif w.view is not None:
+            payload = w.view[offset : offset + size]
+        else:
+            payload = w.payload(offset, size)
+        assert w.meth is not None
+        pkt = data_packet(
+            make_bth(
+                w.op_first if i == 0 else (w.op_last if last else _WRITE_MIDDLE),
+                self.dest_qp,
+                last,
+                rtx,
+                p.seq & PSN_MASK,
             ),
-            METH(w.rqmsn, w.msn),
+            w.meth,
             None,
-            RETH(wr.remote_addr + offset, wr.rkey, w.total),
-            ImmDt(wr.imm_data or 0) if (w.imm and last) else None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            w.payload(offset, size) if size else _EMPTY,
+            RETH(w.va + offset, w.rkey, w.total),
+            w.immdt if last else None,
+            payload,
         )
         p.ev = ev
         p.sent_at = now
@@ -319,11 +372,7 @@ class Requester:
             self.cc.on_send(now=now, size=size, inflight=self.inflight)  # type: ignore[union-attr]
         if self.rto_deadline is None:
             self._arm(now)
-        stats = self.stats
-        stats.tx_data += 1
-        if rtx:
-            stats.retransmits += 1
-        out.append(Transmit(ev.port, self.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, size))
+        out.append(Transmit(ev.port, self.peer, ev.expanded, ev.entropy, pkt, self.qp_num, size))
 
     def _probe(self, ev: EvEntry, now: int, out: list[Transmit]) -> None:
         qp = self.qp
@@ -345,7 +394,7 @@ class Requester:
         seth, qp = pkt.seth, self.qp
         assert seth is not None
         self.blocked = False
-        if qp.state is not QpState.RTS:
+        if qp.state is not _RTS:
             return
         cack = unwrap_psn(seth.cack_psn, self.cack)
         if cack > self.next_seq or cack < self.cack - (1 << 22):
@@ -359,43 +408,56 @@ class Requester:
             else:  # RFC 6298 smoothing
                 self.rttvar = (3 * self.rttvar + abs(self.srtt - rtt)) >> 2
                 self.srtt = (7 * self.srtt + rtt) >> 3
-        newly = 0  # bytes
-        npkts = 0  # packets (zero-length Writes acknowledge no bytes)
         outstanding = self.outstanding
+        acked = []
         if cack > self.cack:
             for seq in range(self.cack, cack):
                 p = outstanding.pop(seq, None)
                 if p is not None:
-                    newly += self._acked(p)
-                    npkts += 1
+                    acked.append(p)
             self.cack = cack
         bm = seth.bitmap
         if bm:
             base = cack + seth.sack_offset
+            pop = outstanding.pop
             while bm:
                 low = bm & -bm
-                p = outstanding.pop(base + low.bit_length() - 1, None)
+                p = pop(base + low.bit_length() - 1, None)
                 if p is not None:
-                    newly += self._acked(p)
-                    npkts += 1
+                    acked.append(p)
                 bm ^= low
+        newly = 0  # bytes
+        npkts = len(acked)  # packets (zero-length Writes acknowledge no bytes)
+        if acked:
+            by_order = self.by_order
+            top = self.acked_order
+            for p in acked:
+                size = p.size
+                if not p.lost:
+                    self.inflight -= size
+                by_order.pop(p.order, None)
+                if p.order > top:
+                    top = p.order
+                p.wr.acked += 1
+                newly += size
+            self.acked_order = top
         evs = qp.evs
         assert evs is not None and self.cc is not None
         m = seth.m
         e = evs.by_entropy.get(seth.entropy)
         if e is not None:
             if seth.pr:
-                evs.probe_answered(e, now, m == SackM.NONE)
-            elif m == SackM.SKIP_ONCE:
+                evs.probe_answered(e, now, m == _M_NONE)
+            elif m == _SKIP_ONCE:
                 evs.skip(e)
-            elif m == SackM.ALWAYS_SKIP:
+            elif m == _ALWAYS_SKIP:
                 evs.mark_bad(e, now)
         if seth.mpr:
             self.peer_mpr = seth.mpr
         if npkts:
             self.timeouts = 0
             self.cc.on_ack(
-                now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == SackM.SKIP_ONCE
+                now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == _SKIP_ONCE
             )
             self._arm(now)
             self._detect_losses(now)
@@ -403,22 +465,12 @@ class Requester:
         if not outstanding:
             self.rto_deadline = None
 
-    def _acked(self, p: _Tx) -> int:
-        if not p.lost:
-            self.inflight -= p.size
-        self.by_order.pop(p.order, None)
-        if p.order > self.acked_order:
-            self.acked_order = p.order
-        p.wr.acked += 1
-        return p.size
-
     def _detect_losses(self, now: int) -> None:
-        cfg = self.qp.nic.config
-        threshold = self.acked_order - cfg.reorder_allowance
+        threshold = self.acked_order - self.reorder_allowance
         # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
         # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
         srtt = self.srtt
-        sent_before = now - max(2 * srtt, srtt + 4 * self.rttvar, cfg.base_rtt_ns)
+        sent_before = now - max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
         by_order = self.by_order
         lost_any = False
         while by_order:
@@ -459,20 +511,20 @@ class Requester:
         neth, qp = pkt.neth, self.qp
         assert neth is not None
         self.blocked = False
-        if qp.state is not QpState.RTS:
+        if qp.state is not _RTS:
             return
         stats = qp.nic.stats
         stats.nacks_received += 1
-        if neth.reason == NackReason.UNEXP_EVENT:
+        if neth.reason == _UNEXP_EVENT:
             qp.set_error(now, WcStatus.REM_OP_ERR)
             return
         p = self.outstanding.get(unwrap_psn(neth.psn, self.cack))
         if p is None or p.lost:
             return
         assert self.cc is not None and qp.evs is not None
-        if neth.reason == NackReason.TRIMMED or neth.reason == NackReason.TRIMMED_LASTHOP:
+        if neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP:
             stats.trims_received += 1
-            last_hop = neth.reason == NackReason.TRIMMED_LASTHOP
+            last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.by_entropy.get(neth.entropy)
             if e is not None and not last_hop:
                 qp.evs.skip(e)
@@ -494,27 +546,16 @@ class Requester:
             AethSyndrome.NAK_INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR,
             AethSyndrome.NAK_REMOTE_OPERATIONAL_ERROR: WcStatus.REM_OP_ERR,
         }.get(aeth.syndrome)  # type: ignore[call-overload]
-        if status is not None and self.qp.state is QpState.RTS:
+        if status is not None and self.qp.state is _RTS:
             self.qp.set_error(now, status)
 
     # -- timers --------------------------------------------------------------------------------------------
     def _arm(self, now: int) -> None:
         self.rto_deadline = now + self.rto() if self.outstanding else None
 
-    def next_timer(self) -> int | None:
-        if self.qp.state is not QpState.RTS:
-            return None  # nothing is sent or probed outside RTS
-        evs = self.qp.evs
-        t = self.rto_deadline
-        if evs is not None and evs.bad:
-            pt = evs.next_probe_time()
-            if pt is not None and (t is None or pt < t):
-                t = pt
-        return t
-
     def on_timer(self, now: int) -> None:
         self.blocked = False
-        if self.rto_deadline is None or now < self.rto_deadline or self.qp.state is not QpState.RTS:
+        if self.rto_deadline is None or now < self.rto_deadline or self.qp.state is not _RTS:
             return
         if not self.outstanding:
             self.rto_deadline = None

@@ -51,6 +51,7 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
+from openmrc.wire.headers import make_bth
 
 if TYPE_CHECKING:
     from openmrc.transport.qp import Qp
@@ -62,7 +63,9 @@ _ONLY = frozenset({int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)})
 _IMM = frozenset(int(o) for o in IMM_OPCODES)
 _MASK64 = (1 << 64) - 1
 _SACK = int(Opcode.SACK)
+# Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _M_NONE, _SKIP_ONCE = SackM.NONE, SackM.SKIP_ONCE
+_RTR, _RTS = QpState.RTR, QpState.RTS
 
 
 class Responder:
@@ -78,6 +81,10 @@ class Responder:
         self.sack_deadline: int | None = None
         self._last: tuple[int, int, int, int, bool] | None = None  # (trigger seq, entropy, port, ts, ecn)
         self.adv_mpr = 0
+        cfg = qp.nic.config  # frozen: per-packet paths read these copies
+        self.mtu = cfg.mtu
+        self.sack_every = cfg.sack_every
+        self.sack_delay = cfg.sack_delay_ns
 
     def start(self, now: int) -> None:
         a = self.qp.attr
@@ -91,16 +98,19 @@ class Responder:
         qp = self.qp
         nic = qp.nic
         stats = nic.stats
-        if qp.state is not QpState.RTR and qp.state is not QpState.RTS:
+        state = qp.state
+        if state is not _RTR and state is not _RTS:
             stats.rx_dropped_state += 1
             return
         bth = pkt.bth
-        seq = unwrap_psn(bth.psn, self.cack)
-        d = seq - self.cack
+        cack = self.cack
+        seq = unwrap_psn(bth.psn, cack)
+        d = seq - cack
         if d >= self.window:
             self._nack(NackReason.PSN_OOR_WINDOW, seq, entropy, port)
             return
-        if d < 0 or (self.bitmap >> d) & 1:
+        bitmap = self.bitmap
+        if d < 0 or (bitmap >> d) & 1:
             stats.duplicates += 1
             self._sack(seq, entropy, port, ecn, now)
             return
@@ -113,7 +123,7 @@ class Responder:
         assert reth is not None
         n = len(pkt.payload)
         op = bth.opcode
-        mtu = nic.config.mtu
+        mtu = self.mtu
         dma = reth.dma_len
         if op in _FIRST_MIDDLE:
             ok = n == mtu and dma > mtu
@@ -147,28 +157,30 @@ class Responder:
                 self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
                 qp.set_error(now, WcStatus.REM_INV_REQ_ERR)
                 return
-        new_hole = d > 0 and not (self.bitmap >> (d - 1)) & 1
-        self.bitmap |= 1 << d
-        self.unreported |= 1 << d
+        new_hole = d > 0 and not (bitmap >> (d - 1)) & 1
+        bit = 1 << d
+        bitmap |= bit
         self.rcvd_bytes += n
         stats.rx_data += 1
         if d == 0:
-            bm = self.bitmap
-            t = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
-            self.bitmap = bm >> t
-            self.unreported >>= t
-            self.cack += t
+            t = (~bitmap & (bitmap + 1)).bit_length() - 1  # trailing ones
+            self.bitmap = bitmap >> t
+            self.unreported = (self.unreported | bit) >> t
+            self.cack = cack + t
             if self.pending_imm and self.pending_imm[0][0] < self.cack and not self._complete_imm(now):
                 self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)  # no receive posted: no RNR in MRC
                 return
+        else:
+            self.bitmap = bitmap
+            self.unreported |= bit
         self.unacked += 1
         ts = pkt.tseth.tx_timestamp if pkt.tseth is not None else 0
-        if ecn or new_hole or bth.ack_req or imm or self.unacked >= nic.config.sack_every:
-            self._sack(seq, entropy, port, ecn, now, ts=ts)
+        if ecn or new_hole or bth.ack_req or imm or self.unacked >= self.sack_every:
+            self._sack(seq, entropy, port, ecn, now, ts)
         else:
             self._last = (seq, entropy, port, ts, ecn)
             if self.sack_deadline is None:
-                self.sack_deadline = now + nic.config.sack_delay_ns
+                self.sack_deadline = now + self.sack_delay
                 nic.wake(qp)
 
     def _complete_imm(self, now: int) -> bool:
@@ -190,14 +202,14 @@ class Responder:
         return True
 
     def on_probe(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int) -> None:
-        if self.qp.state is QpState.RTR or self.qp.state is QpState.RTS:
+        if self.qp.state is _RTR or self.qp.state is _RTS:
             self.qp.nic.stats.probes_answered += 1
             peth = pkt.peth
-            self._sack(self.cack, entropy, port, ecn, now, ts=peth.tx_timestamp if peth else 0, pr=True)
+            self._sack(self.cack, entropy, port, ecn, now, peth.tx_timestamp if peth else 0, True)
 
     # -- acknowledgements ----------------------------------------------------------------------------------
     def _sack(
-        self, trigger: int, entropy: int, port: int, ecn: bool, now: int, *, ts: int = 0, pr: bool = False
+        self, trigger: int, entropy: int, port: int, ecn: bool, now: int, ts: int = 0, pr: bool = False
     ) -> None:
         qp = self.qp
         cack = self.cack
@@ -208,16 +220,20 @@ class Responder:
         shift = base - cack
         bits = (self.bitmap >> shift) & _MASK64
         self.unreported = un & ~(_MASK64 << shift)
-        a = qp.attr
-        dqp = a.dest_qp_num or 0
+        dqp = qp.attr.dest_qp_num or 0
         pkt = Packet(
-            BTH(_SACK, False, False, 0, 0, 0xFFFF, False, False, dqp, False, False, False, cack & PSN_MASK),
-            seth=SETH(
+            make_bth(_SACK, dqp, False, False, cack & PSN_MASK),
+            None,
+            None,
+            None,
+            None,
+            None,
+            SETH(
                 0,
                 0,
                 _SKIP_ONCE if ecn else _M_NONE,
                 pr,
-                max(min(off, 0x7FFF), -0x8000),
+                off if -0x8000 <= off <= 0x7FFF else (0x7FFF if off > 0 else -0x8000),
                 entropy,
                 qp.qp_num & 0xFFFF,
                 dqp & 0xFFFF,
@@ -228,15 +244,16 @@ class Responder:
                 base - cack,
                 bits,
             ),
-            cc_state=CcState(
+            CcState(
                 ts, min(self.bitmap.bit_count(), 0x7FFF), False, 0, (-(-self.rcvd_bytes // 256)) & 0xFFFFFF
             ),
         )
         self.unacked = 0
         self.sack_deadline = None
         self._last = None
-        qp.nic.stats.sacks_sent += 1
-        self._send(pkt, port)
+        nic = qp.nic
+        nic.stats.sacks_sent += 1
+        nic.send_control(qp, pkt, port)
 
     def _nack(self, reason: NackReason, seq: int, entropy: int, port: int) -> None:
         qp = self.qp
@@ -261,13 +278,10 @@ class Responder:
         self.qp.nic.send_control(self.qp, pkt, port)
 
     # -- timers --------------------------------------------------------------------------------------------
-    def next_timer(self) -> int | None:
-        return self.sack_deadline
-
     def on_timer(self, now: int) -> None:
         if self.sack_deadline is not None and now >= self.sack_deadline:
             last = self._last
             self.sack_deadline = None
             if last is not None:
                 seq, entropy, port, ts, ecn = last
-                self._sack(seq, entropy, port, ecn, now, ts=ts)
+                self._sack(seq, entropy, port, ecn, now, ts)

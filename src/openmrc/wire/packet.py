@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from openmrc.wire.buffer import Buffer, WireError
 from openmrc.wire.constants import DATA_OPCODES, IMM_OPCODES, MRC_OPCODE_RANGE, Opcode
 from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
 
-__all__ = ["HEADER_ATTRS", "Packet", "parse"]
+__all__ = ["HEADER_ATTRS", "Packet", "data_packet", "parse"]
 
 ICRC_SIZE = 4
 _ICRC = struct.Struct("<I")
@@ -250,6 +251,31 @@ class Packet:
                 raise WireError(name, a, BTH.SIZE, f"{a.upper()} {why}")
 
 
+def data_packet(
+    bth: BTH,
+    meth: METH,
+    tseth: TSETH | None,
+    reth: RETH,
+    imm: ImmDt | None,
+    payload: memoryview,
+    icrc: int = 0,
+    _new: Any = object.__new__,
+) -> Packet:
+    """``Packet(bth, meth, tseth, reth, imm, payload=payload, icrc=icrc)`` for callers that build a data
+    packet per packet sent or parsed: the slots are filled directly, which costs about half the dataclass
+    ``__init__`` with its keyword defaults and payload conversion. ``payload`` must be a memoryview."""
+    p: Packet = _new(Packet)
+    p.bth = bth
+    p.meth = meth
+    p.tseth = tseth
+    p.reth = reth
+    p.imm = imm
+    p.aeth = p.seth = p.cc_state = p.neth = p.peth = p.erth = p.eeth = None
+    p.payload = payload
+    p.icrc = icrc
+    return p
+
+
 def _check_payload(bth: BTH, reth: RETH, n: int, off: int, trimmed: bool) -> None:
     """Payload length against opcode, pad and RETH.DMA_length. ``off`` is where the payload starts."""
     if trimmed:
@@ -320,22 +346,7 @@ def _parse(data: bytes | bytearray | memoryview, trimmed: bool) -> Packet:
                     n != dma if op in _ONLY_INTS else (pad and op in _FM_INTS) or not 0 < n < dma
                 ):
                     _check_payload(bth, reth, n, hlen, False)  # raises with the precise reason
-            return Packet(
-                bth,
-                METH(v[5], v[6]),
-                tseth,
-                reth,
-                imm,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                view[hlen : hlen + n],
-                icrc,
-            )
+            return data_packet(bth, METH(v[5], v[6]), tseth, reth, imm, view[hlen : hlen + n], icrc)
     buf = Buffer(view[: total - ICRC_SIZE])
     bth = BTH.pull(buf)
     if op in DATA_OPCODES:  # too short for its headers: pull them one by one to name the one cut off
