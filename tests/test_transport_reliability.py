@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openmrc.transport import Access, QpState, WcOpcode, WcStatus, WorkCompletion
+from openmrc.transport import Access, NicConfig, QpState, WcOpcode, WcStatus, WorkCompletion
 from openmrc.wire import BTH, NETH, PSN_MASK, NackReason, Opcode, Packet
 
 from .helpers import Impairments, Pair
@@ -149,7 +149,8 @@ def test_write_with_imm_completes_in_post_order_when_tails_arrive_reversed() -> 
         i = last_psns.get(s.psn)
         return (n - i) * 30_000 if s.src == "a" and s.is_data and not s.rtx and i is not None else 0
 
-    p = Pair(seed=4, buf_size=1 << 16)
+    # a base RTT above the longest hold-back: the tail loss rules must wait for these late tails
+    p = Pair(seed=4, buf_size=1 << 16, config=NicConfig(base_rtt_ns=400_000))
     install(p, hold_back_tails)
     log = tap_receive(p.b)
     ids = post_imm(p, plan)
@@ -368,3 +369,29 @@ def test_retriable_nack_retransmits_on_a_fresh_ev() -> None:
     assert statuses(p.completions()) == [(wr, S.SUCCESS)]
     again = [s for s in hook.select(src="a", data=True) if s.psn == 0 and s.rtx]
     assert len(again) == 1 and again[0].entropy != first.entropy
+
+
+@pytest.mark.parametrize("lost", [1, 3])  # a middle packet; the last one (only a tail probe can tell)
+def test_a_small_write_recovers_a_lost_packet_well_before_a_timeout(lost: int) -> None:
+    """Four packets: fewer than the reordering allowance follow any of them, so the count rule alone could
+    never fire. A lost middle packet is inferred once a later one is acknowledged and it is old enough; a
+    lost last packet is found by one tail loss probe. Neither waits for the retransmission timeout."""
+    p = Pair(seed=5, buf_size=1 << 16, timeout=8)  # RTO = 1.024 µs · 2^8 ≈ 262 µs
+    rto = 1024 << 8
+
+    def lose_first_copy(s: Sent) -> int:
+        return 10**12 if s.src == "a" and s.is_data and not s.rtx and s.psn == lost else 0
+
+    hook = install(p, lose_first_copy)
+    p.write(0, 4 * MTU)
+    run_until_completions(p, 1)
+    (wc,) = p.completions()
+    assert wc.status is WcStatus.SUCCESS and p.dst[: 4 * MTU] == p.src[: 4 * MTU]
+    stats = p.a.stats
+    assert stats.timeouts == 0 and stats.retransmits == 1
+    assert p.now < rto // 4  # a few RTTs (2 µs one way here), not a timeout
+    assert len(hook.select(src="a", data=True)) == 5
+    if lost == 3:
+        assert stats.tail_probes == 1
+    else:
+        assert stats.losses_inferred == 1 and stats.tail_probes == 0

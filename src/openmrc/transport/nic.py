@@ -75,6 +75,7 @@ class NicStats:
     tx_data: int = 0
     retransmits: int = 0
     losses_inferred: int = 0
+    tail_probes: int = 0
     timeouts: int = 0
     duplicates: int = 0
     sacks_sent: int = 0

@@ -225,7 +225,11 @@ class Qp:
         b = self.responder.sack_deadline
         if self.state is not _RTS:
             return b
-        a = self.requester.rto_deadline
+        req = self.requester
+        a = req.rto_deadline
+        c = req.check_deadline
+        if c is not None and (a is None or c < a):
+            a = c
         evs = self.evs
         if evs is not None and evs.bad:
             pt = evs.next_probe_time()

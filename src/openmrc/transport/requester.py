@@ -18,7 +18,14 @@ Loss detection is by *transmission order*, not by PSN, so that retransmissions a
 transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
 after it have been acknowledged *and* it was sent more than max(2·srtt, srtt + 4·rttvar, base RTT) ago —
 spraying over paths with different queues reorders far more than a single path does (RACK-like), and with
-trimming congestion does not lose packets silently, so an inferred loss must be a clear one.
+trimming congestion does not lose packets silently, so an inferred loss must be a clear one. Near the tail
+of what has been sent (fewer than ``reorder_allowance`` packets after it) the count cannot be reached, so
+there any later packet acknowledged is enough, with the same age rule; a check timer re-runs the rule when
+only the age is missing. If the tail itself is lost nothing later can be acknowledged: when no
+acknowledgement has come for a probe timeout (2 · max(srtt, base RTT)) the newest unacknowledged packet is
+sent again (a tail loss probe, RFC 8985's idea; no EV penalty), and its acknowledgement exposes the holes
+before it. Small messages (one collective step of a few packets) then recover in about two RTTs instead
+of a retransmission timeout.
 A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
 becomes ASSUMED_BAD. A NACK queues its PSN at once (TRIMMED: the EV is skipped
 for the rotation; TRIMMED_LASTHOP: no EV penalty; UNEXP_EVENT: the QP fails). The retransmission timer
@@ -186,6 +193,8 @@ class Requester:
         # NACK, timer, EV or port change, new WR) clears it, so idle polls skip the QP.
         self.blocked = False
         self.rto_deadline: int | None = None
+        self.check_deadline: int | None = None  # tail loss check / probe (see the module docstring)
+        self.tlp_order = 0  # the transmission the last tail loss probe followed; one probe per tail
         self.timeouts = 0
         self.cc: CongestionControl | None = None
         self.cc_on_send = False
@@ -460,22 +469,34 @@ class Requester:
                 now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == _SKIP_ONCE
             )
             self._arm(now)
+            self.check_deadline = now + self._pto() if outstanding else None
             self._detect_losses(now)
             self._complete()
         if not outstanding:
-            self.rto_deadline = None
+            self.rto_deadline = self.check_deadline = None
+
+    def _pto(self) -> int:
+        return 2 * max(self.srtt, self.base_rtt)
 
     def _detect_losses(self, now: int) -> None:
-        threshold = self.acked_order - self.reorder_allowance
+        acked_order = self.acked_order
+        threshold = acked_order - self.reorder_allowance
+        tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
         # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
         # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
         srtt = self.srtt
-        sent_before = now - max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
+        wait = max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
+        sent_before = now - wait
         by_order = self.by_order
         lost_any = False
         while by_order:
             order, p = next(iter(by_order.items()))
-            if order >= threshold or p.sent_at > sent_before:
+            if order >= acked_order or (order >= threshold and order <= tail):
+                break  # nothing later acknowledged, or not enough of it yet
+            if p.sent_at > sent_before:
+                due = p.sent_at + wait  # the count is there, the age not yet: look again then
+                if self.check_deadline is None or due < self.check_deadline:
+                    self.check_deadline = due
                 break
             del by_order[order]
             self._lose(p)
@@ -483,9 +504,26 @@ class Requester:
                 self.qp.evs.mark_bad(p.ev, now)  # type: ignore[union-attr]
             lost_any = True
         if lost_any:
-            self.qp.nic.stats.losses_inferred += 1
+            self.stats.losses_inferred += 1
             assert self.cc is not None
             self.cc.on_loss(now=now, inflight=self.inflight)
+
+    def _check_tail(self, now: int) -> None:
+        """The check timer: infer tail losses, else probe the tail once if nothing came back for a PTO."""
+        self.check_deadline = None
+        if not self.by_order:
+            return
+        self._detect_losses(now)
+        if self.retx or not self.by_order:
+            return
+        order, p = next(reversed(self.by_order.items()))
+        if order > self.tlp_order and p.sent_at + self._pto() <= now:
+            self.tlp_order = self.order + 1  # the probe's own transmission: no second probe for it
+            del self.by_order[order]
+            self._lose(p)  # resent on a fresh EV, RTX set; its EV keeps its state
+            self.stats.tail_probes += 1
+        elif self.check_deadline is None:
+            self.check_deadline = p.sent_at + self._pto()
 
     def _lose(self, p: _Tx) -> None:
         if not p.lost:
@@ -555,7 +593,11 @@ class Requester:
 
     def on_timer(self, now: int) -> None:
         self.blocked = False
-        if self.rto_deadline is None or now < self.rto_deadline or self.qp.state is not _RTS:
+        if self.qp.state is not _RTS:
+            return
+        if self.check_deadline is not None and now >= self.check_deadline:
+            self._check_tail(now)
+        if self.rto_deadline is None or now < self.rto_deadline:
             return
         if not self.outstanding:
             self.rto_deadline = None
@@ -575,6 +617,7 @@ class Requester:
         self.by_order.clear()
         self.cc.on_loss(now=now, inflight=self.inflight)
         self.rto_deadline = now + self.rto()
+        self.check_deadline = None
 
     # -- errors --------------------------------------------------------------------------------------------
     def fail_head(self, status: WcStatus) -> None:
