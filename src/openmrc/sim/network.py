@@ -272,7 +272,9 @@ class Host(Node):
             self.pace_pending = True
             self.sim.schedule(max(soonest, now + 1), self._pace, None)
         deadline = self.nic.get_timer()
-        if deadline is not None and deadline != self.timer_at:
+        # one pending timer event; a deadline that moved later (every ACK pushes the RTO) is left to it:
+        # when it fires early it re-arms for the new deadline, so no event is pushed per ACK
+        if deadline is not None and (self.timer_at is None or deadline < self.timer_at):
             self.timer_at = deadline
             self.sim.schedule(max(deadline, now), self._timer, deadline)
         if self.on_pump is not None:
@@ -284,9 +286,16 @@ class Host(Node):
 
     def _timer(self, deadline: int) -> None:
         if deadline != self.timer_at:
-            return  # superseded
+            return  # superseded by an earlier deadline
         self.timer_at = None
         now = self.sim.now
+        due = self.nic.get_timer()
+        if due is None:
+            return
+        if due > now:  # the deadline moved later since this event was scheduled
+            self.timer_at = due
+            self.sim.schedule(due, self._timer, due)
+            return
         self.nic.handle_timer(now)
         self.pump(now)
 
