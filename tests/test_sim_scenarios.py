@@ -110,3 +110,31 @@ def test_cli_run_writes_results(tmp_path: Path) -> None:
     assert "link-failure" in listing.output
     bad = CliRunner().invoke(app, ["sim", "run", "clos-perm", "--set", "fabric.nope=1"])
     assert bad.exit_code != 0 and "fabric.nope" in bad.output
+
+
+SMALL_CLOS = ["fabric.hosts=16", "fabric.planes=2", "fabric.t0_radix=8", "fabric.t1_radix=8"]
+SHRUNK = {
+    "htsim-perm-1024": ["fabric.k=4", 'workload.file="perm_16n_16c_2MB.cm"'],
+    "htsim-incast-15": [],
+    "paper-allreduce-loss": [*SMALL_CLOS, "workload.size_kib=64"],
+    "paper-incast-victim": [*SMALL_CLOS, "workload.size_kib=128", "workload.senders=3"],
+    "link-failure": [*SMALL_CLOS, "workload.size_kib=512", "failures.0.plane=1"],
+    "demo": [*SMALL_CLOS, "workload.size_kib=64", "failures.0.at_us=10"],
+    "clos-perm": SMALL,
+    "clos-incast": [*SMALL, "workload.senders=3"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_every_builtin_runs_every_variant_to_completion(name: str) -> None:
+    """Each built-in scenario, shrunk: every variant (and sweep point) finishes every flow."""
+    assert set(SHRUNK) == set(builtin_scenarios())
+    doc = load_scenario(name, SHRUNK[name])
+    doc["sweep"] = {k: v[-1:] for k, v in doc.get("sweep", {}).items()}  # the harshest point only
+    runs = run_scenario(doc)
+    assert len(runs) == max(1, len(doc.get("variants", [])))
+    for r in runs:
+        assert r.results is not None
+        s = r.results.summary()
+        assert s["completed"] == s["flows"] > 0, (r.label, s)
+        assert all(f.status is not None and f.status.name == "SUCCESS" for f in r.results.flows)
