@@ -36,6 +36,7 @@ class Failures:
     _outages: list[tuple[int, str, list[Port], int | None]]
     watched: int | None
     reconvergences: int
+    _reconverge_at: int | None = None
 
     def link(self, node: int, port: int) -> tuple[Port, Port]:
         """Both directions of the link on ``port`` (0-based) of ``node``: (node's side, the peer's side)."""
@@ -79,7 +80,10 @@ class Failures:
         port, up = arg
         port.set_up(up)
         if isinstance(self.routing, EcmpRouting) and self.config.ecmp_reconverge_ns is not None:
-            self.sim.schedule(self.sim.now + self.config.ecmp_reconverge_ns, self._reconverge)
+            at = self.sim.now + self.config.ecmp_reconverge_ns
+            if at != self._reconverge_at:  # a switch's 1,000 ports going down converge once
+                self._reconverge_at = at
+                self.sim.schedule(at, self._reconverge)
 
     def _reconverge(self, _: object = None) -> None:
         assert isinstance(self.routing, EcmpRouting)

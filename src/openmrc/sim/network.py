@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
     from openmrc.sim.routing import Routing
 
-__all__ = ["HEADER_BYTES", "Host", "Port", "SimPacket", "Switch"]
+__all__ = ["HEADER_BYTES", "Host", "Port", "SimNic", "SimPacket", "Switch"]
 
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
 #: a 4,086-byte payload makes htsim's 4,150-byte packet.
@@ -307,3 +307,7 @@ class Host(Node):
         size = len(pkt.payload) + HEADER_BYTES
         sp = SimPacket(pkt, size, int.from_bytes(t.ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
         self.ports[t.port - 1].send(sp, now)
+
+
+SimNic = Host
+"""The name the architecture gives a simulated host's NIC: one port per plane around a `transport.Nic`."""
