@@ -96,7 +96,7 @@ def demo(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
 ) -> None:
     """The main job: ring all-reduce on a 4-plane, 64-host Clos while a T0-T1 link fails; MRC vs RoCEv2."""
-    from openmrc.cli.sim import results_table, run_with_progress
+    from openmrc.cli.sim import print_outages, results_table, run_with_progress
     from openmrc.sim.scenario import ScenarioError, load_scenario, write_runs
 
     try:
@@ -109,13 +109,7 @@ def demo(
     console.print(str(doc["description"]))
     runs = run_with_progress(doc)
     console.print(results_table(runs, "demo"))
-    for r in runs:
-        assert r.results is not None
-        for o in r.results.outage_reports():
-            bypass = "no packet hit it" if o["bypass_us"] is None else f"{o['bypass_us']:.1f} µs"
-            console.print(
-                f"  {r.label}: {o['what']} at {o['at_us']:.0f} µs; last data packet into it after {bypass}"
-            )
+    print_outages(runs)
     mrc, roce = (r.results for r in runs[:2])
     if mrc is not None and roce is not None:
         a, b = mrc.job_time_ns(), roce.job_time_ns()

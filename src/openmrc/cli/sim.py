@@ -49,6 +49,26 @@ def results_table(runs: list[Run], title: str, extra: tuple[str, ...] = ()) -> T
     return t
 
 
+def print_outages(runs: list[Run]) -> None:
+    """One line per failure of each run: when, the bypass time, goodput before and after."""
+    for r in runs:
+        assert r.results is not None
+        for o in r.results.outage_reports():
+            bypass = (
+                "no data packet went into it"
+                if o["bypass_us"] is None
+                else f"last data packet into it after {o['bypass_us']:.1f} µs"
+            )
+            line = f"  {r.label}: {o['what']} at {o['at_us']:.0f} µs; {bypass}"
+            before, after = o.get("goodput_before_gbps"), o.get("goodput_after_gbps")
+            if before is not None and after is not None:
+                line += f"; job goodput {before:,.0f} → {after:,.0f} Gb/s"
+            hb, ha = o.get("host_goodput_before_gbps"), o.get("host_goodput_after_gbps")
+            if hb is not None and ha is not None:
+                line += f"; the host's own {hb:,.0f} → {ha:,.0f} Gb/s"
+            console.print(line)
+
+
 def run_with_progress(doc: dict[str, Any]) -> list[Run]:
     """`run_scenario` under a rich progress bar per run (flows completed; simulated time)."""
     with Progress(
@@ -94,6 +114,7 @@ def run(
     except ScenarioError as exc:
         raise typer.BadParameter(str(exc)) from exc
     console.print(results_table(runs, str(doc.get("name", scenario))))
+    print_outages(runs)
     if out is not None:
         for p in write_runs(runs, out, doc):
             console.print(f"wrote {p}")
