@@ -267,10 +267,14 @@ class Host(Node):
                 budget += 2 if backlog <= 0 else 1
         for t in self.nic.datagrams_to_send(now, budget):
             self._send(t, now)
-        if self.nic.has_data() and not self.pace_pending:
-            soonest = min(max(p.free_at - p.pace_ns, now) for p in self.ports)
+        if not self.pace_pending and self.nic.has_data():
+            soonest = 1 << 62
+            for port in self.ports:
+                ready = port.free_at - port.pace_ns
+                if ready < soonest:
+                    soonest = ready
             self.pace_pending = True
-            self.sim.schedule(max(soonest, now + 1), self._pace, None)
+            self.sim.schedule(soonest if soonest > now else now + 1, self._pace, None)
         deadline = self.nic.get_timer()
         # one pending timer event; a deadline that moved later (every ACK pushes the RTO) is left to it:
         # when it fires early it re-arms for the new deadline, so no event is pushed per ACK
