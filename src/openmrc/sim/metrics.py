@@ -33,17 +33,8 @@ __all__ = [
     "Sampler",
     "SimResults",
     "outage_report",
-    "percentile",
     "write_results",
 ]
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q`` (0..1) quantile by the nearest-rank rule (what htsim-style reports use)."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, -(-int(q * 1_000_000) * len(sorted_values) // 1_000_000))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 @dataclass(frozen=True, slots=True)

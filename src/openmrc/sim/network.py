@@ -109,7 +109,8 @@ class Port:
         self._seq = sim.seq
         self.peer = peer
         self._arrive = peer.arrive
-        self.bps = self.nominal_bps = bps
+        self.nominal_bps = bps
+        self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
         self.latency = latency_ns
         self.buffer = buffer
         # no ECN marking on a host's last hop (MRC rule): thresholds no queue reaches
@@ -130,7 +131,6 @@ class Port:
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
-        self.pace_ns = 4160 * 8_000_000_000 // bps  # one full packet's serialisation
 
     def set_up(self, up: bool) -> None:
         """Link state of this direction; going down loses what is queued on or travelling along it."""

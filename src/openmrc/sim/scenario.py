@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
+import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -351,8 +353,6 @@ def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
 
 def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> list[Run]:
     """Run every variant of a scenario; ``progress(run, sim)`` is called as simulated time advances."""
-    import time
-
     runs = expand_runs(doc)
     for r in runs:
         sim = r.sim = build_run(r.doc)
@@ -374,9 +374,7 @@ def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None]
 
 def write_runs(runs: list[Run], out: Path, doc: dict[str, Any]) -> list[Path]:
     """results.json (every run's report), per-run CSVs (prefixed by the run's index) and the plots."""
-    import json
-
-    from openmrc.sim.plots import plot_fct_cdf, plot_timeline
+    from openmrc.sim.plots import plot_fct_cdf, plot_timeline  # matplotlib only when plots are written
 
     out.mkdir(parents=True, exist_ok=True)
     written = []

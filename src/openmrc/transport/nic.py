@@ -455,7 +455,7 @@ class Nic:
     def wake(self, qp: Qp) -> None:
         """Note that ``qp`` may have packets to send or a new timer deadline."""
         r = qp.requester
-        if qp.state is _RTS and (r.unsent or r.retx) and not r.blocked:  # r.has_work(), per packet
+        if qp.state is _RTS and (r.unsent or r.retx) and not r.blocked:  # work waiting and not blocked
             self._active[qp] = None
         t = qp.next_timer()
         if t is None:

@@ -241,10 +241,6 @@ class Requester:
         self.unsent.append(w)
 
     # -- sending -------------------------------------------------------------------------------------------
-    def has_work(self) -> bool:
-        """Packets are waiting and the last `emit` was not stopped by something only feedback can lift."""
-        return bool(self.unsent or self.retx) and not self.blocked
-
     def emit(self, now: int, out: list[Transmit], budget: int = 1 << 62) -> int:
         """Append the packets this QP may send now (probes, then retransmissions, then new packets), at most
         ``budget`` data packets; returns how many data packets it appended."""
@@ -469,7 +465,7 @@ class Requester:
                 now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == _SKIP_ONCE
             )
             self._arm(now)
-            self.check_deadline = now + self._pto() if outstanding else None
+            self.check_deadline = now + self._pto()  # cleared below when nothing is outstanding
             self._detect_losses(now)
             self._complete()
         if not outstanding:
