@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The hot modules compiled with mypyc (scripts/build_native.py); rebuilt when any of them changes.
+NATIVE := src/openmrc/_native.json
+NATIVE_SRC := $(shell $(PYTHON) scripts/build_native.py --list)
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest pytest-pure native bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +17,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+$(NATIVE): $(STAMP) $(NATIVE_SRC) scripts/build_native.py
+	$(BIN)/python scripts/build_native.py
+
+native: $(NATIVE)
+
+demo: $(NATIVE)
 	$(BIN)/openmrc demo
 
 lint: $(STAMP)
@@ -24,13 +32,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
-	$(BIN)/python -m pytest
+pytest: $(NATIVE)
+	$(BIN)/python -m pytest -W error::RuntimeWarning
 
-test: lint typecheck pytest
+# The same suite on the interpreted sources: both must behave identically.
+pytest-pure: $(STAMP)
+	OPENMRC_PURE=1 $(BIN)/python -m pytest
+
+test: lint typecheck pytest pytest-pure
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/wire_bench.py
 
 clean:
-	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis $(NATIVE)
+	find src -name '*.so' -delete

@@ -432,7 +432,7 @@ def test_failed_port_is_abandoned_ev_by_ev() -> None:
 def test_port_down_stops_all_traffic_on_it_and_tells_the_peer() -> None:
     port = 3
     p, hook = transfer_pair()
-    rx_b = tap_receive(p.b)
+    rx_b = tap_receive(p, p.b)
     ids = write_all(p)
     p.run(lambda: p.now >= T_FAIL)
     t_down = p.now

@@ -152,7 +152,7 @@ def test_write_with_imm_completes_in_post_order_when_tails_arrive_reversed() -> 
     # a base RTT above the longest hold-back: the tail loss rules must wait for these late tails
     p = Pair(seed=4, buf_size=1 << 16, config=NicConfig(base_rtt_ns=400_000))
     install(p, hold_back_tails)
-    log = tap_receive(p.b)
+    log = tap_receive(p, p.b)
     ids = post_imm(p, plan)
     run_until_completions(p, n)
     assert imm_arrivals(log, n) == [m.imm for m in reversed(plan)]  # the premise: tails really reversed
@@ -164,7 +164,7 @@ def test_write_with_imm_completes_in_post_order_when_tails_arrive_reversed() -> 
 def test_write_with_imm_in_order_under_random_reordering(seed: int) -> None:
     plan = imm_plan([MTU * (1 + i % 3) - 7 * i for i in range(12)])
     p = Pair(seed=seed, buf_size=1 << 17, imp=Impairments(reorder_ns=40_000))
-    log = tap_receive(p.b)
+    log = tap_receive(p, p.b)
     ids = post_imm(p, plan)
     run_until_completions(p, len(plan))
     arrivals = imm_arrivals(log, len(plan))

@@ -352,7 +352,7 @@ def test_validate_wire_mode_is_bit_exact(imp: Impairments | None) -> None:
 @pytest.mark.parametrize("imp", [None, NO_TRIM], ids=["clean", "lossy"])
 def test_bytes_over_the_fabric_is_bit_exact(imp: Impairments | None) -> None:
     p = Pair(seed=9, wire=True, imp=imp)
-    rx = tap_receive(p.b)
+    rx = tap_receive(p, p.b)
     wire_transfer(p)
     assert rx
 

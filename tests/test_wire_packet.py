@@ -299,7 +299,12 @@ def test_trimmed_packet_keeps_headers_only() -> None:
     ],
 )
 def test_out_of_range_fields_raise_on_encode(hdr: Header, field: str, value: int) -> None:
-    setattr(hdr, field, value)
+    try:
+        setattr(hdr, field, value)
+    except TypeError:
+        # compiled (mypyc), a bool field refuses an int at assignment: the value never reaches the wire
+        assert isinstance(getattr(hdr, field), bool) and not isinstance(value, bool)
+        return
     with pytest.raises(WireError) as ei:
         hdr.encode()
     assert ei.value.header == hdr.NAME and ei.value.field == field

@@ -2,7 +2,8 @@
 
 `HookFabric` is a `Fabric` that logs every `Transmit` the NICs hand it (before any impairment acts, so the
 log is what the NICs *sent*) and can hold chosen packets back by a scripted extra delay; `install` swaps it
-into a fresh `Pair`. `tap_receive` records what a NIC is handed. The rest are small queries over those logs.
+into a fresh `Pair`. `tap_receive` records what the fabric hands a NIC. The rest are small queries over
+those logs.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class HookFabric(Fabric):
         self.seq = self._counter  # type: ignore[assignment]
         self.delay = delay
         self.log: list[Sent] = []
+        self.observers = base.observers
 
     def send(self, src: Nic, dst: Nic, t: Transmit, now: int, src_name: str) -> None:
         pkt = t.packet
@@ -122,21 +124,21 @@ class Received:
     packet: Packet
 
 
-def tap_receive(nic: Nic) -> list[Received]:
-    """Record every packet handed to ``nic.receive`` (decoding wire bytes for the record only)."""
+def tap_receive(p: Pair, nic: Nic) -> list[Received]:
+    """Record every packet ``p``'s fabric hands to ``nic`` (decoding wire bytes for the record only)."""
     log: list[Received] = []
-    inner = nic.receive
 
-    def receive(data: Any, port: int, now: int, **kw: Any) -> None:
+    def observe(dst: Nic, data: Any, port: int, now: int, kw: dict[str, Any]) -> None:
+        if dst is not nic:
+            return
         try:
             pkt = data if isinstance(data, Packet) else parse(data, trimmed=bool(kw.get("trim")))
         except ValueError:
             pkt = None
         if pkt is not None:
             log.append(Received(now, port, kw.get("entropy", 0), pkt))
-        inner(data, port, now, **kw)
 
-    nic.receive = receive  # type: ignore[method-assign]
+    p.fabric.observers.append(observe)
     return log
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Final
 
 __all__ = ["EcmpHash", "fmix32"]
 
-_KEY = struct.Struct("!IIIHHI")
+_KEY: Final = struct.Struct("!IIIHHI")
 
 
 def fmix32(h: int) -> int:

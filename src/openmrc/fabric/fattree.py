@@ -48,6 +48,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from openmrc.fabric.topology import MaterializedTopology, Role
 
@@ -368,7 +369,7 @@ class FoldedClos(MaterializedTopology):
     ``link_latency_ns``, plus ``switch_latency_ns`` (switch traversal time, not a link).
     """
 
-    _tier_names: tuple[str, ...] = ("tor", "agg", "core")
+    _tier_names: ClassVar[tuple[str, ...]] = ("tor", "agg", "core")
 
     def __init__(
         self,
@@ -631,7 +632,7 @@ class LeafSpine(FoldedClos):
     without htsim's radix/oversubscription rules, so any leaf fan-out is allowed.
     """
 
-    _tier_names = ("leaf", "spine")
+    _tier_names: ClassVar[tuple[str, ...]] = ("leaf", "spine")
 
     def __init__(
         self,

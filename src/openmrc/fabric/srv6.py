@@ -27,7 +27,7 @@ import ipaddress
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from openmrc.ev import EVENT_MASK_ALLOWED, EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode
 from openmrc.fabric.clos import MultiPlaneClos
@@ -37,7 +37,7 @@ from openmrc.fabric.topology import Role
 __all__ = ["Route", "UsidPlan"]
 
 KIND_T0, KIND_T1, KIND_HOST = 1, 2, 3
-_FMT = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
+_FMT: Final = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from heapq import heappush
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+from mypy_extensions import mypyc_attr
 
 from openmrc.transport import Nic, Transmit, TrimMark
 from openmrc.wire import DATA_OPCODES, Packet
@@ -32,8 +34,8 @@ __all__ = ["HEADER_BYTES", "Host", "Port", "SimNic", "SimPacket", "Switch"]
 
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
 #: a 4,086-byte payload makes htsim's 4,150-byte packet.
-HEADER_BYTES = 64
-_DATA = frozenset(int(o) for o in DATA_OPCODES)
+HEADER_BYTES: Final = 64
+_DATA: Final = frozenset(int(o) for o in DATA_OPCODES)
 
 
 class SimPacket:
@@ -206,6 +208,7 @@ class Port:
             self.drops += 1
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # custom nodes (sinks, taps) may be plain Python
 class Node:
     """Anything a port can lead to."""
 

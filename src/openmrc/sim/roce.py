@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from openmrc.sim.network import HEADER_BYTES, Node, SimPacket
 from openmrc.transport import TrimMark
@@ -46,11 +46,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CNP_OPCODE", "DcqcnConfig", "ReactionPoint", "RoceConfig", "RoceHost", "RoceQp"]
 
-_EMPTY = memoryview(b"")
+_EMPTY: Final = memoryview(b"")
 
 #: The RoCEv2 CNP opcode (InfiniBand Annex A17). It is no MRC opcode, so `Packet.encode_headers` would
 #: reject it; the simulator never encodes packets.
-CNP_OPCODE = 0x81
+CNP_OPCODE: Final = 0x81
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

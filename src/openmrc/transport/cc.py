@@ -16,7 +16,9 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Final, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 __all__ = [
     "UNLIMITED_CWND",
@@ -30,13 +32,16 @@ __all__ = [
     "unregister_cc",
 ]
 
-UNLIMITED_CWND = 1 << 62
+UNLIMITED_CWND: Final = 1 << 62
 """Window of :class:`FixedWindow` when no size is configured: more than a QP can ever have in flight."""
 
-_BUILTIN_MODULES = ("openmrc.transport.nscc",)
+_BUILTIN_MODULES: Final = ("openmrc.transport.nscc",)
 """Modules whose import registers the built-in algorithms that do not live in this module."""
 
+_ABSTRACT: Final = ("on_ack", "on_trim", "on_loss")
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CongestionControl(abc.ABC):
     """Per-QP window-based congestion control. All sizes in bytes, times in ns."""
 
@@ -55,6 +60,10 @@ class CongestionControl(abc.ABC):
     def __init__(self, *, mtu: int, config: object | None = None, now: int = 0) -> None:
         if isinstance(mtu, bool) or not isinstance(mtu, int) or mtu <= 0:
             raise ValueError(f"mtu must be a positive integer, got {mtu!r}")
+        # ABC refuses abstract classes itself, but not once this module is compiled: check here too
+        missing = [m for m in _ABSTRACT if getattr(type(self), m) is getattr(CongestionControl, m)]
+        if missing:
+            raise TypeError(f"can't instantiate {type(self).__name__}: {', '.join(missing)} not implemented")
         self.mtu = mtu
         self._check_config(config)
 
@@ -104,6 +113,7 @@ class CongestionControl(abc.ABC):
         """The receiver's CC_STATE fields carried by a SACK."""
 
 
+@mypyc_attr(native_class=False)
 class UnknownCcAlgorithm(KeyError):
     """:func:`create_cc` was asked for a name no algorithm is registered under."""
 
@@ -188,7 +198,6 @@ class FixedWindowConfig:
             raise ValueError(f"cwnd_bytes must be None or a positive integer, got {cwnd!r}")
 
 
-@register_cc
 class FixedWindow(CongestionControl):
     """No congestion control: a constant window and no reaction to any signal."""
 
@@ -224,3 +233,6 @@ class FixedWindow(CongestionControl):
 
     def on_loss(self, *, now: int, inflight: int) -> None:
         """Ignored."""
+
+
+register_cc(FixedWindow)

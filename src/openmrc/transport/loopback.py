@@ -17,6 +17,7 @@ import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from openmrc.transport.config import NicConfig
 from openmrc.transport.nic import Nic
@@ -89,6 +90,8 @@ class Fabric:
         self.dropped = 0
         self.trimmed = 0
         self.per_entropy: dict[int, int] = {}
+        self.observers: list[Callable[[Nic, object, int, int, dict[str, Any]], None]] = []
+        """Called before each delivery with (destination NIC, packet or bytes, port, time, keywords)."""
 
     def send(self, src: Nic, dst: Nic, t: Transmit, now: int, src_name: str) -> None:
         imp, rng = self.imp, self.rng
@@ -136,7 +139,10 @@ class Fabric:
         ev = self.events
         while ev and ev[0][0] <= now:
             _t, _s, dst, obj, port, ecn, entropy, trim, src = heapq.heappop(ev)
-            dst.receive(obj, port, now, ecn=ecn, entropy=entropy, trim=trim, src=src)  # type: ignore[arg-type]
+            kw: dict[str, Any] = {"ecn": ecn, "entropy": entropy, "trim": trim, "src": src}
+            for observe in self.observers:
+                observe(dst, obj, port, now, kw)
+            dst.receive(obj, port, now, **kw)  # type: ignore[arg-type]
 
 
 class Pair:

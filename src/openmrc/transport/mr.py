@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from openmrc.transport.types import Access, LocalProtocolError
@@ -17,20 +16,27 @@ from openmrc.transport.types import Access, LocalProtocolError
 __all__ = ["MemoryRegion", "MrTable"]
 
 
-@dataclass(slots=True, eq=False)
 class MemoryRegion:
     """A registered buffer. ``addr`` is its base virtual address (as RETH.VA / Sge.addr refer to it)."""
 
-    view: memoryview
-    addr: int
-    length: int
-    lkey: int
-    rkey: int
-    access: Access
-    remote_write: bool = False
+    __slots__ = ("access", "addr", "length", "lkey", "remote_write", "rkey", "view")
 
-    def __post_init__(self) -> None:
-        self.remote_write = bool(self.access & Access.REMOTE_WRITE)
+    def __init__(
+        self, view: memoryview, addr: int, length: int, lkey: int, rkey: int, access: Access
+    ) -> None:
+        self.view = view
+        self.addr = addr
+        self.length = length
+        self.lkey = lkey
+        self.rkey = rkey
+        self.access = access
+        self.remote_write = bool(access & Access.REMOTE_WRITE)
+
+    def __repr__(self) -> str:
+        return (
+            f"MemoryRegion(addr={self.addr:#x}, length={self.length}, "
+            f"lkey={self.lkey:#x}, rkey={self.rkey:#x})"
+        )
 
     def slice(self, addr: int, length: int) -> memoryview | None:
         """The bytes ``[addr, addr+length)`` if they lie inside the region, else None."""

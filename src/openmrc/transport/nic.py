@@ -19,9 +19,9 @@ import itertools
 import random
 from array import array
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Final
 
 from openmrc.ev import (
     EVENT_MASK_ALLOWED,
@@ -54,10 +54,10 @@ from openmrc.wire import (
 
 __all__ = ["EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 
-_DATA = frozenset(int(o) for o in DATA_OPCODES)
+_DATA: Final = frozenset(int(o) for o in DATA_OPCODES)
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _SACK, _NACK, _ACK, _PROBE = int(Opcode.SACK), int(Opcode.NACK), int(Opcode.ACK), int(Opcode.PROBE)
-_RTS = QpState.RTS
+_RTS: Final = QpState.RTS
 
 
 @dataclass(slots=True)
@@ -121,21 +121,6 @@ class EpResponse:
     peer: Hashable
 
 
-class _Profiles(dict[int, "EvProfileBinding"]):
-    """EV profiles by id; profile 0 (the NIC's own) is built when first asked for."""
-
-    default: Callable[[], EvProfileBinding] | None = None
-
-    def __missing__(self, key: int) -> EvProfileBinding:
-        if key != 0 or self.default is None:
-            raise KeyError(key)
-        b = self[0] = self.default()
-        return b
-
-    def __contains__(self, key: object) -> bool:
-        return super().__contains__(key) or (key == 0 and self.default is not None)
-
-
 class Nic:
     """A software MRC NIC with ``num_ports`` ports, one per plane (ports are 1-based, as in verbs)."""
 
@@ -150,7 +135,8 @@ class Nic:
         self.ports_up = [False] + [True] * num_ports
         self.mrs = MrTable(rng)
         self.qps: dict[int, Qp] = {}
-        self.ev_profiles = _Profiles()
+        self.ev_profiles: dict[int, EvProfileBinding] = {}
+        self._default_ev_values: array[int] | None = None
         self.cc_profiles: dict[int, tuple[str, object | None]] = {}
         self.ev_events: deque[EvEvent] = deque(maxlen=1 << 16)
         self.ep_responses: deque[EpResponse] = deque()
@@ -203,11 +189,24 @@ class Nic:
         # profile itself is built on first use: a simulated fabric of 100K+ NICs mostly never needs it.
         cfg = self.config
         values = array("H", self.rng.sample(range(1, 1 << 16), cfg.default_ev_count))
-        self.ev_profiles.default = lambda: self._default_profile(values)
+        self._default_ev_values = values
         self.cc_profiles[0] = (
             "uet-1.0-nscc",
             NsccConfig.defaults(cfg.link_bps, cfg.base_rtt_ns, cfg.mtu, trimming=cfg.trimming),
         )
+
+    def has_ev_profile(self, profile_id: int) -> bool:
+        return profile_id in self.ev_profiles or (profile_id == 0 and self._default_ev_values is not None)
+
+    def ev_profile(self, profile_id: int) -> EvProfileBinding:
+        """The installed EV profile ``profile_id`` (``KeyError`` if none); profile 0 is built on first use."""
+        b = self.ev_profiles.get(profile_id)
+        if b is None:
+            values = self._default_ev_values
+            if profile_id != 0 or values is None:
+                raise KeyError(profile_id)
+            b = self.ev_profiles[0] = self._default_profile(values)
+        return b
 
     def _default_profile(self, values: array[int]) -> EvProfileBinding:
         entries = []
@@ -252,7 +251,7 @@ class Nic:
         return create_cc(name, mtu=self.config.mtu, config=cfg, now=now)
 
     def build_ev_table(self, qp: Qp) -> EvTable:
-        b = self.ev_profiles[qp.attr.ev_profile_id or 0]
+        b = self.ev_profile(qp.attr.ev_profile_id or 0)
         cfg = self.config
 
         def emit(ev: EvEvent) -> None:

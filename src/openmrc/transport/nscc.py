@@ -50,7 +50,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import ClassVar, Final
+
+from mypy_extensions import mypyc_attr
 
 from openmrc.transport.cc import CongestionControl, register_cc
 
@@ -67,29 +69,48 @@ __all__ = [
     "NsccConfig",
 ]
 
-REFERENCE_LINK_BPS = 100_000_000_000
+REFERENCE_LINK_BPS: Final = 100_000_000_000
 """Link speed of the reference network the NSCC constants are tuned for (100 Gb/s)."""
-REFERENCE_RTT_NS = 12_000
+REFERENCE_RTT_NS: Final = 12_000
 """Base RTT of the reference network (12 µs, htsim ``_reference_network_rtt``)."""
-REFERENCE_BDP_BYTES = REFERENCE_LINK_BPS // 8 * REFERENCE_RTT_NS // 1_000_000_000
+REFERENCE_BDP_BYTES: Final = REFERENCE_LINK_BPS // 8 * REFERENCE_RTT_NS // 1_000_000_000
 """BDP of the reference network: 150 000 bytes; ``a = BDP / REFERENCE_BDP_BYTES``."""
 
-DEFAULT_LINK_BPS = REFERENCE_LINK_BPS
+DEFAULT_LINK_BPS: Final = REFERENCE_LINK_BPS
 """Link speed :class:`Nscc` assumes when built without a config (one 100 Gb/s plane port)."""
-DEFAULT_BASE_RTT_NS = REFERENCE_RTT_NS
+DEFAULT_BASE_RTT_NS: Final = REFERENCE_RTT_NS
 """Base RTT :class:`Nscc` assumes when built without a config."""
 
-DELAY_EWMA_WEIGHT = 0.0125
+DELAY_EWMA_WEIGHT: Final = 0.0125
 """Weight of a new sample in the average delay driving the decrease (htsim ``_delay_alpha``)."""
-FAST_INCREASE_DELAY_NS = 1_000
+FAST_INCREASE_DELAY_NS: Final = 1_000
 """A delay below this counts as "≈ 0" for fast increase (htsim ``fast_increase``: ``timeFromUs(1)``)."""
-MIN_MAX_CWND = 256
+MIN_MAX_CWND: Final = 256
 """Smallest accepted ``max_cwnd``: the smallest RoCE path MTU. A controller also needs ``max_cwnd ≥ MTU``."""
 
-_U8_MAX = 0xFF
-_U32_MAX = 0xFFFF_FFFF
-_FLOAT32_MAX = 3.4028234663852886e38
-_NEVER = -(1 << 62)
+_U8_MAX: Final = 0xFF
+_U32_MAX: Final = 0xFFFF_FFFF
+_FLOAT32_MAX: Final = 3.4028234663852886e38
+_NEVER: Final = -(1 << 62)
+
+
+_UINT_FIELDS: Final = (
+    ("adjust_bytes_threshold", 0, _U32_MAX),
+    ("adjust_period_threshold", 0, _U32_MAX),
+    ("base_rtt", 1, _U32_MAX),
+    ("max_cwnd", MIN_MAX_CWND, _U32_MAX),
+    # uint8_t in C, but a shift of a 32-bit window by 32 or more is meaningless (undefined in C).
+    ("qa_gate", 0, min(_U8_MAX, 31)),
+    ("qa_threshold", 0, _U32_MAX),
+    ("target_delay", 1, _U32_MAX),
+)
+_FLOAT_FIELDS: Final = (
+    ("eta", 0.0, _FLOAT32_MAX, False),
+    ("fi", 0.0, _FLOAT32_MAX, False),
+    ("fi_scale", 0.0, _FLOAT32_MAX, False),
+    ("gamma", 0.0, 1.0, False),
+    ("max_md_jump", 0.0, 1.0, True),
+)
 
 
 def _check_uint(name: str, value: object, lo: int, hi: int) -> None:
@@ -108,6 +129,7 @@ def _check_float(name: str, value: object, lo: float, hi: float, *, lo_open: boo
         raise ValueError(f"{name} must be a finite number in {low}, {hi}], got {value!r}")
 
 
+@mypyc_attr(native_class=False)  # interpreted: __post_init__ names any field of a wrong type
 @dataclass(frozen=True, slots=True)
 class NsccConfig:
     """NSCC parameters, field for field OCP's ``struct mrc_ctl_cc_nscc_cfg`` (mrc_ctl.h), same order.
@@ -144,21 +166,13 @@ class NsccConfig:
     """Queueing delay NSCC steers towards (ns)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.disable_qa, bool):
-            raise ValueError(f"disable_qa must be a bool, got {self.disable_qa!r}")
-        _check_uint("adjust_bytes_threshold", self.adjust_bytes_threshold, 0, _U32_MAX)
-        _check_uint("adjust_period_threshold", self.adjust_period_threshold, 0, _U32_MAX)
-        _check_uint("base_rtt", self.base_rtt, 1, _U32_MAX)
-        _check_float("eta", self.eta, 0.0, _FLOAT32_MAX)
-        _check_float("fi", self.fi, 0.0, _FLOAT32_MAX)
-        _check_float("fi_scale", self.fi_scale, 0.0, _FLOAT32_MAX)
-        _check_float("gamma", self.gamma, 0.0, 1.0)
-        _check_float("max_md_jump", self.max_md_jump, 0.0, 1.0, lo_open=True)
-        _check_uint("max_cwnd", self.max_cwnd, MIN_MAX_CWND, _U32_MAX)
-        # uint8_t in C, but a shift of a 32-bit window by 32 or more is meaningless (undefined in C).
-        _check_uint("qa_gate", self.qa_gate, 0, min(_U8_MAX, 31))
-        _check_uint("qa_threshold", self.qa_threshold, 0, _U32_MAX)
-        _check_uint("target_delay", self.target_delay, 1, _U32_MAX)
+        # getattr: compiled, a typed attribute read would reject a wrong type before naming the field
+        if not isinstance(getattr(self, "disable_qa"), bool):  # noqa: B009
+            raise ValueError(f"disable_qa must be a bool, got {getattr(self, 'disable_qa')!r}")  # noqa: B009
+        for name, lo, hi in _UINT_FIELDS:
+            _check_uint(name, getattr(self, name), lo, hi)
+        for name, flo, fhi, lo_open in _FLOAT_FIELDS:
+            _check_float(name, getattr(self, name), flo, fhi, lo_open=lo_open)
 
     @classmethod
     def defaults(cls, link_bps: int, base_rtt_ns: int, mtu: int, trimming: bool = True) -> NsccConfig:
@@ -209,7 +223,6 @@ class NsccConfig:
         return tuple(f.name for f in fields(cls))
 
 
-@register_cc
 class Nscc(CongestionControl):
     """NSCC congestion control for one QP; see the module docstring.
 
@@ -509,3 +522,6 @@ class Nscc(CongestionControl):
             self._cwnd = cwnd if cwnd > self.mtu else float(self.mtu)
             self._last_md = now
             self.md_count += 1
+
+
+register_cc(Nscc)

@@ -12,7 +12,7 @@ import errno
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from openmrc.transport.cq import CompletionQueue
 from openmrc.transport.requester import Requester
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TRANSITIONS", "Qp", "QpAttr", "QpInitAttr"]
 
-_RTS = QpState.RTS  # a plain global: an Enum class attribute lookup costs more than the test itself
+_RTS: Final = QpState.RTS  # a plain global: an Enum class attribute lookup costs more than the test itself
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,16 +90,16 @@ class QpAttr:
     """RTS: further retries with exponential backoff (0..25; 25 = infinite)."""
 
 
-_ALL = frozenset(f.name for f in fields(QpAttr))
-_INIT_REQ = frozenset({"ev_profile_id", "cc_profile_id"})
-_INIT_OPT = frozenset({"qp_hint"})
-_RTR_REQ = frozenset({"dest_qp_num", "peer", "rq_psn", "mpr_dest", "max_wimm_dest"})
-_RTR_OPT = frozenset({"cap"})
-_RTS_REQ = frozenset({"sq_psn", "mpr", "max_wimm", "timeout", "retry_linear", "retry_exp"})
-_RTS_OPT = frozenset({"timeout", "retry_linear", "retry_exp", "max_wimm"})
+_ALL: Final = frozenset(f.name for f in fields(QpAttr))
+_INIT_REQ: Final = frozenset({"ev_profile_id", "cc_profile_id"})
+_INIT_OPT: Final = frozenset({"qp_hint"})
+_RTR_REQ: Final = frozenset({"dest_qp_num", "peer", "rq_psn", "mpr_dest", "max_wimm_dest"})
+_RTR_OPT: Final = frozenset({"cap"})
+_RTS_REQ: Final = frozenset({"sq_psn", "mpr", "max_wimm", "timeout", "retry_linear", "retry_exp"})
+_RTS_OPT: Final = frozenset({"timeout", "retry_linear", "retry_exp", "max_wimm"})
 
 #: (from, to) → (required attributes, optional attributes). Absent pairs are illegal.
-TRANSITIONS: dict[tuple[QpState, QpState], tuple[frozenset[str], frozenset[str]]] = {
+TRANSITIONS: Final[dict[tuple[QpState, QpState], tuple[frozenset[str], frozenset[str]]]] = {
     (QpState.RESET, QpState.RESET): (frozenset(), frozenset()),
     (QpState.RESET, QpState.INIT): (_INIT_REQ, _INIT_OPT),
     (QpState.INIT, QpState.INIT): (frozenset(), _INIT_REQ | _INIT_OPT),
@@ -111,7 +111,7 @@ TRANSITIONS: dict[tuple[QpState, QpState], tuple[frozenset[str], frozenset[str]]
     **{(s, QpState.RESET): (frozenset(), frozenset()) for s in (QpState.INIT, QpState.RTR, QpState.RTS)},
 }
 
-_RANGES: dict[str, tuple[int, int]] = {
+_RANGES: Final[dict[str, tuple[int, int]]] = {
     "mpr_dest": (1, 255),
     "mpr": (1, 255),
     "max_wimm_dest": (0, 0xFFFF),
@@ -174,7 +174,7 @@ class Qp:
             v = attrs[name]
             if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
                 raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo_hi[0]}, {lo_hi[1]}]")
-        if "ev_profile_id" in given and attrs["ev_profile_id"] not in self.nic.ev_profiles:
+        if "ev_profile_id" in given and not self.nic.has_ev_profile(attrs["ev_profile_id"]):
             raise LocalProtocolError(errno.EINVAL, f"no EV profile {attrs['ev_profile_id']}")
         if "cc_profile_id" in given and attrs["cc_profile_id"] not in self.nic.cc_profiles:
             raise LocalProtocolError(errno.EINVAL, f"no CC profile {attrs['cc_profile_id']}")

@@ -42,7 +42,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from openmrc.transport.cc import CongestionControl
 from openmrc.transport.evtable import EvEntry
@@ -78,16 +78,16 @@ if TYPE_CHECKING:
 
 __all__ = ["Requester"]
 
-_INFINITE_EXP = 25
+_INFINITE_EXP: Final = 25
 _WRITE_ONLY, _WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)
 _WRITE_FIRST, _WRITE_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
 _WRITE_LAST, _WRITE_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_WITH_IMM)
-_EMPTY = memoryview(b"")
+_EMPTY: Final = memoryview(b"")
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
-_RTS = QpState.RTS
+_RTS: Final = QpState.RTS
 _M_NONE, _SKIP_ONCE, _ALWAYS_SKIP = SackM.NONE, SackM.SKIP_ONCE, SackM.ALWAYS_SKIP
 _TRIMMED, _TRIMMED_LASTHOP = NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP
-_UNEXP_EVENT = NackReason.UNEXP_EVENT
+_UNEXP_EVENT: Final = NackReason.UNEXP_EVENT
 
 
 class _Wr:
@@ -269,9 +269,6 @@ class Requester:
                 mpr = min(mpr, self.peer_mpr)
             limit = self.cack + mpr * 128
             outstanding = self.outstanding
-            pick = evs.pick
-            can_send = cc.can_send
-            transmit = self._transmit
             while unsent and sent < budget:
                 w = unsent[0]
                 seq = self.next_seq
@@ -282,13 +279,13 @@ class Requester:
                 size = w.total - offset
                 if size > mtu:
                     size = mtu
-                if not can_send(self.inflight, size):
+                if not cc.can_send(self.inflight, size):
                     break
                 if i == 0:
                     max_wimm = qp.attr.max_wimm or 0
                     if w.imm and max_wimm and self.imm_inflight >= max_wimm:
                         break
-                    ev = pick()
+                    ev = evs.pick()
                     if ev is None:
                         break
                     w.first_seq = seq
@@ -299,7 +296,7 @@ class Requester:
                     w.rqmsn = self.rqmsn
                     w.meth = METH(w.rqmsn, w.msn)
                 else:
-                    ev = pick()
+                    ev = evs.pick()
                     if ev is None:
                         break
                 p = _Tx(seq, w, i, size)
@@ -308,7 +305,7 @@ class Requester:
                 w.next_index = i = i + 1
                 if i == w.npkts:
                     unsent.popleft()
-                transmit(p, ev, now, out, False)
+                self._transmit(p, ev, now, out, False)
                 sent += 1
         self.stats.tx_data += sent
         self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
@@ -424,10 +421,9 @@ class Requester:
         bm = seth.bitmap
         if bm:
             base = cack + seth.sack_offset
-            pop = outstanding.pop
             while bm:
                 low = bm & -bm
-                p = pop(base + low.bit_length() - 1, None)
+                p = outstanding.pop(base + low.bit_length() - 1, None)
                 if p is not None:
                     acked.append(p)
                 bm ^= low
@@ -505,8 +501,8 @@ class Requester:
             self.cc.on_loss(now=now, inflight=self.inflight)
 
     def _check_tail(self, now: int) -> None:
-        """The check timer: infer tail losses, else probe the tail once if nothing came back for a PTO."""
-        self.check_deadline = None
+        """The check timer (cleared by the caller; `_detect_losses` may set it again): infer tail losses,
+        else probe the tail once if nothing came back for a PTO."""
         if not self.by_order:
             return
         self._detect_losses(now)
@@ -592,6 +588,7 @@ class Requester:
         if self.qp.state is not _RTS:
             return
         if self.check_deadline is not None and now >= self.check_deadline:
+            self.check_deadline = None
             self._check_tail(now)
         if self.rto_deadline is None or now < self.rto_deadline:
             return

@@ -26,7 +26,7 @@ receive. More than ``max_wimm_dest`` such messages pending, or none posted, is f
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from openmrc.transport.types import (
     QpCapFlags,
@@ -58,11 +58,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Responder"]
 
-_FIRST_MIDDLE = frozenset({int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)})
-_ONLY = frozenset({int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)})
-_IMM = frozenset(int(o) for o in IMM_OPCODES)
-_MASK64 = (1 << 64) - 1
-_SACK = int(Opcode.SACK)
+_FIRST_MIDDLE: Final = frozenset({int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)})
+_ONLY: Final = frozenset({int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)})
+_IMM: Final = frozenset(int(o) for o in IMM_OPCODES)
+_MASK64: Final = (1 << 64) - 1
+_SACK: Final = int(Opcode.SACK)
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _M_NONE, _SKIP_ONCE = SackM.NONE, SackM.SKIP_ONCE
 _RTR, _RTS = QpState.RTR, QpState.RTS

@@ -6,6 +6,7 @@ import errno
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
+from typing import Final
 
 from openmrc.wire import PSN_MASK, Packet
 
@@ -28,7 +29,7 @@ __all__ = [
     "unwrap_psn",
 ]
 
-_HALF = 1 << 23
+_HALF: Final = 1 << 23
 
 
 def psn_diff(a: int, b: int) -> int:
@@ -170,3 +171,22 @@ class Transmit:
     packet: Packet | bytes
     qp_num: int = 0
     size: int = field(default=0)
+
+    def __init__(
+        self,
+        port: int,
+        peer: Hashable,
+        ev: bytes,
+        entropy: int,
+        packet: Packet | bytes,
+        qp_num: int = 0,
+        size: int = 0,
+    ) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.port = port
+        self.peer = peer
+        self.ev = ev
+        self.entropy = entropy
+        self.packet = packet
+        self.qp_num = qp_num
+        self.size = size

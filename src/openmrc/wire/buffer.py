@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 
 __all__ = ["Buffer", "WireError"]
+from typing import Final
 
 
 class WireError(ValueError):
@@ -25,10 +26,10 @@ class WireError(ValueError):
         super().__init__(f"{header}.{field} at byte {offset}: {reason}")
 
 
-_U8 = struct.Struct("!B")
-_U16 = struct.Struct("!H")
-_U32 = struct.Struct("!I")
-_U64 = struct.Struct("!Q")
+_U8: Final = struct.Struct("!B")
+_U16: Final = struct.Struct("!H")
+_U32: Final = struct.Struct("!I")
+_U64: Final = struct.Struct("!Q")
 
 
 class Buffer:

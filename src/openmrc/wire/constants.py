@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Final
 
 __all__ = [
     "DATA_OPCODES",
@@ -20,16 +21,16 @@ __all__ = [
 ]
 
 #: UDP destination port. Sources disagree (4791, the RoCEv2 port, or 4971); openmrc defaults to 4791.
-MRC_UDP_PORT = 4791
+MRC_UDP_PORT: Final = 4791
 
-PSN_MASK = 0xFFFFFF
-QPN_MASK = 0xFFFFFF
+PSN_MASK: Final = 0xFFFFFF
+QPN_MASK: Final = 0xFFFFFF
 
 #: Endpoint requests and responses (EV probes, port status updates) go to this reserved QP number.
-RESERVED_QP_ENDPOINT = 0x2
+RESERVED_QP_ENDPOINT: Final = 0x2
 
 #: Opcodes 0xC0..0xDF form MRC's own range; any value there not listed in `Opcode` is reserved.
-MRC_OPCODE_RANGE = range(0xC0, 0xE0)
+MRC_OPCODE_RANGE: Final = range(0xC0, 0xE0)
 
 
 class Opcode(IntEnum):
@@ -49,7 +50,7 @@ class Opcode(IntEnum):
     PROBE = 0xDE
 
 
-DATA_OPCODES = frozenset(
+DATA_OPCODES: Final = frozenset(
     {
         Opcode.WRITE_FIRST,
         Opcode.WRITE_MIDDLE,
@@ -59,7 +60,7 @@ DATA_OPCODES = frozenset(
         Opcode.WRITE_ONLY_WITH_IMM,
     }
 )
-IMM_OPCODES = frozenset({Opcode.WRITE_LAST_WITH_IMM, Opcode.WRITE_ONLY_WITH_IMM})
+IMM_OPCODES: Final = frozenset({Opcode.WRITE_LAST_WITH_IMM, Opcode.WRITE_ONLY_WITH_IMM})
 
 
 class NackReason(IntEnum):

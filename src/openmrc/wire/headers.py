@@ -44,7 +44,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from openmrc.wire.buffer import Buffer, WireError
 from openmrc.wire.constants import SackM
@@ -64,10 +64,29 @@ __all__ = [
     "Header",
     "ImmDt",
     "make_bth",
+    "native_classes",
+    "range_test",
 ]
 
 # (field name, byte offset of the field inside the header, width in bits, signed)
 _Spec = tuple[tuple[str, int, int, bool], ...]
+
+_RANGE_TESTS: Final[dict[type, Callable[[Any], int]]] = {}
+
+
+def range_test(cls: type[Header]) -> Callable[[Any], int]:
+    """The range test of every field of ``cls`` as one shift-or expression, compiled on first use
+    (dataclasses-style): ``v >> bits`` is non-zero exactly when an unsigned field is negative or too wide."""
+    test = _RANGE_TESTS.get(cls)
+    if test is None:
+        terms = [
+            f"((h.{n} + {1 << (b - 1)}) >> {b})" if signed else f"(h.{n} >> {b})"
+            for n, _o, b, signed in cls.SPEC
+        ]
+        ns: dict[str, Any] = {}
+        exec(f"def out_of_range(h):\n    return {' | '.join(terms)}", ns)
+        test = _RANGE_TESTS[cls] = ns["out_of_range"]
+    return test
 
 
 class Header:
@@ -77,26 +96,11 @@ class Header:
     NAME: ClassVar[str]
     SIZE: ClassVar[int]
     SPEC: ClassVar[_Spec]
-    _out_of_range: ClassVar[Callable[[Any], int]]
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        spec = cls.__dict__.get("SPEC")
-        if spec:
-            # Compile the range test of every field into one shift-or expression (dataclasses-style):
-            # ``v >> bits`` is non-zero exactly when an unsigned field is negative or too wide.
-            terms = [
-                f"((h.{n} + {1 << (b - 1)}) >> {b})" if signed else f"(h.{n} >> {b})"
-                for n, _o, b, signed in spec
-            ]
-            ns: dict[str, Any] = {}
-            exec(f"def out_of_range(h):\n    return {' | '.join(terms)}", ns)
-            cls._out_of_range = staticmethod(ns["out_of_range"])
 
     def validate(self, base: int = 0) -> None:
         """Fast range test of every field; on failure `check` names the field. ``base``: header offset."""
         try:
-            bad = type(self)._out_of_range(self)
+            bad = range_test(type(self))(self)
         except TypeError:
             bad = True
         if bad:
@@ -132,9 +136,8 @@ def _prefix(hdr_type: int, next_hdr: int) -> int:
     return (hdr_type << 4) | next_hdr
 
 
-@dataclass(slots=True)
-class BTH(Header):
-    """Base Transport Header (RoCE layout; MRC adds RTX and TS in the byte after DestQP)."""
+class _BTHLayout(Header):
+    """BTH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "BTH"
     SIZE: ClassVar[int] = 12
@@ -155,6 +158,11 @@ class BTH(Header):
         ("psn", 9, 24, False),
     )
 
+
+@dataclass(slots=True)
+class BTH(_BTHLayout):
+    """Base Transport Header (RoCE layout; MRC adds RTX and TS in the byte after DestQP)."""
+
     opcode: int
     se: bool = False
     m: bool = False
@@ -169,9 +177,41 @@ class BTH(Header):
     ts: bool = False
     psn: int = 0
 
+    def __init__(
+        self,
+        opcode: int,
+        se: bool = False,
+        m: bool = False,
+        pad: int = 0,
+        tver: int = 0,
+        p_key: int = 0xFFFF,
+        fecn: bool = False,
+        becn: bool = False,
+        dest_qp: int = 0,
+        ack_req: bool = False,
+        rtx: bool = False,
+        ts: bool = False,
+        psn: int = 0,
+    ) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.opcode = opcode
+        self.se = se
+        self.m = m
+        self.pad = pad
+        self.tver = tver
+        self.p_key = p_key
+        self.fecn = fecn
+        self.becn = becn
+        self.dest_qp = dest_qp
+        self.ack_req = ack_req
+        self.rtx = rtx
+        self.ts = ts
+        self.psn = psn
+
     @classmethod
     def pull(cls, buf: Buffer) -> BTH:
-        return cls.from_words(*buf.pull_struct(cls.ST, "BTH", "opcode"))
+        op, b1, pkey, w4, w8 = buf.pull_struct(cls.ST, "BTH", "opcode")
+        return cls.from_words(op, b1, pkey, w4, w8)
 
     @classmethod
     def from_words(cls, op: int, b1: int, pkey: int, w4: int, w8: int) -> BTH:
@@ -211,11 +251,19 @@ class BTH(Header):
         buf.push_struct(self.ST, *self.words(len(buf)))
 
 
-def make_bth(
+def native_classes(cls: type) -> bool:
+    """True when ``cls`` is a compiled (mypyc) class, which must be built through its ``__init__``;
+    interpreted, the per-packet constructors fill ``__slots__`` after ``object.__new__``, which is faster."""
+    try:
+        object.__new__(cls)
+    except TypeError:
+        return True
+    return False
+
+
+def _make_bth_slots(
     opcode: int, dest_qp: int, ack_req: bool, rtx: bool, psn: int, _new: Any = object.__new__
 ) -> BTH:
-    """``BTH(opcode, dest_qp=dest_qp, ack_req=ack_req, rtx=rtx, psn=psn)``, every other field at its
-    default, at about three quarters of the dataclass ``__init__``'s cost (the core builds one per packet)."""
     h: BTH = _new(BTH)
     h.opcode = opcode
     h.se = h.m = h.fecn = h.becn = h.ts = False
@@ -228,17 +276,36 @@ def make_bth(
     return h
 
 
-@dataclass(slots=True)
-class METH(Header):
-    """MRC Extended Transport Header: message sequence numbers, in every request packet."""
+def _make_bth_init(opcode: int, dest_qp: int, ack_req: bool, rtx: bool, psn: int) -> BTH:
+    return BTH(opcode, False, False, 0, 0, 0xFFFF, False, False, dest_qp, ack_req, rtx, False, psn)
+
+
+make_bth = _make_bth_init if native_classes(BTH) else _make_bth_slots
+"""``make_bth(opcode, dest_qp, ack_req, rtx, psn)`` is ``BTH(opcode, dest_qp=dest_qp, ack_req=ack_req,
+rtx=rtx, psn=psn)``, every other field at its default; interpreted, at about three quarters of the dataclass
+``__init__``'s cost (the core builds one per packet)."""
+
+
+class _METHLayout(Header):
+    """METH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "METH"
     SIZE: ClassVar[int] = 4
     ST: ClassVar[struct.Struct] = struct.Struct("!HH")
     SPEC: ClassVar[_Spec] = (("rqmsn", 0, 16, False), ("msn", 2, 16, False))
 
+
+@dataclass(slots=True)
+class METH(_METHLayout):
+    """MRC Extended Transport Header: message sequence numbers, in every request packet."""
+
     rqmsn: int = 0
     msn: int = 0
+
+    def __init__(self, rqmsn: int = 0, msn: int = 0) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.rqmsn = rqmsn
+        self.msn = msn
 
     @classmethod
     def pull(cls, buf: Buffer) -> METH:
@@ -250,9 +317,8 @@ class METH(Header):
         buf.push_struct(self.ST, self.rqmsn, self.msn)
 
 
-@dataclass(slots=True)
-class TSETH(Header):
-    """Timestamp Extended Transport Header (present when BTH.TS is set)."""
+class _TSETHLayout(Header):
+    """TSETH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "TSETH"
     SIZE: ClassVar[int] = 4
@@ -263,9 +329,20 @@ class TSETH(Header):
         ("format_type", 3, 4, False),
     )
 
+
+@dataclass(slots=True)
+class TSETH(_TSETHLayout):
+    """Timestamp Extended Transport Header (present when BTH.TS is set)."""
+
     tx_timestamp: int = 0
     tsr: int = 0
     format_type: int = 0
+
+    def __init__(self, tx_timestamp: int = 0, tsr: int = 0, format_type: int = 0) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.tx_timestamp = tx_timestamp
+        self.tsr = tsr
+        self.format_type = format_type
 
     @classmethod
     def pull(cls, buf: Buffer) -> TSETH:
@@ -277,18 +354,28 @@ class TSETH(Header):
         buf.push_struct(self.ST, self.tx_timestamp, (self.tsr << 15) | self.format_type)
 
 
-@dataclass(slots=True)
-class RETH(Header):
-    """RDMA Extended Transport Header, in every data packet (VA advanced by one MTU per packet)."""
+class _RETHLayout(Header):
+    """RETH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "RETH"
     SIZE: ClassVar[int] = 16
     ST: ClassVar[struct.Struct] = struct.Struct("!QII")
     SPEC: ClassVar[_Spec] = (("va", 0, 64, False), ("rkey", 8, 32, False), ("dma_len", 12, 32, False))
 
+
+@dataclass(slots=True)
+class RETH(_RETHLayout):
+    """RDMA Extended Transport Header, in every data packet (VA advanced by one MTU per packet)."""
+
     va: int = 0
     rkey: int = 0
     dma_len: int = 0
+
+    def __init__(self, va: int = 0, rkey: int = 0, dma_len: int = 0) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.va = va
+        self.rkey = rkey
+        self.dma_len = dma_len
 
     @classmethod
     def pull(cls, buf: Buffer) -> RETH:
@@ -300,16 +387,24 @@ class RETH(Header):
         buf.push_struct(self.ST, self.va, self.rkey, self.dma_len)
 
 
-@dataclass(slots=True)
-class ImmDt(Header):
-    """Immediate data of a Write-with-Immediate (the last packet of the message)."""
+class _ImmDtLayout(Header):
+    """ImmDt: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "ImmDt"
     SIZE: ClassVar[int] = 4
     ST: ClassVar[struct.Struct] = struct.Struct("!I")
     SPEC: ClassVar[_Spec] = (("imm_data", 0, 32, False),)
 
+
+@dataclass(slots=True)
+class ImmDt(_ImmDtLayout):
+    """Immediate data of a Write-with-Immediate (the last packet of the message)."""
+
     imm_data: int = 0
+
+    def __init__(self, imm_data: int = 0) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.imm_data = imm_data
 
     @classmethod
     def pull(cls, buf: Buffer) -> ImmDt:
@@ -320,17 +415,26 @@ class ImmDt(Header):
         buf.push_struct(self.ST, self.imm_data)
 
 
-@dataclass(slots=True)
-class AETH(Header):
-    """ACK Extended Transport Header (Transport ACK / NAK, RoCE syndromes)."""
+class _AETHLayout(Header):
+    """AETH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "AETH"
     SIZE: ClassVar[int] = 4
     ST: ClassVar[struct.Struct] = struct.Struct("!I")
     SPEC: ClassVar[_Spec] = (("syndrome", 0, 8, False), ("msn", 1, 24, False))
 
+
+@dataclass(slots=True)
+class AETH(_AETHLayout):
+    """ACK Extended Transport Header (Transport ACK / NAK, RoCE syndromes)."""
+
     syndrome: int = 0
     msn: int = 0
+
+    def __init__(self, syndrome: int = 0, msn: int = 0) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.syndrome = syndrome
+        self.msn = msn
 
     @classmethod
     def pull(cls, buf: Buffer) -> AETH:
@@ -342,9 +446,8 @@ class AETH(Header):
         buf.push_struct(self.ST, (self.syndrome << 24) | self.msn)
 
 
-@dataclass(slots=True)
-class SETH(Header):
-    """Selective-ACK Extended Transport Header: cumulative PSN plus a 64-bit bitmap and the EV echo."""
+class _SETHLayout(Header):
+    """SETH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "SETH"
     SIZE: ClassVar[int] = 28
@@ -366,6 +469,11 @@ class SETH(Header):
         ("bitmap", 20, 64, False),
     )
 
+
+@dataclass(slots=True)
+class SETH(_SETHLayout):
+    """Selective-ACK Extended Transport Header: cumulative PSN plus a 64-bit bitmap and the EV echo."""
+
     hdr_type: int = 0
     next_hdr: int = 0
     m: int = SackM.NONE
@@ -380,6 +488,39 @@ class SETH(Header):
     mpr: int = 0
     sack_offset: int = 0
     bitmap: int = 0
+
+    def __init__(
+        self,
+        hdr_type: int = 0,
+        next_hdr: int = 0,
+        m: int = SackM.NONE,
+        pr: bool = False,
+        ack_psn_offset: int = 0,
+        entropy: int = 0,
+        src_qp: int = 0,
+        dst_qp: int = 0,
+        cack_psn: int = 0,
+        cc_type: int = 0,
+        cc_flags: int = 0,
+        mpr: int = 0,
+        sack_offset: int = 0,
+        bitmap: int = 0,
+    ) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.hdr_type = hdr_type
+        self.next_hdr = next_hdr
+        self.m = m
+        self.pr = pr
+        self.ack_psn_offset = ack_psn_offset
+        self.entropy = entropy
+        self.src_qp = src_qp
+        self.dst_qp = dst_qp
+        self.cack_psn = cack_psn
+        self.cc_type = cc_type
+        self.cc_flags = cc_flags
+        self.mpr = mpr
+        self.sack_offset = sack_offset
+        self.bitmap = bitmap
 
     @classmethod
     def pull(cls, buf: Buffer) -> SETH:
@@ -425,9 +566,8 @@ class SETH(Header):
         )
 
 
-@dataclass(slots=True)
-class CcState(Header):
-    """Congestion-control state that follows SETH in every SACK."""
+class _CcStateLayout(Header):
+    """CcState: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "CC_STATE"
     SIZE: ClassVar[int] = 8
@@ -440,11 +580,31 @@ class CcState(Header):
         ("rcvd_256b", 5, 24, False),
     )
 
+
+@dataclass(slots=True)
+class CcState(_CcStateLayout):
+    """Congestion-control state that follows SETH in every SACK."""
+
     ts_echo: int = 0
     ooo_count: int = 0
     r_c: bool = False
     rcv_cwnd_pen: int = 0
     rcvd_256b: int = 0
+
+    def __init__(
+        self,
+        ts_echo: int = 0,
+        ooo_count: int = 0,
+        r_c: bool = False,
+        rcv_cwnd_pen: int = 0,
+        rcvd_256b: int = 0,
+    ) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.ts_echo = ts_echo
+        self.ooo_count = ooo_count
+        self.r_c = r_c
+        self.rcv_cwnd_pen = rcv_cwnd_pen
+        self.rcvd_256b = rcvd_256b
 
     @classmethod
     def pull(cls, buf: Buffer) -> CcState:
@@ -461,9 +621,8 @@ class CcState(Header):
         )
 
 
-@dataclass(slots=True)
-class NETH(Header):
-    """NACK Extended Transport Header: reason, NACKed PSN and the EV echo."""
+class _NETHLayout(Header):
+    """NETH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "NETH"
     SIZE: ClassVar[int] = 20
@@ -481,6 +640,11 @@ class NETH(Header):
         ("cc_flags", 16, 4, False),
         ("ts_echo", 18, 16, False),
     )
+
+
+@dataclass(slots=True)
+class NETH(_NETHLayout):
+    """NACK Extended Transport Header: reason, NACKed PSN and the EV echo."""
 
     hdr_type: int = 0
     next_hdr: int = 0
@@ -517,9 +681,8 @@ class NETH(Header):
         )
 
 
-@dataclass(slots=True)
-class PETH(Header):
-    """Probe Extended Transport Header (reliability probe to the peer QP; consumes no PSN)."""
+class _PETHLayout(Header):
+    """PETH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "PETH"
     SIZE: ClassVar[int] = 16
@@ -535,6 +698,11 @@ class PETH(Header):
         ("tsr", 14, 1, False),
         ("format_type", 15, 4, False),
     )
+
+
+@dataclass(slots=True)
+class PETH(_PETHLayout):
+    """Probe Extended Transport Header (reliability probe to the peer QP; consumes no PSN)."""
 
     hdr_type: int = 0
     next_hdr: int = 0
@@ -568,9 +736,8 @@ class PETH(Header):
         )
 
 
-@dataclass(slots=True)
-class ERTH(Header):
-    """Endpoint Request Transport Header (EV probe or port status update, to reserved QP 0x2)."""
+class _ERTHLayout(Header):
+    """ERTH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "ERTH"
     SIZE: ClassVar[int] = 16
@@ -585,6 +752,11 @@ class ERTH(Header):
         ("tsr", 14, 1, False),
         ("format_type", 15, 4, False),
     )
+
+
+@dataclass(slots=True)
+class ERTH(_ERTHLayout):
+    """Endpoint Request Transport Header (EV probe or port status update, to reserved QP 0x2)."""
 
     hdr_type: int = 0
     next_hdr: int = 0
@@ -615,9 +787,8 @@ class ERTH(Header):
         )
 
 
-@dataclass(slots=True)
-class EETH(Header):
-    """Endpoint Response Transport Header; the response body in bytes 4-27 is openmrc's."""
+class _EETHLayout(Header):
+    """EETH: name, size, struct and field layout (a base class, so mypyc cannot take them for fields)."""
 
     NAME: ClassVar[str] = "EETH"
     SIZE: ClassVar[int] = 36
@@ -634,6 +805,11 @@ class EETH(Header):
         ("tsr", 30, 1, False),
         ("format_type", 31, 4, False),
     )
+
+
+@dataclass(slots=True)
+class EETH(_EETHLayout):
+    """Endpoint Response Transport Header; the response body in bytes 4-27 is openmrc's."""
 
     hdr_type: int = 0
     next_hdr: int = 0

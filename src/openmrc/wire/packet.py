@@ -24,35 +24,52 @@ as RoCEv2 stores it) without being checked: checking needs the IP and UDP header
 from __future__ import annotations
 
 import struct
+from builtins import memoryview  # a global: compiled, the dataclass annotation is looked up there
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from openmrc.wire.buffer import Buffer, WireError
 from openmrc.wire.constants import DATA_OPCODES, IMM_OPCODES, MRC_OPCODE_RANGE, Opcode
-from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
+from openmrc.wire.headers import (
+    AETH,
+    BTH,
+    EETH,
+    ERTH,
+    METH,
+    NETH,
+    PETH,
+    RETH,
+    SETH,
+    TSETH,
+    CcState,
+    ImmDt,
+    native_classes,
+    range_test,
+)
 
 __all__ = ["HEADER_ATTRS", "Packet", "data_packet", "parse"]
 
-ICRC_SIZE = 4
-_ICRC = struct.Struct("<I")
-_ZERO_PAD = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
-_EMPTY = memoryview(b"")
-_ONLY = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_WITH_IMM})
-_OPCODE_VALUES = frozenset(int(o) for o in Opcode)
-_BTH_OOR, _METH_OOR, _RETH_OOR = BTH._out_of_range, METH._out_of_range, RETH._out_of_range
-_DATA_INTS = frozenset(int(o) for o in DATA_OPCODES)
-_IMM_INTS = frozenset(int(o) for o in IMM_OPCODES)
-_ONLY_INTS = frozenset(int(o) for o in _ONLY)
-_FM_INTS = frozenset((int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)))
+ICRC_SIZE: Final = 4
+_ICRC: Final = struct.Struct("<I")
+_ZERO_PAD: Final = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
+_EMPTY: Final = memoryview(b"")
+_ONLY: Final = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_WITH_IMM})
+_OPCODE_VALUES: Final = frozenset(int(o) for o in Opcode)
+_BTH_OOR, _METH_OOR, _RETH_OOR = range_test(BTH), range_test(METH), range_test(RETH)
+_DATA_INTS: Final = frozenset(int(o) for o in DATA_OPCODES)
+_IMM_INTS: Final = frozenset(int(o) for o in IMM_OPCODES)
+_ONLY_INTS: Final = frozenset(int(o) for o in _ONLY)
+_FM_INTS: Final = frozenset((int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)))
 # BTH + METH + [TSETH] + RETH + [ImmDt] in one layout, keyed by (TSETH present, ImmDt present).
-_DATA_ST = {
+_DATA_ST: Final = {
     (ts, imm): struct.Struct("!BBHIIHH" + ("HH" if ts else "") + "QII" + ("I" if imm else ""))
     for ts in (False, True)
     for imm in (False, True)
 }
 
 # Non-data opcodes: which optional attributes each one carries, in wire order.
-_CONTROL_CHAIN: dict[int, tuple[tuple[str, type[AETH | SETH | CcState | NETH | PETH | ERTH | EETH]], ...]] = {
+_ControlChain = tuple[tuple[str, type[AETH | SETH | CcState | NETH | PETH | ERTH | EETH]], ...]
+_CONTROL_CHAIN: Final[dict[int, _ControlChain]] = {
     Opcode.ACK: (("aeth", AETH),),
     Opcode.SACK: (("seth", SETH), ("cc_state", CcState)),
     Opcode.NACK: (("neth", NETH),),
@@ -60,9 +77,21 @@ _CONTROL_CHAIN: dict[int, tuple[tuple[str, type[AETH | SETH | CcState | NETH | P
     Opcode.EP_REQUEST: (("erth", ERTH),),
     Opcode.EP_RESPONSE: (("eeth", EETH),),
 }
-HEADER_ATTRS = ("meth", "tseth", "reth", "imm", "aeth", "seth", "cc_state", "neth", "peth", "erth", "eeth")
+HEADER_ATTRS: Final = (
+    "meth",
+    "tseth",
+    "reth",
+    "imm",
+    "aeth",
+    "seth",
+    "cc_state",
+    "neth",
+    "peth",
+    "erth",
+    "eeth",
+)
 # Which optional headers each control opcode carries, as `Packet._presence` reports them.
-_CONTROL_PRESENCE = {
+_CONTROL_PRESENCE: Final = {
     op: tuple(a in {x for x, _ in chain} for a in HEADER_ATTRS) for op, chain in _CONTROL_CHAIN.items()
 }
 
@@ -92,9 +121,38 @@ class Packet:
     payload: memoryview = _EMPTY
     icrc: int = 0
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.payload, memoryview):
-            self.payload = memoryview(self.payload)  # bytes-like given by a caller
+    def __init__(
+        self,
+        bth: BTH,
+        meth: METH | None = None,
+        tseth: TSETH | None = None,
+        reth: RETH | None = None,
+        imm: ImmDt | None = None,
+        aeth: AETH | None = None,
+        seth: SETH | None = None,
+        cc_state: CcState | None = None,
+        neth: NETH | None = None,
+        peth: PETH | None = None,
+        erth: ERTH | None = None,
+        eeth: EETH | None = None,
+        payload: memoryview | bytes | bytearray = _EMPTY,
+        icrc: int = 0,
+    ) -> None:
+        # written out: compiled, the dataclass-generated __init__ would run interpreted
+        self.bth = bth
+        self.meth = meth
+        self.tseth = tseth
+        self.reth = reth
+        self.imm = imm
+        self.aeth = aeth
+        self.seth = seth
+        self.cc_state = cc_state
+        self.neth = neth
+        self.peth = peth
+        self.erth = erth
+        self.eeth = eeth
+        self.payload = payload if isinstance(payload, memoryview) else memoryview(payload)
+        self.icrc = icrc
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Packet):
@@ -105,8 +163,6 @@ class Packet:
             and self.payload == other.payload
             and self.icrc == other.icrc
         )
-
-    __hash__ = None  # type: ignore[assignment]
 
     @property
     def opcode(self) -> int:
@@ -251,7 +307,7 @@ class Packet:
                 raise WireError(name, a, BTH.SIZE, f"{a.upper()} {why}")
 
 
-def data_packet(
+def _data_packet_slots(
     bth: BTH,
     meth: METH,
     tseth: TSETH | None,
@@ -261,9 +317,6 @@ def data_packet(
     icrc: int = 0,
     _new: Any = object.__new__,
 ) -> Packet:
-    """``Packet(bth, meth, tseth, reth, imm, payload=payload, icrc=icrc)`` for callers that build a data
-    packet per packet sent or parsed: the slots are filled directly, which costs about half the dataclass
-    ``__init__`` with its keyword defaults and payload conversion. ``payload`` must be a memoryview."""
     p: Packet = _new(Packet)
     p.bth = bth
     p.meth = meth
@@ -274,6 +327,24 @@ def data_packet(
     p.payload = payload
     p.icrc = icrc
     return p
+
+
+def _data_packet_init(
+    bth: BTH,
+    meth: METH,
+    tseth: TSETH | None,
+    reth: RETH,
+    imm: ImmDt | None,
+    payload: memoryview,
+    icrc: int = 0,
+) -> Packet:
+    return Packet(bth, meth, tseth, reth, imm, None, None, None, None, None, None, None, payload, icrc)
+
+
+data_packet = _data_packet_init if native_classes(Packet) else _data_packet_slots
+"""``data_packet(bth, meth, tseth, reth, imm, payload, icrc=0)`` is ``Packet(bth, meth, tseth, reth, imm,
+payload=payload, icrc=icrc)`` for callers that build a data packet per packet sent or parsed; interpreted,
+it fills the slots directly, at about half the dataclass ``__init__``'s cost. ``payload``: a memoryview."""
 
 
 def _check_payload(bth: BTH, reth: RETH, n: int, off: int, trimmed: bool) -> None:
