@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 from pathlib import Path
@@ -32,6 +33,35 @@ def test_events_run_in_time_priority_then_fifo_order() -> None:
     sim.schedule(30, seen.append, "y")
     sim.run(until=25)
     assert seen[-1] == "x" and sim.now == 25
+
+
+def test_push_orders_with_schedule_and_priorities_are_bounded() -> None:
+    sim = Simulator()
+    seen: list[str] = []
+    sim.push(5, seen.append, "pushed")  # priority 0, so before a priority-1 event at the same time
+    sim.schedule(5, seen.append, "late", priority=1)
+    sim.schedule(5, seen.append, "fifo")
+    sim.push(3, seen.append, "first")
+    assert sim.peek() == 3
+    sim.run()
+    assert seen == ["first", "pushed", "fifo", "late"]
+    for bad in (-1, 16):
+        with pytest.raises(ValueError, match="priority"):
+            sim.schedule(6, seen.append, "x", priority=bad)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_run_pauses_the_cyclic_collector_and_restores_it(enabled: bool) -> None:
+    sim = Simulator()
+    during: list[bool] = []
+    sim.schedule(1, lambda _: during.append(gc.isenabled()))
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        sim.run()
+        assert during == [False] and gc.isenabled() is enabled and gc.get_freeze_count() == 0
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 class Sink(Node):

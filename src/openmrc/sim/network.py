@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from heapq import heappush
 from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr
@@ -64,8 +63,7 @@ class Port:
 
     __slots__ = (
         "_arrive",
-        "_heap",
-        "_seq",
+        "_deliver_cb",
         "bps",
         "buffer",
         "ctrl_free_at",
@@ -107,10 +105,9 @@ class Port:
         rng: random.Random,
     ) -> None:
         self.sim = sim
-        self._heap = sim.heap
-        self._seq = sim.seq
         self.peer = peer
         self._arrive = peer.arrive
+        self._deliver_cb: Callable[[SimPacket], None] = self._deliver  # bound once, not per packet
         self.nominal_bps = bps
         self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
         self.latency = latency_ns
@@ -197,9 +194,9 @@ class Port:
             return
         if self.guarded:
             p.epoch = self.epoch
-            heappush(self._heap, (done + self.latency, 0, next(self._seq), self._deliver, p))
+            self.sim.push(done + self.latency, self._deliver_cb, p)
         else:
-            heappush(self._heap, (done + self.latency, 0, next(self._seq), self._arrive, p))
+            self.sim.push(done + self.latency, self._arrive, p)
 
     def _deliver(self, p: SimPacket) -> None:
         if p.epoch == self.epoch:
@@ -245,7 +242,7 @@ class Switch(Node):
 class Host(Node):
     """A host: one NIC port per plane, running a transport `Nic` on simulated time."""
 
-    __slots__ = ("nic", "on_pump", "pace_pending", "sim", "timer_at", "tx_drops")
+    __slots__ = ("_pace_cb", "_timer_cb", "nic", "on_pump", "pace_pending", "sim", "timer_at", "tx_drops")
 
     def __init__(self, sim: Simulator, node_id: int, nic: Nic) -> None:
         super().__init__(node_id)
@@ -255,6 +252,8 @@ class Host(Node):
         self.pace_pending = False
         self.tx_drops = 0
         self.on_pump: Callable[[Host], None] | None = None
+        self._pace_cb: Callable[[None], None] = self._pace  # bound once, not per event
+        self._timer_cb: Callable[[int], None] = self._timer
 
     def arrive(self, p: SimPacket) -> None:
         now = self.sim.now
@@ -277,13 +276,13 @@ class Host(Node):
                 if ready < soonest:
                     soonest = ready
             self.pace_pending = True
-            self.sim.schedule(soonest if soonest > now else now + 1, self._pace, None)
+            self.sim.schedule(soonest if soonest > now else now + 1, self._pace_cb, None)
         deadline = self.nic.get_timer()
         # one pending timer event; a deadline that moved later (every ACK pushes the RTO) is left to it:
         # when it fires early it re-arms for the new deadline, so no event is pushed per ACK
         if deadline is not None and (self.timer_at is None or deadline < self.timer_at):
             self.timer_at = deadline
-            self.sim.schedule(max(deadline, now), self._timer, deadline)
+            self.sim.schedule(max(deadline, now), self._timer_cb, deadline)
         if self.on_pump is not None:
             self.on_pump(self)
 
@@ -301,7 +300,7 @@ class Host(Node):
             return
         if due > now:  # the deadline moved later since this event was scheduled
             self.timer_at = due
-            self.sim.schedule(due, self._timer, due)
+            self.sim.schedule(due, self._timer_cb, due)
             return
         self.nic.handle_timer(now)
         self.pump(now)

@@ -60,7 +60,9 @@ class EcmpRouting(Routing):
         self._clos = topo if isinstance(topo, MultiPlaneClos) else None
         self._next: list[dict[int, tuple[int, ...]]] = []
         self.dead: frozenset[tuple[int, int]] = frozenset()
-        self._hashes: dict[tuple[int, int, int, int], int] = {}  # a flow's hash at a switch, computed once
+        # A flow's hash at a switch, computed once, keyed by one integer (switch, src, dst, entropy): an int
+        # key is not tracked by the garbage collector, a tuple would be (millions of them, rescanned).
+        self._hashes: dict[int, int] = {}
         self._clos_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         if self._clos is None:
             self._build_tables(topo)
@@ -133,7 +135,7 @@ class EcmpRouting(Routing):
         if len(hops) == 1:
             return hops[0]
         e = p.entropy
-        key = (switch, p.src, p.dst, e)
+        key = (((switch << 24 | p.src) << 24 | p.dst) << 32) | (e & 0xFFFFFFFF)  # entropy: 32 bits
         h = self._hashes.get(key)
         if h is None:
             if len(self._hashes) >= 1 << 22:

@@ -64,7 +64,6 @@ __all__ = [
     "Header",
     "ImmDt",
     "make_bth",
-    "native_classes",
     "range_test",
 ]
 
@@ -251,39 +250,10 @@ class BTH(_BTHLayout):
         buf.push_struct(self.ST, *self.words(len(buf)))
 
 
-def native_classes(cls: type) -> bool:
-    """True when ``cls`` is a compiled (mypyc) class, which must be built through its ``__init__``;
-    interpreted, the per-packet constructors fill ``__slots__`` after ``object.__new__``, which is faster."""
-    try:
-        object.__new__(cls)
-    except TypeError:
-        return True
-    return False
-
-
-def _make_bth_slots(
-    opcode: int, dest_qp: int, ack_req: bool, rtx: bool, psn: int, _new: Any = object.__new__
-) -> BTH:
-    h: BTH = _new(BTH)
-    h.opcode = opcode
-    h.se = h.m = h.fecn = h.becn = h.ts = False
-    h.pad = h.tver = 0
-    h.p_key = 0xFFFF
-    h.dest_qp = dest_qp
-    h.ack_req = ack_req
-    h.rtx = rtx
-    h.psn = psn
-    return h
-
-
-def _make_bth_init(opcode: int, dest_qp: int, ack_req: bool, rtx: bool, psn: int) -> BTH:
+def make_bth(opcode: int, dest_qp: int, ack_req: bool, rtx: bool, psn: int) -> BTH:
+    """``BTH(opcode, dest_qp=dest_qp, ack_req=ack_req, rtx=rtx, psn=psn)``, every other field at its default,
+    without keyword handling (the core builds one per packet)."""
     return BTH(opcode, False, False, 0, 0, 0xFFFF, False, False, dest_qp, ack_req, rtx, False, psn)
-
-
-make_bth = _make_bth_init if native_classes(BTH) else _make_bth_slots
-"""``make_bth(opcode, dest_qp, ack_req, rtx, psn)`` is ``BTH(opcode, dest_qp=dest_qp, ack_req=ack_req,
-rtx=rtx, psn=psn)``, every other field at its default; interpreted, at about three quarters of the dataclass
-``__init__``'s cost (the core builds one per packet)."""
 
 
 class _METHLayout(Header):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from builtins import memoryview  # a global: compiled, the dataclass annotation is looked up there
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from openmrc.wire.buffer import Buffer, WireError
 from openmrc.wire.constants import DATA_OPCODES, IMM_OPCODES, MRC_OPCODE_RANGE, Opcode
@@ -43,7 +43,6 @@ from openmrc.wire.headers import (
     TSETH,
     CcState,
     ImmDt,
-    native_classes,
     range_test,
 )
 
@@ -307,29 +306,7 @@ class Packet:
                 raise WireError(name, a, BTH.SIZE, f"{a.upper()} {why}")
 
 
-def _data_packet_slots(
-    bth: BTH,
-    meth: METH,
-    tseth: TSETH | None,
-    reth: RETH,
-    imm: ImmDt | None,
-    payload: memoryview,
-    icrc: int = 0,
-    _new: Any = object.__new__,
-) -> Packet:
-    p: Packet = _new(Packet)
-    p.bth = bth
-    p.meth = meth
-    p.tseth = tseth
-    p.reth = reth
-    p.imm = imm
-    p.aeth = p.seth = p.cc_state = p.neth = p.peth = p.erth = p.eeth = None
-    p.payload = payload
-    p.icrc = icrc
-    return p
-
-
-def _data_packet_init(
+def data_packet(
     bth: BTH,
     meth: METH,
     tseth: TSETH | None,
@@ -338,13 +315,9 @@ def _data_packet_init(
     payload: memoryview,
     icrc: int = 0,
 ) -> Packet:
+    """``Packet(bth, meth, tseth, reth, imm, payload=payload, icrc=icrc)`` without keyword handling, for
+    callers that build a data packet per packet sent or parsed."""
     return Packet(bth, meth, tseth, reth, imm, None, None, None, None, None, None, None, payload, icrc)
-
-
-data_packet = _data_packet_init if native_classes(Packet) else _data_packet_slots
-"""``data_packet(bth, meth, tseth, reth, imm, payload, icrc=0)`` is ``Packet(bth, meth, tseth, reth, imm,
-payload=payload, icrc=icrc)`` for callers that build a data packet per packet sent or parsed; interpreted,
-it fills the slots directly, at about half the dataclass ``__init__``'s cost. ``payload``: a memoryview."""
 
 
 def _check_payload(bth: BTH, reth: RETH, n: int, off: int, trimmed: bool) -> None:
