@@ -33,7 +33,6 @@ class Aimd(CongestionControl):
 
     def on_ack(
         self,
-        *,
         now: int,
         newly_acked: int,
         inflight: int,
@@ -43,10 +42,10 @@ class Aimd(CongestionControl):
     ) -> None:
         self.cwnd += self.mtu
 
-    def on_trim(self, *, now: int, size: int, inflight: int, last_hop: bool) -> None:
+    def on_trim(self, now: int, size: int, inflight: int, last_hop: bool) -> None:
         self.cwnd = max(self.cwnd // 2, self.mtu)
 
-    def on_loss(self, *, now: int, inflight: int) -> None:
+    def on_loss(self, now: int, inflight: int) -> None:
         self.cwnd = max(self.cwnd // 2, self.mtu)
 
 

@@ -23,7 +23,11 @@ from typing import TYPE_CHECKING, Final
 from mypy_extensions import mypyc_attr
 
 from openmrc.transport import Nic, Transmit, TrimMark
-from openmrc.wire import DATA_OPCODES, Packet
+from openmrc.wire import Packet
+from openmrc.wire.constants import (
+    OP_WRITE_FIRST,
+    OP_WRITE_ONLY_WITH_IMM,
+)
 
 if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
@@ -34,7 +38,6 @@ __all__ = ["HEADER_BYTES", "Host", "Port", "SimNic", "SimPacket", "Switch"]
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
 #: a 4,086-byte payload makes htsim's 4,150-byte packet.
 HEADER_BYTES: Final = 64
-_DATA: Final = frozenset(int(o) for o in DATA_OPCODES)
 
 
 class SimPacket:
@@ -54,7 +57,7 @@ class SimPacket:
         self.entropy = entropy
         self.ecn = False
         self.trim = TrimMark.NONE
-        self.is_data = packet.bth.opcode in _DATA
+        self.is_data = OP_WRITE_FIRST <= packet.bth.opcode <= OP_WRITE_ONLY_WITH_IMM
         self.epoch = 0
 
 
@@ -257,7 +260,7 @@ class Host(Node):
 
     def arrive(self, p: SimPacket) -> None:
         now = self.sim.now
-        self.nic.receive(p.packet, p.port, now, ecn=p.ecn, entropy=p.entropy, trim=p.trim, src=p.src)
+        self.nic.receive(p.packet, p.port, now, p.ecn, p.entropy, p.trim, p.src)
         self.pump(now)
 
     def pump(self, now: int) -> None:

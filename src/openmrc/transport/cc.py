@@ -43,7 +43,11 @@ _ABSTRACT: Final = ("on_ack", "on_trim", "on_loss")
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class CongestionControl(abc.ABC):
-    """Per-QP window-based congestion control. All sizes in bytes, times in ns."""
+    """Per-QP window-based congestion control. All sizes in bytes, times in ns.
+
+    The transport calls the ``on_*`` hooks with positional arguments, in the order of their signatures here
+    (keywords would cost a per-SACK argument parse): an algorithm keeps the parameter order.
+    """
 
     __slots__ = ("mtu",)
 
@@ -84,13 +88,12 @@ class CongestionControl(abc.ABC):
         """Whether a packet of ``size`` bytes may be sent with ``inflight`` bytes outstanding."""
         return inflight + size <= self.cwnd
 
-    def on_send(self, *, now: int, size: int, inflight: int) -> None:  # noqa: B027 - optional hook
+    def on_send(self, now: int, size: int, inflight: int) -> None:  # noqa: B027 - optional hook
         """A packet of ``size`` bytes left; ``inflight`` includes it."""
 
     @abc.abstractmethod
     def on_ack(
         self,
-        *,
         now: int,
         newly_acked: int,
         inflight: int,
@@ -102,14 +105,14 @@ class CongestionControl(abc.ABC):
         its ECN echo (M = SKIP_ONCE) and the responder's service time included in the RTT."""
 
     @abc.abstractmethod
-    def on_trim(self, *, now: int, size: int, inflight: int, last_hop: bool) -> None:
+    def on_trim(self, now: int, size: int, inflight: int, last_hop: bool) -> None:
         """A NACK TRIMMED (``last_hop`` False) or TRIMMED_LASTHOP for a packet of ``size`` bytes."""
 
     @abc.abstractmethod
-    def on_loss(self, *, now: int, inflight: int) -> None:
+    def on_loss(self, now: int, inflight: int) -> None:
         """A retransmission timeout or an inferred loss (no trim NACK)."""
 
-    def on_receiver_state(self, *, now: int, rcv_cwnd_pen: int, restore: bool) -> None:  # noqa: B027
+    def on_receiver_state(self, now: int, rcv_cwnd_pen: int, restore: bool) -> None:  # noqa: B027
         """The receiver's CC_STATE fields carried by a SACK."""
 
 
@@ -218,7 +221,6 @@ class FixedWindow(CongestionControl):
 
     def on_ack(
         self,
-        *,
         now: int,
         newly_acked: int,
         inflight: int,
@@ -228,10 +230,10 @@ class FixedWindow(CongestionControl):
     ) -> None:
         """Ignored."""
 
-    def on_trim(self, *, now: int, size: int, inflight: int, last_hop: bool) -> None:
+    def on_trim(self, now: int, size: int, inflight: int, last_hop: bool) -> None:
         """Ignored."""
 
-    def on_loss(self, *, now: int, inflight: int) -> None:
+    def on_loss(self, now: int, inflight: int) -> None:
         """Ignored."""
 
 

@@ -98,12 +98,30 @@ class MrTable:
     def by_lkey(self, lkey: int) -> MemoryRegion | None:
         return self._by_lkey.get(lkey)
 
-    def remote_target(self, rkey: int, addr: int, length: int) -> memoryview | None:
-        """Where a remote Write may land, or None if R_Key, bounds or REMOTE_WRITE forbid it."""
+    def _remote(self, rkey: int, addr: int, length: int) -> MemoryRegion | None:
         mr = self._by_rkey.get(rkey)
         if mr is None or not mr.remote_write:
             return None
         off = addr - mr.addr
         if off < 0 or off + length > mr.length:
             return None
+        return mr
+
+    def remote_target(self, rkey: int, addr: int, length: int) -> memoryview | None:
+        """Where a remote Write may land, or None if R_Key, bounds or REMOTE_WRITE forbid it."""
+        mr = self._remote(rkey, addr, length)
+        if mr is None:
+            return None
+        off = addr - mr.addr
         return mr.view[off : off + length]
+
+    def remote_write(self, rkey: int, addr: int, data: memoryview) -> bool:
+        """Place ``data`` at ``addr`` if R_Key, bounds and REMOTE_WRITE allow it (else write nothing and
+        return False): `remote_target` and a copy in one step, without the intermediate view."""
+        n = len(data)
+        mr = self._remote(rkey, addr, n)
+        if mr is None:
+            return False
+        off = addr - mr.addr
+        mr.view[off : off + n] = data
+        return True

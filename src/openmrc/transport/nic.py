@@ -41,7 +41,6 @@ from openmrc.transport.qp import Qp, QpInitAttr
 from openmrc.transport.types import Access, LocalProtocolError, QpState, Transmit, TrimMark
 from openmrc.wire import (
     BTH,
-    DATA_OPCODES,
     EETH,
     ERTH,
     RESERVED_QP_ENDPOINT,
@@ -51,12 +50,18 @@ from openmrc.wire import (
     WireError,
     parse,
 )
+from openmrc.wire.constants import (
+    OP_ACK,
+    OP_NACK,
+    OP_PROBE,
+    OP_SACK,
+    OP_WRITE_FIRST,
+    OP_WRITE_ONLY_WITH_IMM,
+)
 
 __all__ = ["EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 
-_DATA: Final = frozenset(int(o) for o in DATA_OPCODES)
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
-_SACK, _NACK, _ACK, _PROBE = int(Opcode.SACK), int(Opcode.NACK), int(Opcode.ACK), int(Opcode.PROBE)
 _RTS: Final = QpState.RTS
 
 
@@ -388,13 +393,16 @@ class Nic:
         data: Packet | bytes | bytearray | memoryview,
         port: int,
         now: int,
-        *,
         ecn: bool = False,
         entropy: int = 0,
         trim: TrimMark = TrimMark.NONE,
         src: Hashable = None,
     ) -> None:
-        """Process one packet that arrived on ``port``. Never raises on bad input: drops and counts it."""
+        """Process one packet that arrived on ``port``. Never raises on bad input: drops and counts it.
+
+        ``ecn``: the IP header's CE mark; ``entropy``: the EV value the packet travelled on (its UDP source
+        port, flow label or SRv6 path); ``trim``: the fabric's trim mark; ``src``: the sender's address. A
+        driver calling per packet passes them positionally (cheaper than keywords)."""
         stats = self.stats
         stats.rx_packets += 1
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
@@ -411,7 +419,8 @@ class Nic:
                 return
         bth = pkt.bth
         op = bth.opcode
-        if trim and op not in _DATA:
+        is_data = OP_WRITE_FIRST <= op <= OP_WRITE_ONLY_WITH_IMM
+        if trim and not is_data:
             stats.rx_malformed += 1  # control traffic is never trimmed
             return
         if bth.dest_qp == RESERVED_QP_ENDPOINT:
@@ -421,15 +430,15 @@ class Nic:
         if qp is None:
             stats.rx_dropped_no_qp += 1
             return
-        if op in _DATA:
+        if is_data:
             qp.responder.on_data(pkt, now, port, ecn, entropy, trim)
-        elif op == _SACK:
+        elif op == OP_SACK:
             qp.requester.on_sack(pkt, now)
-        elif op == _NACK:
+        elif op == OP_NACK:
             qp.requester.on_nack(pkt, now)
-        elif op == _ACK:
+        elif op == OP_ACK:
             qp.requester.on_aeth(pkt, now)
-        elif op == _PROBE:
+        elif op == OP_PROBE:
             qp.responder.on_probe(pkt, now, port, ecn, entropy)
         else:
             stats.rx_dropped_state += 1

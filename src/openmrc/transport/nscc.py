@@ -364,7 +364,6 @@ class Nscc(CongestionControl):
 
     def on_ack(
         self,
-        *,
         now: int,
         newly_acked: int,
         inflight: int,
@@ -439,7 +438,7 @@ class Nscc(CongestionControl):
                 cwnd = float(self.mtu)
         self._cwnd = cwnd
 
-    def on_trim(self, *, now: int, size: int, inflight: int, last_hop: bool) -> None:
+    def on_trim(self, now: int, size: int, inflight: int, last_hop: bool) -> None:
         """A trim NACK: counts as a delay sample of ``base_rtt``, arms quick adapt, else ``cwnd −= size``.
 
         A last-hop trim (TRIMMED_LASTHOP) does not shrink the window: congestion at the receiver's own
@@ -457,7 +456,7 @@ class Nscc(CongestionControl):
             cwnd = self._cwnd - size
             self._cwnd = cwnd if cwnd > self.mtu else float(self.mtu)
 
-    def on_loss(self, *, now: int, inflight: int) -> None:
+    def on_loss(self, now: int, inflight: int) -> None:
         """A timeout or inferred loss: arms quick adapt, else ``cwnd −= MTU``.
 
         htsim shrinks the window by the lost packet's size on a retransmission timeout

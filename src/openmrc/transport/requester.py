@@ -40,7 +40,7 @@ Signaled Writes complete in post order once every packet of them is acknowledged
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Final
 
@@ -70,6 +70,14 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
+from openmrc.wire.constants import (
+    OP_WRITE_FIRST,
+    OP_WRITE_LAST,
+    OP_WRITE_LAST_WITH_IMM,
+    OP_WRITE_MIDDLE,
+    OP_WRITE_ONLY,
+    OP_WRITE_ONLY_WITH_IMM,
+)
 from openmrc.wire.headers import make_bth
 from openmrc.wire.packet import data_packet
 
@@ -79,9 +87,6 @@ if TYPE_CHECKING:
 __all__ = ["Requester"]
 
 _INFINITE_EXP: Final = 25
-_WRITE_ONLY, _WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)
-_WRITE_FIRST, _WRITE_MIDDLE = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)
-_WRITE_LAST, _WRITE_LAST_IMM = int(Opcode.WRITE_LAST), int(Opcode.WRITE_LAST_WITH_IMM)
 _EMPTY: Final = memoryview(b"")
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
@@ -133,10 +138,10 @@ class _Wr:
         self.va = wr.remote_addr
         self.rkey = wr.rkey
         if self.npkts == 1:
-            self.op_first = self.op_last = _WRITE_ONLY_IMM if imm else _WRITE_ONLY
+            self.op_first = self.op_last = OP_WRITE_ONLY_WITH_IMM if imm else OP_WRITE_ONLY
         else:
-            self.op_first = _WRITE_FIRST
-            self.op_last = _WRITE_LAST_IMM if imm else _WRITE_LAST
+            self.op_first = OP_WRITE_FIRST
+            self.op_last = OP_WRITE_LAST_WITH_IMM if imm else OP_WRITE_LAST
 
     def payload(self, offset: int, size: int) -> memoryview:
         views = self.views
@@ -176,7 +181,7 @@ class Requester:
         self.wrs: deque[_Wr] = deque()  # posted, not yet completed, in post order
         self.unsent: deque[_Wr] = deque()  # posted, not every packet sent yet
         self.outstanding: dict[int, _Tx] = {}  # seq -> packet, unacknowledged
-        self.by_order: OrderedDict[int, _Tx] = OrderedDict()  # transmission order -> packet in flight
+        self.by_order: dict[int, _Tx] = {}  # transmission order -> packet in flight (insertion-ordered)
         self.retx: list[int] = []  # heap of lost seqs awaiting retransmission
         self.next_seq = 0
         self.cack = 0
@@ -351,7 +356,7 @@ class Requester:
         assert w.meth is not None
         pkt = data_packet(
             make_bth(
-                w.op_first if i == 0 else (w.op_last if last else _WRITE_MIDDLE),
+                w.op_first if i == 0 else (w.op_last if last else OP_WRITE_MIDDLE),
                 self.dest_qp,
                 last,
                 rtx,
@@ -371,7 +376,7 @@ class Requester:
         self.by_order[order] = p
         self.inflight += size
         if self.cc_on_send:
-            self.cc.on_send(now=now, size=size, inflight=self.inflight)  # type: ignore[union-attr]
+            self.cc.on_send(now, size, self.inflight)  # type: ignore[union-attr]
         if self.rto_deadline is None:
             self._arm(now)
         out.append(Transmit(ev.port, self.peer, ev.expanded, ev.entropy, pkt, self.qp_num, size))
@@ -457,9 +462,7 @@ class Requester:
             self.peer_mpr = seth.mpr
         if npkts:
             self.timeouts = 0
-            self.cc.on_ack(
-                now=now, newly_acked=newly, inflight=self.inflight, rtt_ns=rtt, ecn=m == _SKIP_ONCE
-            )
+            self.cc.on_ack(now, newly, self.inflight, rtt, m == _SKIP_ONCE)
             self._arm(now)
             self.check_deadline = now + self._pto()  # cleared below when nothing is outstanding
             self._detect_losses(now)
@@ -480,9 +483,8 @@ class Requester:
         wait = max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
         sent_before = now - wait
         by_order = self.by_order
-        lost_any = False
-        while by_order:
-            order, p = next(iter(by_order.items()))
+        lost: list[_Tx] = []
+        for order, p in by_order.items():  # oldest transmission first
             if order >= acked_order or (order >= threshold and order <= tail):
                 break  # nothing later acknowledged, or not enough of it yet
             if p.sent_at > sent_before:
@@ -490,15 +492,17 @@ class Requester:
                 if self.check_deadline is None or due < self.check_deadline:
                     self.check_deadline = due
                 break
-            del by_order[order]
+            lost.append(p)
+        lost_any = bool(lost)
+        for p in lost:
+            del by_order[p.order]
             self._lose(p)
             if p.ev is not None:
                 self.qp.evs.mark_bad(p.ev, now)  # type: ignore[union-attr]
-            lost_any = True
         if lost_any:
             self.stats.losses_inferred += 1
             assert self.cc is not None
-            self.cc.on_loss(now=now, inflight=self.inflight)
+            self.cc.on_loss(now, self.inflight)
 
     def _check_tail(self, now: int) -> None:
         """The check timer (cleared by the caller; `_detect_losses` may set it again): infer tail losses,
@@ -560,7 +564,7 @@ class Requester:
                 qp.evs.skip(e)
             # The EV is not to blame for a last-hop trim, but the window is: our responder sends no receiver
             # CC penalty (CC_STATE rcv_cwnd_pen), so NSCC must see last-hop incast trims as trims.
-            self.cc.on_trim(now=now, size=p.size, inflight=self.inflight, last_hop=False)
+            self.cc.on_trim(now, p.size, self.inflight, False)
         p.retries += 1
         if p.retries > self._retry_limit():
             qp.set_error(now, WcStatus.RETRY_EXC_ERR)
@@ -608,7 +612,7 @@ class Requester:
             if p.ev is not None:
                 evs.mark_bad(p.ev, now)
         self.by_order.clear()
-        self.cc.on_loss(now=now, inflight=self.inflight)
+        self.cc.on_loss(now, self.inflight)
         self.rto_deadline = now + self.rto()
         self.check_deadline = None
 

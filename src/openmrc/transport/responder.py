@@ -40,7 +40,6 @@ from openmrc.transport.types import (
 from openmrc.wire import (
     AETH,
     BTH,
-    IMM_OPCODES,
     NETH,
     PSN_MASK,
     SETH,
@@ -51,6 +50,14 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
+from openmrc.wire.constants import (
+    OP_SACK,
+    OP_WRITE_FIRST,
+    OP_WRITE_LAST_WITH_IMM,
+    OP_WRITE_MIDDLE,
+    OP_WRITE_ONLY,
+    OP_WRITE_ONLY_WITH_IMM,
+)
 from openmrc.wire.headers import make_bth
 
 if TYPE_CHECKING:
@@ -58,11 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Responder"]
 
-_FIRST_MIDDLE: Final = frozenset({int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)})
-_ONLY: Final = frozenset({int(Opcode.WRITE_ONLY), int(Opcode.WRITE_ONLY_WITH_IMM)})
-_IMM: Final = frozenset(int(o) for o in IMM_OPCODES)
 _MASK64: Final = (1 << 64) - 1
-_SACK: Final = int(Opcode.SACK)
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _M_NONE, _SKIP_ONCE = SackM.NONE, SackM.SKIP_ONCE
 _RTR, _RTS = QpState.RTR, QpState.RTS
@@ -79,7 +82,10 @@ class Responder:
         self.unacked = 0
         self.pending_imm: list[tuple[int, int, int]] = []  # heap of (last seq, imm, byte_len)
         self.sack_deadline: int | None = None
-        self._last: tuple[int, int, int, int, bool] | None = None  # (trigger seq, entropy, port, ts, ecn)
+        # The last unacknowledged arrival, for the delayed SACK (plain fields: no tuple per packet).
+        self._pending = False
+        self._last_seq = self._last_entropy = self._last_port = self._last_ts = 0
+        self._last_ecn = False
         self.adv_mpr = 0
         cfg = qp.nic.config  # frozen: per-packet paths read these copies
         self.mtu = cfg.mtu
@@ -125,9 +131,9 @@ class Responder:
         op = bth.opcode
         mtu = self.mtu
         dma = reth.dma_len
-        if op in _FIRST_MIDDLE:
+        if op in (OP_WRITE_FIRST, OP_WRITE_MIDDLE):
             ok = n == mtu and dma > mtu
-        elif op in _ONLY:
+        elif op in (OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM):
             ok = n == dma and n <= mtu
         else:  # LAST: what the DMA length leaves after whole MTUs
             ok = dma > mtu and n == dma - (-(-dma // mtu) - 1) * mtu
@@ -135,20 +141,17 @@ class Responder:
             stats.protocol_errors += 1
             self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
             return
-        if n:
-            target = nic.mrs.remote_target(reth.rkey, reth.va, n)
-            if target is None:
-                stats.access_errors += 1
-                self._send(
-                    Packet(
-                        BTH(Opcode.ACK, dest_qp=qp.attr.dest_qp_num or 0, psn=seq & PSN_MASK),
-                        aeth=AETH(AethSyndrome.NAK_REMOTE_ACCESS_ERROR, self.cack & 0xFFFFFF),
-                    ),
-                    port,
-                )
-                return
-            target[:] = pkt.payload
-        imm = op in _IMM
+        if n and not nic.mrs.remote_write(reth.rkey, reth.va, pkt.payload):
+            stats.access_errors += 1
+            self._send(
+                Packet(
+                    BTH(Opcode.ACK, dest_qp=qp.attr.dest_qp_num or 0, psn=seq & PSN_MASK),
+                    aeth=AETH(AethSyndrome.NAK_REMOTE_ACCESS_ERROR, self.cack & 0xFFFFFF),
+                ),
+                port,
+            )
+            return
+        imm = op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM)
         if imm:
             heapq.heappush(self.pending_imm, (seq, pkt.imm.imm_data if pkt.imm else 0, dma))
             limit = qp.attr.max_wimm_dest or 0
@@ -178,7 +181,12 @@ class Responder:
         if ecn or new_hole or bth.ack_req or imm or self.unacked >= self.sack_every:
             self._sack(seq, entropy, port, ecn, now, ts)
         else:
-            self._last = (seq, entropy, port, ts, ecn)
+            self._pending = True
+            self._last_seq = seq
+            self._last_entropy = entropy
+            self._last_port = port
+            self._last_ts = ts
+            self._last_ecn = ecn
             if self.sack_deadline is None:
                 self.sack_deadline = now + self.sack_delay
                 nic.wake(qp)
@@ -222,7 +230,7 @@ class Responder:
         self.unreported = un & ~(_MASK64 << shift)
         dqp = qp.attr.dest_qp_num or 0
         pkt = Packet(
-            make_bth(_SACK, dqp, False, False, cack & PSN_MASK),
+            make_bth(OP_SACK, dqp, False, False, cack & PSN_MASK),
             None,
             None,
             None,
@@ -250,7 +258,7 @@ class Responder:
         )
         self.unacked = 0
         self.sack_deadline = None
-        self._last = None
+        self._pending = False
         nic = qp.nic
         nic.stats.sacks_sent += 1
         nic.send_control(qp, pkt, port)
@@ -280,8 +288,8 @@ class Responder:
     # -- timers --------------------------------------------------------------------------------------------
     def on_timer(self, now: int) -> None:
         if self.sack_deadline is not None and now >= self.sack_deadline:
-            last = self._last
             self.sack_deadline = None
-            if last is not None:
-                seq, entropy, port, ts, ecn = last
-                self._sack(seq, entropy, port, ecn, now, ts)
+            if self._pending:
+                self._sack(
+                    self._last_seq, self._last_entropy, self._last_port, self._last_ecn, now, self._last_ts
+                )

@@ -33,21 +33,37 @@ RESERVED_QP_ENDPOINT: Final = 0x2
 MRC_OPCODE_RANGE: Final = range(0xC0, 0xE0)
 
 
+# The opcode values as plain constants too: compiled, a literal constant is inlined where an enum member is
+# looked up. The data opcodes are contiguous, OP_WRITE_FIRST ... OP_WRITE_ONLY_WITH_IMM.
+OP_WRITE_FIRST: Final = 0xC6
+OP_WRITE_MIDDLE: Final = 0xC7
+OP_WRITE_LAST: Final = 0xC8
+OP_WRITE_LAST_WITH_IMM: Final = 0xC9
+OP_WRITE_ONLY: Final = 0xCA
+OP_WRITE_ONLY_WITH_IMM: Final = 0xCB
+OP_ACK: Final = 0xD1
+OP_EP_REQUEST: Final = 0xD8
+OP_EP_RESPONSE: Final = 0xD9
+OP_SACK: Final = 0xDC
+OP_NACK: Final = 0xDD
+OP_PROBE: Final = 0xDE
+
+
 class Opcode(IntEnum):
     """BTH opcodes of MRC 1.0 (not interoperable with RoCE RC opcodes)."""
 
-    WRITE_FIRST = 0xC6
-    WRITE_MIDDLE = 0xC7
-    WRITE_LAST = 0xC8
-    WRITE_LAST_WITH_IMM = 0xC9
-    WRITE_ONLY = 0xCA
-    WRITE_ONLY_WITH_IMM = 0xCB
-    ACK = 0xD1
-    EP_REQUEST = 0xD8
-    EP_RESPONSE = 0xD9
-    SACK = 0xDC
-    NACK = 0xDD
-    PROBE = 0xDE
+    WRITE_FIRST = OP_WRITE_FIRST
+    WRITE_MIDDLE = OP_WRITE_MIDDLE
+    WRITE_LAST = OP_WRITE_LAST
+    WRITE_LAST_WITH_IMM = OP_WRITE_LAST_WITH_IMM
+    WRITE_ONLY = OP_WRITE_ONLY
+    WRITE_ONLY_WITH_IMM = OP_WRITE_ONLY_WITH_IMM
+    ACK = OP_ACK
+    EP_REQUEST = OP_EP_REQUEST
+    EP_RESPONSE = OP_EP_RESPONSE
+    SACK = OP_SACK
+    NACK = OP_NACK
+    PROBE = OP_PROBE
 
 
 DATA_OPCODES: Final = frozenset(
