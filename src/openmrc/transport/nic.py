@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import heapq
-import itertools
 import random
 from array import array
 from collections import deque
@@ -152,7 +151,7 @@ class Nic:
         self._sched: dict[Qp, int | None] = {}
         self._next_timer: int | None = None  # get_timer()'s answer while _timer_known (asked per poll)
         self._timer_known = False
-        self._seq = itertools.count()
+        self._seq = 0  # tie-breaker of timer heap entries
         self._ep_pending: dict[int, tuple[int, EpOp]] = {}
         self._ep_arrivals: dict[int, int] = {}
         self._ep_next = 0
@@ -472,7 +471,8 @@ class Nic:
                 self._timer_known = False
         elif self._sched.get(qp) != t:
             self._sched[qp] = t
-            heapq.heappush(self._timers, (t, next(self._seq), qp))
+            self._seq = seq = self._seq + 1
+            heapq.heappush(self._timers, (t, seq, qp))
             self._timer_known = False
 
     def datagrams_to_send(self, now: int, max_data: int | None = None) -> list[Transmit]:

@@ -188,8 +188,7 @@ class Responder:
             self._last_ts = ts
             self._last_ecn = ecn
             if self.sack_deadline is None:
-                self.sack_deadline = now + self.sack_delay
-                nic.wake(qp)
+                self.sack_deadline = now + self.sack_delay  # Nic.receive wakes the QP after this returns
 
     def _complete_imm(self, now: int) -> bool:
         """Complete the Write-with-Imm messages cack has passed; False if a receive was missing."""
