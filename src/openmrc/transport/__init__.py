@@ -5,7 +5,7 @@ from openmrc.transport.config import NicConfig
 from openmrc.transport.cq import CompletionQueue
 from openmrc.transport.evtable import EvEntry, EvEvent, EvTable
 from openmrc.transport.mr import MemoryRegion
-from openmrc.transport.nic import EpResponse, Nic, NicStats
+from openmrc.transport.nic import Arrival, EpResponse, Nic, NicStats
 from openmrc.transport.nscc import Nscc, NsccConfig
 from openmrc.transport.qp import TRANSITIONS, Qp, QpAttr, QpInitAttr
 from openmrc.transport.types import (
@@ -30,6 +30,7 @@ from openmrc.transport.types import (
 __all__ = [
     "TRANSITIONS",
     "Access",
+    "Arrival",
     "CompletionQueue",
     "CongestionControl",
     "EpResponse",

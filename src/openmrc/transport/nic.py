@@ -18,7 +18,7 @@ import heapq
 import random
 from array import array
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -58,7 +58,10 @@ from openmrc.wire.constants import (
     OP_WRITE_ONLY_WITH_IMM,
 )
 
-__all__ = ["EpResponse", "EvProfileBinding", "Nic", "NicStats"]
+__all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
+
+Arrival = tuple[Packet | bytes | bytearray | memoryview, int, bool, int, TrimMark, Hashable]
+"""One datagram for `Nic.receive_burst`: (data, port, ecn, entropy, trim, src), as `receive` takes them."""
 
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
@@ -443,6 +446,13 @@ class Nic:
             stats.rx_dropped_state += 1
             return
         self.wake(qp)
+
+    def receive_burst(self, burst: Iterable[Arrival], now: int) -> None:
+        """`receive` every ``(data, port, ecn, entropy, trim, src)`` of ``burst`` in order, at ``now``: a
+        driver's receive burst (one call per batch, as NIC drivers poll their rings) instead of a call per
+        datagram."""
+        for data, port, ecn, entropy, trim, src in burst:
+            self.receive(data, port, now, ecn, entropy, trim, src)
 
     def send_control(self, qp: Qp, pkt: Packet, port: int) -> None:
         """Queue a SACK/NACK/ACK of ``qp``: on the plane it answers, on one of the QP's own EVs."""
