@@ -80,6 +80,8 @@ def build(opt_level: str = "3") -> None:
     from setuptools import setup
 
     clean()
+    # Digests of what is about to be compiled (a source edited during the build must not pass as built).
+    manifest = {module_name(m): digest(SRC / m) for m in MODULES}
     os.chdir(SRC)  # mypyc names modules after their paths
     extensions = mypycify(MODULES, opt_level=opt_level, target_dir=str(ROOT / "build" / "mypyc"))
     jobs = str(max(1, os.cpu_count() or 1))
@@ -98,7 +100,6 @@ def build(opt_level: str = "3") -> None:
             str(ROOT / "build" / "mypyc" / "tmp"),
         ],
     )
-    manifest = {module_name(m): digest(SRC / m) for m in MODULES}
     MANIFEST.write_text(json.dumps({"modules": manifest}, indent=1, sort_keys=True) + "\n")
     print(f"compiled {len(MODULES)} modules with mypyc", file=sys.stderr)
 
