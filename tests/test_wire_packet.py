@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openmrc.transport import Transmit
 from openmrc.wire import (
     AETH,
     BTH,
@@ -30,6 +32,7 @@ from openmrc.wire import (
     parse,
 )
 from openmrc.wire.buffer import Buffer
+from openmrc.wire.constants import DATA_OPCODES, is_data_opcode
 from openmrc.wire.examples import example_conversation
 from openmrc.wire.headers import Header, make_bth
 from openmrc.wire.packet import _parse, data_packet
@@ -429,3 +432,29 @@ def test_fast_constructors_build_what_the_dataclasses_build() -> None:
         icrc=11,
     )
     assert p == q and p.encode() == q.encode() and repr(p) == repr(q)
+
+
+def test_data_opcode_range_is_the_data_opcode_set() -> None:
+    assert {op for op in range(256) if is_data_opcode(op)} == {int(o) for o in DATA_OPCODES}
+
+
+@pytest.mark.parametrize("cls", [BTH, METH, TSETH, RETH, ImmDt, AETH, SETH, CcState, Packet, Transmit])
+def test_written_out_init_matches_the_dataclass_fields(cls: type) -> None:
+    """These classes spell their ``__init__`` out (compiled, the generated one would run interpreted): it
+    must take every field, in field order, with the field's default."""
+    fs = dataclasses.fields(cls)
+    required = [f for f in fs if f.default is dataclasses.MISSING]
+    if cls is Packet:  # typed attributes (compiled) take only values of their type
+        values = {f.name: None for f in fs} | {"bth": BTH(1), "payload": memoryview(b"x"), "icrc": 7}
+    elif cls is Transmit:
+        values = {"port": 1, "peer": "p", "ev": b"e", "entropy": 2, "packet": b"d", "qp_num": 3, "size": 4}
+    else:
+        values = {f.name: i + 2 if f.type == "int" else True for i, f in enumerate(fs)}
+    by_position = cls(*values.values())
+    by_keyword = cls(**values)
+    for f in fs:
+        assert getattr(by_position, f.name) == getattr(by_keyword, f.name) == values[f.name], f.name
+    defaults = cls(**{f.name: values[f.name] for f in required})
+    for f in fs:
+        if f.default is not dataclasses.MISSING:
+            assert getattr(defaults, f.name) == f.default, f.name

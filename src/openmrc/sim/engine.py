@@ -4,8 +4,7 @@ Every event has one integer key, ``time << 44 | priority << 40 | sequence`` (`ev
 run by priority, then in scheduling order, so a run is a pure function of its inputs and seeds. The heap
 holds the keys alone (each comparison is one integer comparison, the cost that dominates a large heap) and
 a dict maps each key to its ``(callback, argument)``. There are no per-event closures: callbacks are bound
-methods and the argument rides along. Randomness comes
-only from the `random.Random` a caller injects.
+methods and the argument rides along. Randomness comes only from the `random.Random` a caller injects.
 """
 
 from __future__ import annotations
@@ -50,17 +49,17 @@ class Simulator:
             raise ValueError(f"cannot schedule at {at} ns, before now ({self.now} ns)")
         if not 0 <= priority < _PRIO_LIMIT:
             raise ValueError(f"priority {priority} outside 0..{_PRIO_LIMIT - 1}")
-        self.seq = seq = self.seq + 1
-        if seq >= _SEQ_LIMIT:
+        if self.seq + 1 >= _SEQ_LIMIT:
             raise OverflowError(f"more than {_SEQ_LIMIT - 1} events scheduled")
-        key = (at << TIME_SHIFT) | (priority << _PRIO_SHIFT) | seq
-        self.pending[key] = (callback, arg)
-        heapq.heappush(self.heap, key)
+        self.seq += 1
+        self._enqueue(event_key(at, priority, self.seq), callback, arg)
 
     def push(self, at: int, callback: Callable[[Any], None], arg: Any) -> None:
         """`schedule` at priority 0 without the checks, for hot paths (a link port per packet)."""
         self.seq = seq = self.seq + 1
-        key = (at << TIME_SHIFT) | seq
+        self._enqueue((at << TIME_SHIFT) | seq, callback, arg)  # event_key(at, 0, seq), inlined
+
+    def _enqueue(self, key: int, callback: Callable[[Any], None], arg: Any) -> None:
         self.pending[key] = (callback, arg)
         heapq.heappush(self.heap, key)
 

@@ -24,10 +24,7 @@ from mypy_extensions import mypyc_attr
 
 from openmrc.transport import Nic, Transmit, TrimMark
 from openmrc.wire import Packet
-from openmrc.wire.constants import (
-    OP_WRITE_FIRST,
-    OP_WRITE_ONLY_WITH_IMM,
-)
+from openmrc.wire.constants import is_data_opcode
 
 if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
@@ -57,7 +54,7 @@ class SimPacket:
         self.entropy = entropy
         self.ecn = False
         self.trim = TrimMark.NONE
-        self.is_data = OP_WRITE_FIRST <= packet.bth.opcode <= OP_WRITE_ONLY_WITH_IMM
+        self.is_data = is_data_opcode(packet.bth.opcode)
         self.epoch = 0
 
 

@@ -38,12 +38,25 @@ class MemoryRegion:
             f"lkey={self.lkey:#x}, rkey={self.rkey:#x})"
         )
 
+    def _offset(self, addr: int, length: int) -> int:
+        """Where ``[addr, addr+length)`` starts in the region, or -1 if it does not lie inside."""
+        off = addr - self.addr
+        return off if off >= 0 and length >= 0 and off + length <= self.length else -1
+
     def slice(self, addr: int, length: int) -> memoryview | None:
         """The bytes ``[addr, addr+length)`` if they lie inside the region, else None."""
-        off = addr - self.addr
-        if off < 0 or length < 0 or off + length > self.length:
-            return None
-        return self.view[off : off + length]
+        off = self._offset(addr, length)
+        return None if off < 0 else self.view[off : off + length]
+
+    def write(self, addr: int, data: memoryview) -> bool:
+        """Copy ``data`` to ``addr`` if it fits inside the region (else write nothing and return False):
+        `slice` and a copy in one step, without the intermediate view."""
+        n = len(data)
+        off = self._offset(addr, n)
+        if off < 0:
+            return False
+        self.view[off : off + n] = data
+        return True
 
 
 class MrTable:
@@ -98,30 +111,18 @@ class MrTable:
     def by_lkey(self, lkey: int) -> MemoryRegion | None:
         return self._by_lkey.get(lkey)
 
-    def _remote(self, rkey: int, addr: int, length: int) -> MemoryRegion | None:
+    def _remote(self, rkey: int) -> MemoryRegion | None:
+        """The region ``rkey`` names if it allows remote writes."""
         mr = self._by_rkey.get(rkey)
-        if mr is None or not mr.remote_write:
-            return None
-        off = addr - mr.addr
-        if off < 0 or off + length > mr.length:
-            return None
-        return mr
+        return mr if mr is not None and mr.remote_write else None
 
     def remote_target(self, rkey: int, addr: int, length: int) -> memoryview | None:
         """Where a remote Write may land, or None if R_Key, bounds or REMOTE_WRITE forbid it."""
-        mr = self._remote(rkey, addr, length)
-        if mr is None:
-            return None
-        off = addr - mr.addr
-        return mr.view[off : off + length]
+        mr = self._remote(rkey)
+        return None if mr is None else mr.slice(addr, length)
 
     def remote_write(self, rkey: int, addr: int, data: memoryview) -> bool:
         """Place ``data`` at ``addr`` if R_Key, bounds and REMOTE_WRITE allow it (else write nothing and
-        return False): `remote_target` and a copy in one step, without the intermediate view."""
-        n = len(data)
-        mr = self._remote(rkey, addr, n)
-        if mr is None:
-            return False
-        off = addr - mr.addr
-        mr.view[off : off + n] = data
-        return True
+        return False): `remote_target` and the copy in one step."""
+        mr = self._remote(rkey)
+        return mr is not None and mr.write(addr, data)

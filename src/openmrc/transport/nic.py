@@ -54,8 +54,7 @@ from openmrc.wire.constants import (
     OP_NACK,
     OP_PROBE,
     OP_SACK,
-    OP_WRITE_FIRST,
-    OP_WRITE_ONLY_WITH_IMM,
+    is_data_opcode,
 )
 
 __all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
@@ -421,7 +420,7 @@ class Nic:
                 return
         bth = pkt.bth
         op = bth.opcode
-        is_data = OP_WRITE_FIRST <= op <= OP_WRITE_ONLY_WITH_IMM
+        is_data = is_data_opcode(op)
         if trim and not is_data:
             stats.rx_malformed += 1  # control traffic is never trimmed
             return

@@ -493,13 +493,12 @@ class Requester:
                     self.check_deadline = due
                 break
             lost.append(p)
-        lost_any = bool(lost)
         for p in lost:
             del by_order[p.order]
             self._lose(p)
             if p.ev is not None:
                 self.qp.evs.mark_bad(p.ev, now)  # type: ignore[union-attr]
-        if lost_any:
+        if lost:
             self.stats.losses_inferred += 1
             assert self.cc is not None
             self.cc.on_loss(now, self.inflight)

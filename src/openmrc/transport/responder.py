@@ -82,8 +82,8 @@ class Responder:
         self.unacked = 0
         self.pending_imm: list[tuple[int, int, int]] = []  # heap of (last seq, imm, byte_len)
         self.sack_deadline: int | None = None
-        # The last unacknowledged arrival, for the delayed SACK (plain fields: no tuple per packet).
-        self._pending = False
+        # The last arrival not yet acknowledged (when ``unacked``), for the delayed SACK; plain fields: no
+        # tuple per packet.
         self._last_seq = self._last_entropy = self._last_port = self._last_ts = 0
         self._last_ecn = False
         self.adv_mpr = 0
@@ -181,7 +181,6 @@ class Responder:
         if ecn or new_hole or bth.ack_req or imm or self.unacked >= self.sack_every:
             self._sack(seq, entropy, port, ecn, now, ts)
         else:
-            self._pending = True
             self._last_seq = seq
             self._last_entropy = entropy
             self._last_port = port
@@ -257,7 +256,6 @@ class Responder:
         )
         self.unacked = 0
         self.sack_deadline = None
-        self._pending = False
         nic = qp.nic
         nic.stats.sacks_sent += 1
         nic.send_control(qp, pkt, port)
@@ -288,7 +286,7 @@ class Responder:
     def on_timer(self, now: int) -> None:
         if self.sack_deadline is not None and now >= self.sack_deadline:
             self.sack_deadline = None
-            if self._pending:
+            if self.unacked:
                 self._sack(
                     self._last_seq, self._last_entropy, self._last_port, self._last_ecn, now, self._last_ts
                 )

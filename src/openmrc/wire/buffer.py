@@ -10,9 +10,9 @@ The surface is deliberately small so that a faster implementation can replace it
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 __all__ = ["Buffer", "WireError"]
-from typing import Final
 
 
 class WireError(ValueError):

@@ -18,6 +18,7 @@ __all__ = [
     "NackReason",
     "Opcode",
     "SackM",
+    "is_data_opcode",
 ]
 
 #: UDP destination port. Sources disagree (4791, the RoCEv2 port, or 4971); openmrc defaults to 4791.
@@ -77,6 +78,11 @@ DATA_OPCODES: Final = frozenset(
     }
 )
 IMM_OPCODES: Final = frozenset({Opcode.WRITE_LAST_WITH_IMM, Opcode.WRITE_ONLY_WITH_IMM})
+
+
+def is_data_opcode(op: int) -> bool:
+    """``op in DATA_OPCODES`` as one range test (the data opcodes are contiguous), for per-packet paths."""
+    return OP_WRITE_FIRST <= op <= OP_WRITE_ONLY_WITH_IMM
 
 
 class NackReason(IntEnum):
