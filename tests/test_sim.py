@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import gc
+import heapq
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from openmrc.sim.clos_sim import ClosSim, ClosSimConfig
-from openmrc.sim.engine import Simulator
+from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.network import HEADER_BYTES, Node, Port, SimPacket
 from openmrc.transport import TrimMark
 from openmrc.wire import BTH, METH, RETH, SETH, CcState, Opcode, Packet
@@ -62,6 +66,92 @@ def test_run_pauses_the_cyclic_collector_and_restores_it(enabled: bool) -> None:
         assert during == [False] and gc.isenabled() is enabled and gc.get_freeze_count() == 0
     finally:
         (gc.enable if was else gc.disable)()
+
+
+class _Reference:
+    """The order the engine promises, kept the obvious way: a heap of (time, priority, sequence)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.heap: list[tuple[int, int, int, Any]] = []
+        self.seq = 0
+
+    def schedule(self, at: int, callback: Any, arg: Any = None, priority: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, priority, self.seq, (callback, arg)))
+
+    def peek(self) -> int | None:
+        return self.heap[0][0] if self.heap else None
+
+    def run(self, until: int) -> None:
+        while self.heap and self.heap[0][0] <= until:
+            at, _, _, (cb, arg) = heapq.heappop(self.heap)
+            self.now = at
+            cb(arg)
+        self.now = max(self.now, until)
+
+
+# small delays, and delays around the wheel's reach so that events scheduled far and near meet at one time
+_delay = st.one_of(
+    st.integers(0, 3),
+    st.integers(0, 400),
+    st.sampled_from([WHEEL_NS - 2, WHEEL_NS - 1, WHEEL_NS, WHEEL_NS + 1, 2 * WHEEL_NS]),
+)
+_child = st.tuples(_delay, st.sampled_from([0, 0, 0, 1, 2]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    start=st.lists(st.tuples(_delay, st.sampled_from([0, 0, 1])), min_size=1, max_size=20),
+    children=st.lists(st.lists(_child, max_size=3), max_size=60),
+    stops=st.lists(st.integers(0, 4 * WHEEL_NS), max_size=4),
+)
+def test_the_wheel_runs_events_in_key_order(
+    start: list[tuple[int, int]], children: list[list[tuple[int, int]]], stops: list[int]
+) -> None:
+    """Near and far events, priorities, events scheduled at now from callbacks, runs cut by ``until``:
+    the wheel runs them in exactly (time, priority, sequence) order, as a plain heap does."""
+
+    def drive(sim: Any) -> list[tuple[int, int]]:
+        seen: list[tuple[int, int]] = []
+        made = [0]
+
+        def fire(label: int) -> None:
+            seen.append((sim.now, label))
+            for delay, prio in children[label] if label < len(children) else []:
+                made[0] += 1
+                sim.schedule(sim.now + delay, fire, made[0], priority=prio)
+
+        for delay, prio in start:
+            made[0] += 1
+            sim.schedule(delay, fire, made[0], priority=prio)
+        for until in [*sorted(stops), 1 << 40]:
+            sim.run(until=until)
+            nxt = sim.peek()
+            assert nxt is None or nxt > until >= sim.now
+        return seen
+
+    got = drive(Simulator())
+    assert got == drive(_Reference())
+
+
+def test_the_wheel_jumps_idle_time_and_halts_mid_slot() -> None:
+    sim = Simulator()
+    seen: list[object] = []
+
+    def halt(x: object) -> None:
+        seen.append(x)
+        sim.halted = True
+
+    sim.schedule(10 * WHEEL_NS, seen.append, "far")
+    sim.schedule(7, seen.append, "a")
+    sim.schedule(7, halt, "stop")
+    sim.schedule(7, seen.append, "b")
+    assert sim.peek() == 7
+    assert sim.run() == 2 and seen == ["a", "stop"] and sim.now == 7
+    assert sim.peek() == 7  # "b" is still due at 7
+    assert sim.run() == 2 and seen == ["a", "stop", "b", "far"] and sim.now == 10 * WHEEL_NS
+    assert sim.peek() is None and sim.in_wheel == 0
 
 
 class Sink(Node):
