@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import collections
 import itertools
+import struct
+import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from openmrc.fabric.clos import MultiPlaneClos, single_plane_equivalent
-from openmrc.fabric.ecmp import EcmpHash
+from openmrc.fabric.ecmp import EcmpHash, flow_crc, fmix32
 from openmrc.fabric.topology import Role
 
 
@@ -120,3 +124,29 @@ def test_ecmp_is_deterministic_salted_and_spreads() -> None:
     assert same < 4000 * 0.2
     with pytest.raises(ValueError):
         e.pick(1, 0, 1, 2, 3)
+
+
+@given(st.integers(0, 0xFFFFFFFF))
+def test_fmix32_is_murmur3s_finaliser(h: int) -> None:
+    """The split multiplications give MurmurHash3's 32-bit finaliser exactly."""
+    x = h ^ (h >> 16)
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    assert fmix32(h) == x ^ (x >> 16)
+
+
+@given(st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF))
+def test_ecmp_hash_is_the_flow_crc_mixed_with_the_switch_salt(
+    src: int, dst: int, sport: int, fl: int
+) -> None:
+    e = EcmpHash(seed=3)
+    crc = flow_crc(src, dst, sport, 4791, fl)
+    key = struct.pack("!IIIHHI", 0, src, dst, sport, 4791, fl)
+    assert crc == zlib.crc32(key)
+    for switch in (0, 17, 1 << 20):
+        assert (
+            e.hash32(switch, src, dst, sport, 4791, fl)
+            == e.mix(crc, e.salt(switch))
+            == fmix32(crc ^ e.salt(switch))
+        )

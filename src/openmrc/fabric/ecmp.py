@@ -14,17 +14,23 @@ import struct
 import zlib
 from typing import Final
 
-__all__ = ["EcmpHash", "fmix32"]
+__all__ = ["EcmpHash", "flow_crc", "fmix32"]
 
 _KEY: Final = struct.Struct("!IIIHHI")
+
+
+def _mul32(h: int, c: int) -> int:
+    """``(h * c) mod 2**32`` for 32-bit ``h`` and ``c`` without a 64-bit product (every intermediate stays a
+    machine integer in the compiled build)."""
+    return (h * (c & 0xFFFF) + (((h * (c >> 16)) & 0xFFFF) << 16)) & 0xFFFFFFFF
 
 
 def fmix32(h: int) -> int:
     """MurmurHash3's 32-bit finaliser: every input bit affects every output bit."""
     h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h = _mul32(h, 0x85EBCA6B)
     h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h = _mul32(h, 0xC2B2AE35)
     return h ^ (h >> 16)
 
 
@@ -60,8 +66,19 @@ class EcmpHash:
         self, switch: int, src: int, dst: int, sport: int, dport: int = 4791, flow_label: int = 0
     ) -> int:
         """The 32-bit value `pick` reduces modulo the number of next hops."""
-        key = _KEY.pack(0, src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, flow_label)
+        return self.mix(flow_crc(src, dst, sport, dport, flow_label), self.salt(switch))
+
+    @staticmethod
+    def mix(crc: int, salt: int) -> int:
+        """A switch's hash of a flow from the flow's `flow_crc` and the switch's `salt` (what `hash32` is;
+        a simulator computes the CRC once per packet and this at every hop)."""
         # CRC-32 is affine over XOR: two switches hashing one key with different salts would differ by a
         # constant and polarise (the same low bits at every tier). MurmurHash3's fmix32 finaliser, applied
         # after mixing in the salt, decorrelates them.
-        return fmix32(zlib.crc32(key) ^ self.salt(switch))
+        return fmix32(crc ^ salt)
+
+
+def flow_crc(src: int, dst: int, sport: int, dport: int = 4791, flow_label: int = 0) -> int:
+    """CRC-32 of a flow's key fields, the part of every switch's ECMP hash that does not depend on the
+    switch."""
+    return zlib.crc32(_KEY.pack(0, src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, flow_label))

@@ -40,7 +40,20 @@ HEADER_BYTES: Final = 64
 class SimPacket:
     """A packet in flight: the transport's packet object plus what the fabric needs."""
 
-    __slots__ = ("addr", "dst", "ecn", "entropy", "epoch", "is_data", "packet", "port", "size", "src", "trim")
+    __slots__ = (
+        "addr",
+        "dst",
+        "ecn",
+        "entropy",
+        "epoch",
+        "flow_crc",
+        "is_data",
+        "packet",
+        "port",
+        "size",
+        "src",
+        "trim",
+    )
 
     def __init__(
         self, packet: Packet, size: int, addr: int, src: int, dst: int, port: int, entropy: int
@@ -56,6 +69,8 @@ class SimPacket:
         self.trim = TrimMark.NONE
         self.is_data = is_data_opcode(packet.bth.opcode)
         self.epoch = 0
+        self.flow_crc = -1
+        """The switch-independent part of the ECMP hash, computed at the first ECMP switch (-1: not yet)."""
 
 
 class Port:

@@ -19,7 +19,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from openmrc.fabric.clos import MultiPlaneClos
-from openmrc.fabric.ecmp import EcmpHash
+from openmrc.fabric.ecmp import EcmpHash, flow_crc, fmix32
 from openmrc.fabric.srv6 import UsidPlan
 from openmrc.fabric.topology import Role, Topology
 
@@ -58,11 +58,11 @@ class EcmpRouting(Routing):
         self.topo = topo
         self.hash = EcmpHash(seed)
         self._clos = topo if isinstance(topo, MultiPlaneClos) else None
-        self._next: list[dict[int, tuple[int, ...]]] = []
+        self._next: list[list[tuple[int, ...]]] = []
+        """Fat trees and other non-Clos fabrics: ``_next[switch][dst]``, the next hops toward host ``dst``."""
         self.dead: frozenset[tuple[int, int]] = frozenset()
-        # A flow's hash at a switch, computed once, keyed by one integer (switch, src, dst, entropy): an int
-        # key is not tracked by the garbage collector, a tuple would be (millions of them, rescanned).
-        self._hashes: dict[int, int] = {}
+        self._salts = [-1] * topo.num_nodes()
+        """Each switch's ECMP salt, filled in when first needed."""
         self._clos_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         if self._clos is None:
             self._build_tables(topo)
@@ -78,7 +78,9 @@ class EcmpRouting(Routing):
         n = topo.num_nodes()
         dead = self.dead
         ports = [topo.ports(v) for v in range(n)]
-        self._next = [{} for _ in range(n)]
+        nh = topo.num_hosts
+        self._next = [[] if v < nh else [()] * nh for v in range(n)]
+        same: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct next-hop set
         for dst in range(topo.num_hosts):
             dist = [-1] * n
             dist[dst] = 0
@@ -98,12 +100,13 @@ class EcmpRouting(Routing):
                         r.port for r in ports[v] if dist[r.peer] == d - 1 and (v, r.port) not in dead
                     )
                     if hops:
-                        self._next[v][dst] = hops
+                        self._next[v][dst] = same.setdefault(hops, hops)
 
     def candidates(self, switch: int, dst: int) -> tuple[int, ...]:
         c = self._clos
         if c is None:
-            return self._next[switch].get(dst, ())
+            hops = self._next[switch]
+            return hops[dst] if 0 <= dst < len(hops) else ()
         role, plane, index = c.switch_info(switch)
         if role is Role.T0:
             if dst // c.hosts_per_t0 == index:
@@ -134,11 +137,13 @@ class EcmpRouting(Routing):
             raise ValueError(f"no route from node {switch} to host {p.dst}")
         if len(hops) == 1:
             return hops[0]
-        e = p.entropy
-        key = (((switch << 24 | p.src) << 24 | p.dst) << 32) | (e & 0xFFFFFFFF)  # entropy: 32 bits
-        h = self._hashes.get(key)
-        if h is None:
-            if len(self._hashes) >= 1 << 22:
-                self._hashes.clear()
-            h = self._hashes[key] = self.hash.hash32(switch, p.src, p.dst, e & 0xFFFF, 4791, e >> 16)
-        return hops[h % len(hops)]
+        # EcmpHash.hash32(switch, src, dst, sport, 4791, flow label), with the flow's CRC computed once per
+        # packet (the entropy is the UDP source port in its low 16 bits and the flow label above them)
+        crc = p.flow_crc
+        if crc < 0:
+            e = p.entropy
+            crc = p.flow_crc = flow_crc(p.src, p.dst, e & 0xFFFF, 4791, e >> 16)
+        salt = self._salts[switch]
+        if salt < 0:
+            salt = self._salts[switch] = self.hash.salt(switch)
+        return hops[fmix32(crc ^ salt) % len(hops)]
