@@ -8,7 +8,10 @@ as a whole, so the figures are protocol processing: the requester path is NIC A 
 SACK processing, timers), the responder path NIC B (validation, placement, bitmap, SACK generation). The
 harness's own work (the wire between the NICs) is not counted.
 
-    python benchmarks/transport_bench.py [--json] [--mib 64] [--validate-wire]
+    python benchmarks/transport_bench.py [--json] [--mib 64] [--repeat 5] [--validate-wire]
+
+The transfer runs ``--repeat`` times (a fresh pair each time); the figures are the medians, so one burst of
+load from elsewhere on a shared machine does not decide them.
 
 Compiled modules (``make native``) are used when present; ``OPENMRC_PURE=1`` measures the interpreted core.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections import deque
 
@@ -90,13 +94,19 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--validate-wire", action="store_true", help="encode and re-parse every packet")
+    ap.add_argument("--repeat", type=int, default=5, help="transfers to take the median of")
     args = ap.parse_args()
-    r = measure(args.mib, args.validate_wire)
+    if args.repeat < 1:
+        ap.error("--repeat: at least 1")
+    runs = [measure(args.mib, args.validate_wire) for _ in range(args.repeat)]
+    r = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+    r["repeats"] = args.repeat
     if args.json:
         print(json.dumps({k: round(v, 3) for k, v in r.items()}))
         return
     core = "compiled (mypyc)" if r["compiled"] else "interpreted"
     print(f"{args.mib} MiB Write, {r['data_packets']:.0f} data packets, {r['sacks']:.0f} SACKs, {core} core")
+    print(f"  (medians of {args.repeat} transfers)")
     print(f"  requester path   {r['requester_us_per_pkt']:6.2f} µs per data packet")
     print(f"  responder path   {r['responder_us_per_pkt']:6.2f} µs per data packet")
     print(f"  pair goodput     {r['pair_goodput_gbps']:6.2f} Gbit/s of protocol processing, one core a side")

@@ -27,6 +27,10 @@ from typing import Any, Final
 
 __all__ = ["TIME_SHIFT", "WHEEL_NS", "Simulator", "event_key"]
 
+# Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
+_heappop: Final = heapq.heappop
+_heappush: Final = heapq.heappush
+
 TIME_SHIFT: Final = 44
 """An event key's time is ``key >> TIME_SHIFT``."""
 _PRIO_SHIFT: Final = 40
@@ -93,7 +97,7 @@ class Simulator:
 
     def _to_heap(self, key: int, callback: Callable[[Any], None], arg: Any) -> None:
         self.pending[key] = (callback, arg)
-        heapq.heappush(self.heap, key)
+        _heappush(self.heap, key)
         at = key >> TIME_SHIFT
         if at < self.heap_next:
             self.heap_next = at
@@ -175,7 +179,7 @@ class Simulator:
     def _pop_heap(self) -> bool:
         """Run the heap's first event; True if it halted the run."""
         heap = self.heap
-        key = heapq.heappop(heap)
+        key = _heappop(heap)
         self.heap_next = heap[0] >> TIME_SHIFT if heap else _NEVER
         cb, arg = self.pending.pop(key)
         cb(arg)

@@ -25,12 +25,17 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from openmrc.ev import EVState
 
 __all__ = ["EvEntry", "EvEvent", "EvTable"]
 
-_GOOD, _SKIP, _BAD, _DENIED = EVState.GOOD, EVState.SKIP, EVState.ASSUMED_BAD, EVState.DENIED
+# Final: the compiled build keeps them in C statics (a plain module global is a dict lookup per use)
+_GOOD: Final = EVState.GOOD
+_SKIP: Final = EVState.SKIP
+_BAD: Final = EVState.ASSUMED_BAD
+_DENIED: Final = EVState.DENIED
 
 
 def shuffle(rng: random.Random, x: list[EvEntry]) -> None:

@@ -59,6 +59,10 @@ from openmrc.wire.constants import (
 
 __all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 
+# Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
+_heappop: Final = heapq.heappop
+_heappush: Final = heapq.heappush
+
 Arrival = tuple[Packet | bytes | bytearray | memoryview, int, bool, int, TrimMark, Hashable]
 """One datagram for `Nic.receive_burst`: (data, port, ecn, entropy, trim, src), as `receive` takes them."""
 
@@ -150,7 +154,7 @@ class Nic:
         self._ctrl: list[Transmit] = []
         self._active: dict[Qp, None] = {}
         self._timers: list[tuple[int, int, Qp]] = []
-        self._sched: dict[Qp, int | None] = {}
+        """(deadline, sequence, QP); an entry whose deadline is no longer the QP's ``timer_at`` is stale."""
         self._next_timer: int | None = None  # get_timer()'s answer while _timer_known (asked per poll)
         self._timer_known = False
         self._seq = 0  # tie-breaker of timer heap entries
@@ -186,7 +190,7 @@ class Nic:
             raise LocalProtocolError(errno.EINVAL, "QP does not belong to this NIC")
         del self.qps[qp.qp_num]
         self._active.pop(qp, None)
-        self._sched.pop(qp, None)
+        qp.timer_at = -1
         self._timer_known = False
 
     # -- profiles ------------------------------------------------------------------------------------------
@@ -475,13 +479,13 @@ class Nic:
             self._active[qp] = None
         t = qp.next_timer()
         if t is None:
-            if qp in self._sched:
-                del self._sched[qp]
+            if qp.timer_at >= 0:
+                qp.timer_at = -1
                 self._timer_known = False
-        elif self._sched.get(qp) != t:
-            self._sched[qp] = t
+        elif qp.timer_at != t:
+            qp.timer_at = t
             self._seq = seq = self._seq + 1
-            heapq.heappush(self._timers, (t, seq, qp))
+            _heappush(self._timers, (t, seq, qp))
             self._timer_known = False
 
     def datagrams_to_send(self, now: int, max_data: int | None = None) -> list[Transmit]:
@@ -530,10 +534,10 @@ class Nic:
         t = None
         while timers:
             top, _, qp = timers[0]
-            if self._sched.get(qp) == top:
+            if qp.timer_at == top:
                 t = top
                 break
-            heapq.heappop(timers)
+            _heappop(timers)
         self._next_timer = t
         self._timer_known = True
         return t
@@ -543,9 +547,9 @@ class Nic:
         self._timer_known = False
         due = []
         while timers and timers[0][0] <= now:
-            t, _, qp = heapq.heappop(timers)
-            if self._sched.get(qp) == t:
-                del self._sched[qp]
+            t, _, qp = _heappop(timers)
+            if qp.timer_at == t:
+                qp.timer_at = -1
                 due.append(qp)
         for qp in due:
             qp.on_timer(now)

@@ -140,6 +140,8 @@ class Qp:
         self.attr = QpAttr()
         self.recv_queue: deque[RecvWR] = deque()
         self.evs: EvTable | None = None
+        self.timer_at = -1
+        """The deadline the NIC's timer heap holds for this QP (-1: none); the NIC's bookkeeping."""
         self.requester = Requester(self)
         self.responder = Responder(self)
 

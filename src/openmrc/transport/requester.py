@@ -86,12 +86,19 @@ if TYPE_CHECKING:
 
 __all__ = ["Requester"]
 
+# Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
+_heappop: Final = heapq.heappop
+_heappush: Final = heapq.heappush
+
 _INFINITE_EXP: Final = 25
 _EMPTY: Final = memoryview(b"")
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
-_M_NONE, _SKIP_ONCE, _ALWAYS_SKIP = SackM.NONE, SackM.SKIP_ONCE, SackM.ALWAYS_SKIP
-_TRIMMED, _TRIMMED_LASTHOP = NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP
+_M_NONE: Final = SackM.NONE
+_SKIP_ONCE: Final = SackM.SKIP_ONCE
+_ALWAYS_SKIP: Final = SackM.ALWAYS_SKIP
+_TRIMMED: Final = NackReason.TRIMMED
+_TRIMMED_LASTHOP: Final = NackReason.TRIMMED_LASTHOP
 _UNEXP_EVENT: Final = NackReason.UNEXP_EVENT
 
 
@@ -325,14 +332,14 @@ class Requester:
         while retx and sent < budget:
             p = self.outstanding.get(retx[0])
             if p is None or not p.lost:
-                heapq.heappop(retx)
+                _heappop(retx)
                 continue
             if not cc.can_send(self.inflight, p.size):
                 break
             ev = evs.pick(p.ev)
             if ev is None:
                 break
-            heapq.heappop(retx)
+            _heappop(retx)
             p.lost = False
             self._transmit(p, ev, now, out, True)
             sent += 1
@@ -418,9 +425,10 @@ class Requester:
         outstanding = self.outstanding
         acked = []
         if cack > self.cack:
-            for seq in range(self.cack, cack):
-                p = outstanding.pop(seq, None)
+            for seq in range(self.cack, cack):  # get + del: compiled, both are direct dict calls (pop is not)
+                p = outstanding.get(seq)
                 if p is not None:
+                    del outstanding[seq]
                     acked.append(p)
             self.cack = cack
         bm = seth.bitmap
@@ -428,8 +436,10 @@ class Requester:
             base = cack + seth.sack_offset
             while bm:
                 low = bm & -bm
-                p = outstanding.pop(base + low.bit_length() - 1, None)
+                seq = base + low.bit_length() - 1
+                p = outstanding.get(seq)
                 if p is not None:
+                    del outstanding[seq]
                     acked.append(p)
                 bm ^= low
         newly = 0  # bytes
@@ -441,9 +451,11 @@ class Requester:
                 size = p.size
                 if not p.lost:
                     self.inflight -= size
-                by_order.pop(p.order, None)
-                if p.order > top:
-                    top = p.order
+                order = p.order
+                if order in by_order:
+                    del by_order[order]
+                if order > top:
+                    top = order
                 p.wr.acked += 1
                 newly += size
             self.acked_order = top
@@ -524,7 +536,7 @@ class Requester:
         if not p.lost:
             p.lost = True
             self.inflight -= p.size
-            heapq.heappush(self.retx, p.seq)
+            _heappush(self.retx, p.seq)
 
     def _complete(self) -> None:
         wrs = self.wrs

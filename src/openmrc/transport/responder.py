@@ -65,10 +65,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Responder"]
 
+# Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
+_heappop: Final = heapq.heappop
+_heappush: Final = heapq.heappush
+
 _MASK64: Final = (1 << 64) - 1
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
-_M_NONE, _SKIP_ONCE = SackM.NONE, SackM.SKIP_ONCE
-_RTR, _RTS = QpState.RTR, QpState.RTS
+_M_NONE: Final = SackM.NONE
+_SKIP_ONCE: Final = SackM.SKIP_ONCE
+_RTR: Final = QpState.RTR
+_RTS: Final = QpState.RTS
+_TRIMMED_LASTHOP: Final = TrimMark.TRIMMED_LASTHOP
 
 
 class Responder:
@@ -122,7 +129,7 @@ class Responder:
             return
         if trim:
             stats.trims_seen += 1
-            reason = NackReason.TRIMMED_LASTHOP if trim is TrimMark.TRIMMED_LASTHOP else NackReason.TRIMMED
+            reason = NackReason.TRIMMED_LASTHOP if trim is _TRIMMED_LASTHOP else NackReason.TRIMMED
             self._nack(reason, seq, entropy, port)
             return
         reth = pkt.reth
@@ -153,7 +160,7 @@ class Responder:
             return
         imm = op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM)
         if imm:
-            heapq.heappush(self.pending_imm, (seq, pkt.imm.imm_data if pkt.imm else 0, dma))
+            _heappush(self.pending_imm, (seq, pkt.imm.imm_data if pkt.imm else 0, dma))
             limit = qp.attr.max_wimm_dest or 0
             if limit and len(self.pending_imm) > limit:
                 stats.protocol_errors += 1
@@ -194,7 +201,7 @@ class Responder:
         qp = self.qp
         pending = self.pending_imm
         while pending and pending[0][0] < self.cack:
-            _seq, imm, length = heapq.heappop(pending)
+            _seq, imm, length = _heappop(pending)
             if not qp.recv_queue:
                 qp.nic.stats.protocol_errors += 1
                 qp.set_error(now, WcStatus.LOC_QP_OP_ERR)
