@@ -28,7 +28,7 @@ def test_rotation_shuffle_draws_what_random_shuffle_draws() -> None:
     class Subclass(random.Random):
         pass
 
-    for n in (0, 1, 2, 3, 7, 64, 96, 129):
+    for n in (0, 1, 2, 3, 7, 64, 96, 129, 1000):
         for seed in range(5):
             for cls in (random.Random, Subclass):
                 a, b = cls(seed), cls(seed)

@@ -231,8 +231,11 @@ class Responder:
         # Report the oldest news first, so that every arrival is reported at least once.
         base = cack + (un & -un).bit_length() - 1 if un else (cack if off < 64 else trigger - 63)
         shift = base - cack
-        bits = (self.bitmap >> shift) & _MASK64
-        self.unreported = un & ~(_MASK64 << shift)
+        bits = self.bitmap >> shift
+        if bits >> 64:  # (a 64-bit mask is a big integer: skip the AND when it would change nothing)
+            bits &= _MASK64
+        # clear the 64 PSNs from base on; when un is non-zero, base is its lowest bit: none is below
+        self.unreported = (un >> (shift + 64)) << (shift + 64) if un else 0
         dqp = qp.attr.dest_qp_num or 0
         pkt = Packet(
             make_bth(OP_SACK, dqp, False, False, cack & PSN_MASK),
