@@ -13,7 +13,7 @@ Parts (``--only``):
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
 
-Without ``--only`` every part but ``clos-perm`` runs (about 20 minutes on a 2-core machine with the compiled
+Without ``--only`` every part but ``clos-perm`` runs (about 12 minutes on a 2-core machine with the compiled
 core; ``scale`` is most of it). ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree with htsim's
 matching permutation.
 """
