@@ -96,6 +96,13 @@ class ClosSimConfig:
     proves the simulated conversation is made of valid MRC packets."""
     dcqcn: bool = False
     """RoCE only: DCQCN congestion control (CNPs, per-QP rate pacing) with `DcqcnConfig`'s defaults."""
+    pfc: bool = False
+    """Lossless fabric: priority flow control on every port (PAUSE instead of drop; no trimming), as RoCEv2
+    deployments run. Thresholds per ingress port as fractions of the port buffer: `pfc_xoff`, `pfc_xon`."""
+    pfc_xoff: float = 0.25
+    """PFC: pause the upstream port when more than this fraction of a port buffer it sent waits here."""
+    pfc_xon: float = 0.125
+    """PFC: resume it when that falls to this fraction."""
     ecmp_reconverge_ns: int | None = 100_000
     """ECMP routing only: how long after a link changes state the switches hash around dead links (the
     routing protocol's convergence; real fabrics take 50 ms to seconds, kept short here so that short runs
@@ -162,6 +169,11 @@ class FabricSim(Failures):
             raise ValueError(f"ClosSimConfig.transport: {cfg.transport!r} is not 'mrc' or 'roce'")
         if cfg.transport == "roce" and cfg.routing != "ecmp":
             raise ValueError("ClosSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
+        if cfg.pfc and not 0 <= cfg.pfc_xon < cfg.pfc_xoff <= 1:
+            raise ValueError(
+                f"ClosSimConfig.pfc_xon / pfc_xoff: need 0 <= pfc_xon ({cfg.pfc_xon}) "
+                f"< pfc_xoff ({cfg.pfc_xoff}) <= 1"
+            )
         dcqcn = DcqcnConfig() if cfg.dcqcn else None
         self.roce = (
             RoceConfig(mtu=cfg.mtu, window=cfg.roce_window, dcqcn=dcqcn) if cfg.transport == "roce" else None
@@ -230,6 +242,10 @@ class FabricSim(Failures):
                         rng=port_rng,
                     )
                 )
+                if cfg.pfc:
+                    xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
+                    resumed = node.resumed if isinstance(node, (Host, RoceHost)) else None
+                    node.ports[-1].enable_pfc(xoff, min(int(buffer * cfg.pfc_xon), xoff - 1), resumed)
         self.flows: list[Flow] = []
         self._conns: dict[tuple[int, int], tuple[Qp, Qp]] = {}
         self._ready: list[CompletionQueue] = []  # CQs that got completions since the last drain
@@ -539,6 +555,8 @@ class FabricSim(Failures):
                         p.losses,
                         p.trims,
                         p.marks,
+                        p.pauses,
+                        p.paused_total_ns(self.sim.now) / 1000,
                     )
                 )
         return out
@@ -562,6 +580,11 @@ class FabricSim(Failures):
             out["cnps"] = cnps
         if self.reconvergences:
             out["reconvergences"] = self.reconvergences
+        if self.config.pfc:
+            ports = [p for node in self.nodes for p in node.ports]
+            out["pfc_pauses"] = sum(p.pauses for p in ports)
+            out["pfc_paused_ns"] = sum(p.paused_total_ns(self.sim.now) for p in ports)
+            out["max_queue_bytes"] = max((p.max_queued for p in ports), default=0)
         return out
 
 

@@ -70,6 +70,10 @@ class LinkStat:
     losses: int
     trims: int
     ecn_marks: int
+    pauses: int = 0
+    """PFC PAUSE frames that stopped this direction (lossless fabrics)."""
+    paused_us: float = 0.0
+    """Time this direction spent paused by PFC."""
 
 
 class Sampler:
@@ -292,7 +296,20 @@ def write_results(res: SimResults, out: Path, meta: dict[str, Any] | None = None
     with open(out / f"{prefix}links.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(
-            ["node", "port", "peer", "gbps", "sent_bytes", "utilisation", "drops", "losses", "trims", "ecn"]
+            [
+                "node",
+                "port",
+                "peer",
+                "gbps",
+                "sent_bytes",
+                "utilisation",
+                "drops",
+                "losses",
+                "trims",
+                "ecn",
+                "pfc_pauses",
+                "paused_us",
+            ]
         )
         for link in res.links:
             if link.sent_bytes or link.drops or link.losses:
@@ -308,6 +325,8 @@ def write_results(res: SimResults, out: Path, meta: dict[str, Any] | None = None
                         link.losses,
                         link.trims,
                         link.ecn_marks,
+                        link.pauses,
+                        round(link.paused_us, 3),
                     ]
                 )
     with open(out / f"{prefix}series.csv", "w", newline="") as f:

@@ -12,11 +12,24 @@ trimming off). Control packets (ACK/SACK/NACK/probes and trimmed headers) use a 
 (propagation ``latency_ns`` after departure). Switches forward by SRv6 uSID shift + static table
 or by ECMP (`openmrc.sim.routing`); hosts hand packets to their transport NIC and pump what it sends, at
 line rate (the NIC pulls about two packets per port as the port drains).
+
+Priority flow control (lossless fabrics, `Port.enable_pfc`)
+-----------------------------------------------------------
+A RoCEv2 fabric usually runs lossless: an 802.1Qbb PAUSE stops the upstream port instead of a drop. That
+needs real queues, so a port with PFC keeps its packets in FIFOs (control first, data when not paused) and
+serialises them one at a time (one more event per hop). Each data packet waiting at a node is charged to
+the port it came in on (the upstream port's ``rx_bytes``, the ingress accounting of the downstream
+switch); above ``xoff`` bytes a PAUSE travels back over that link (it takes effect one propagation delay
+later, after the packet on the wire), below ``xon`` a RESUME. Nothing is dropped or trimmed for lack of
+buffer; ECN marking (RED on the queue, for DCQCN) still applies. Control packets (ACKs, CNPs) use a
+priority that is never paused. A host port that is paused with data waiting reports ``free_at =
+PAUSED`` so its NIC pulls nothing more, and its ``on_resume`` callback restarts the NIC.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -30,11 +43,13 @@ if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
     from openmrc.sim.routing import Routing
 
-__all__ = ["HEADER_BYTES", "Host", "Port", "SimNic", "SimPacket", "Switch"]
+__all__ = ["HEADER_BYTES", "PAUSED", "Host", "Port", "SimNic", "SimPacket", "Switch"]
 
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
 #: a 4,086-byte payload makes htsim's 4,150-byte packet.
 HEADER_BYTES: Final = 64
+PAUSED: Final = 1 << 61
+"""A PFC port's ``free_at`` while it is paused with data waiting (later than any run)."""
 
 
 class SimPacket:
@@ -47,6 +62,7 @@ class SimPacket:
         "entropy",
         "epoch",
         "flow_crc",
+        "hop",
         "is_data",
         "packet",
         "port",
@@ -71,6 +87,8 @@ class SimPacket:
         self.epoch = 0
         self.flow_crc = -1
         """The switch-independent part of the ECMP hash, computed at the first ECMP switch (-1: not yet)."""
+        self.hop: Port | None = None
+        """PFC fabrics: the port that delivered the packet to the node it is at (its ingress)."""
 
 
 class Port:
@@ -79,9 +97,14 @@ class Port:
     __slots__ = (
         "_arrive",
         "_deliver_cb",
+        "_pfc_deliver_cb",
+        "_pfc_done_cb",
+        "_pfc_pause_cb",
         "bps",
         "buffer",
+        "busy_until",
         "ctrl_free_at",
+        "ctrl_queue",
         "down_drop_at",
         "drops",
         "ecn_high",
@@ -94,16 +117,29 @@ class Port:
         "loss",
         "losses",
         "marks",
+        "max_queued",
         "nominal_bps",
+        "on_resume",
         "pace_ns",
+        "pause_sent",
+        "paused",
+        "paused_ns",
+        "paused_since",
+        "pauses",
         "peer",
+        "pfc",
+        "queue",
+        "queued_bytes",
         "rng",
+        "rx_bytes",
         "sent_bytes",
         "sent_packets",
         "sim",
         "trimming",
         "trims",
         "up",
+        "xoff",
+        "xon",
     )
 
     def __init__(
@@ -145,6 +181,33 @@ class Port:
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
+        # priority flow control (off unless `enable_pfc`)
+        self.pfc = False
+        self.queue: deque[SimPacket] = deque()
+        self.ctrl_queue: deque[SimPacket] = deque()
+        self.queued_bytes = self.max_queued = 0
+        self.busy_until = -1  # end of the packet being serialised (-1: idle)
+        self.paused = False
+        self.pause_sent = False  # this port's peer has paused it (its ingress charge passed xoff)
+        self.rx_bytes = 0  # bytes this port delivered that still wait at the peer (the peer's ingress charge)
+        self.xoff = self.xon = 0
+        self.pauses = self.paused_ns = self.paused_since = 0
+        self.on_resume: Callable[[None], None] | None = None
+        self._pfc_deliver_cb: Callable[[SimPacket], None] = self._pfc_deliver
+        self._pfc_done_cb: Callable[[SimPacket], None] = self._pfc_done
+        self._pfc_pause_cb: Callable[[bool], None] = self._pfc_pause
+
+    def enable_pfc(self, xoff: int, xon: int, on_resume: Callable[[None], None] | None = None) -> None:
+        """Make this port lossless: queue and serialise packets, obey PAUSE frames, and have the peer pause
+        this port while more than ``xoff`` bytes it delivered wait there (resume at ``xon``). ``on_resume``
+        (a host's) is called when a PAUSE ends."""
+        if not 0 <= xon < xoff:
+            raise ValueError(f"PFC thresholds: need 0 <= xon ({xon}) < xoff ({xoff})")
+        self.pfc = True
+        self.xoff, self.xon = xoff, xon
+        self.on_resume = on_resume
+        self.trimming = False
+        self.buffer = 1 << 62  # lossless: the thresholds, not the buffer, stop the senders
 
     def set_up(self, up: bool) -> None:
         """Link state of this direction; going down loses what is queued on or travelling along it."""
@@ -154,7 +217,17 @@ class Port:
             self.free_at = min(self.free_at, now)  # its queue is gone with the packets in it
             self.ctrl_free_at = min(self.ctrl_free_at, now)
         self.guarded = True
+        was = self.up
         self.up = up
+        if self.pfc:
+            if was and not up:  # what waits here is lost with the link
+                while self.queue:
+                    self._pfc_release(self.queue.popleft(), self.sim.now)
+                    self.drops += 1
+                self.drops += len(self.ctrl_queue)
+                self.ctrl_queue.clear()
+                self.queued_bytes = 0
+            self._pfc_free_at(self.sim.now)
 
     def set_rate(self, bps: int) -> None:
         """Run the link at ``bps`` (a degraded link keeps its latency and buffer)."""
@@ -174,6 +247,9 @@ class Port:
             self.drops += 1
             if p.is_data:
                 self.down_drop_at = now
+            return
+        if self.pfc:
+            self._pfc_send(p, now)
             return
         size = p.size
         free = self.free_at
@@ -218,6 +294,107 @@ class Port:
             self.peer.arrive(p)
         else:
             self.drops += 1
+
+    # -- priority flow control -----------------------------------------------------------------------------
+    def _pfc_send(self, p: SimPacket, now: int) -> None:
+        if p.is_data and not p.trim:
+            queued = self.queued_bytes
+            if queued > self.ecn_low and (
+                queued >= self.ecn_high
+                or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
+            ):
+                p.ecn = True
+                self.marks += 1
+            self.queue.append(p)
+            self.queued_bytes = queued = queued + p.size
+            if queued > self.max_queued:
+                self.max_queued = queued
+            ing = p.hop
+            if ing is not None and ing.pfc:  # charge the ingress; pause it when it passes xoff
+                ing.rx_bytes += p.size
+                if not ing.pause_sent and ing.rx_bytes > ing.xoff:
+                    ing.pause_sent = True
+                    self.sim.push(now + ing.latency, ing._pfc_pause_cb, True)
+        else:
+            self.ctrl_queue.append(p)
+        if self.busy_until < 0:
+            self._pfc_next(now)
+        self._pfc_free_at(now)
+
+    def _pfc_release(self, p: SimPacket, now: int) -> None:
+        """``p`` leaves this node's buffer: uncharge its ingress, and resume it below xon."""
+        ing = p.hop
+        if ing is not None and ing.pfc:
+            ing.rx_bytes -= p.size
+            if ing.pause_sent and ing.rx_bytes <= ing.xon:
+                ing.pause_sent = False
+                self.sim.push(now + ing.latency, ing._pfc_pause_cb, False)
+
+    def _pfc_next(self, now: int) -> None:
+        """Start serialising the next packet: control first, data unless paused."""
+        if self.ctrl_queue:
+            p = self.ctrl_queue.popleft()
+        elif self.queue and not self.paused:
+            p = self.queue.popleft()
+            self.queued_bytes -= p.size
+            self._pfc_release(p, now)
+        else:
+            self.busy_until = -1
+            return
+        self.busy_until = done = now + p.size * 8_000_000_000 // self.bps
+        p.epoch = self.epoch
+        self.sim.push(done, self._pfc_done_cb, p)
+
+    def _pfc_done(self, p: SimPacket) -> None:
+        now = self.sim.now
+        if p.epoch != self.epoch:
+            self.drops += 1  # the link went down while it was on the wire
+        else:
+            self.sent_bytes += p.size
+            self.sent_packets += 1
+            if self.loss and self.rng.random() < self.loss:
+                self.losses += 1
+            else:
+                self.sim.push(now + self.latency, self._pfc_deliver_cb, p)
+        self._pfc_next(now)
+        self._pfc_free_at(now)
+
+    def _pfc_deliver(self, p: SimPacket) -> None:
+        if p.epoch == self.epoch:
+            p.hop = self
+            self.peer.arrive(p)
+        else:
+            self.drops += 1
+
+    def _pfc_pause(self, on: bool) -> None:
+        """A PAUSE (``on``) or RESUME frame from the peer takes effect."""
+        now = self.sim.now
+        if on and not self.paused:
+            self.paused = True
+            self.paused_since = now
+            self.pauses += 1
+        elif not on and self.paused:
+            self.paused = False
+            self.paused_ns += now - self.paused_since
+            if self.busy_until < 0:
+                self._pfc_next(now)
+            self._pfc_free_at(now)
+            if self.on_resume is not None:
+                self.on_resume(None)
+            return
+        self._pfc_free_at(now)
+
+    def _pfc_free_at(self, now: int) -> None:
+        """When this port could take a packet without queueing (what a NIC's pacing reads)."""
+        if self.paused and self.queue:
+            self.free_at = PAUSED
+        else:
+            waiting = self.queued_bytes + sum(q.size for q in self.ctrl_queue)
+            self.free_at = max(self.busy_until, now) + waiting * 8_000_000_000 // self.bps
+
+    def paused_total_ns(self, now: int) -> int:
+        """Time this port spent paused up to ``now``."""
+        return self.paused_ns + (now - self.paused_since if self.paused else 0)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # custom nodes (sinks, taps) may be plain Python
@@ -287,11 +464,14 @@ class Host(Node):
         if not self.pace_pending and self.nic.has_data():
             soonest = 1 << 62
             for port in self.ports:
+                if port.free_at >= PAUSED:
+                    continue  # PFC-paused: its resume pumps again (`resumed`)
                 ready = port.free_at - port.pace_ns
                 if ready < soonest:
                     soonest = ready
-            self.pace_pending = True
-            self.sim.schedule(soonest if soonest > now else now + 1, self._pace_cb, None)
+            if soonest < 1 << 62:
+                self.pace_pending = True
+                self.sim.schedule(soonest if soonest > now else now + 1, self._pace_cb, None)
         deadline = self.nic.get_timer()
         # one pending timer event; a deadline that moved later (every ACK pushes the RTO) is left to it:
         # when it fires early it re-arms for the new deadline, so no event is pushed per ACK
@@ -303,6 +483,10 @@ class Host(Node):
 
     def _pace(self, _: None) -> None:
         self.pace_pending = False
+        self.pump(self.sim.now)
+
+    def resumed(self, _: None) -> None:
+        """A PFC pause of one of this host's ports ended: send again."""
         self.pump(self.sim.now)
 
     def _timer(self, deadline: int) -> None:

@@ -1,5 +1,6 @@
-"""The RoCEv2 baseline: one path per QP (ECMP-hashed UDP source port), go-back-N, no PFC (lossy fabric),
-optionally DCQCN congestion control.
+"""The RoCEv2 baseline: one path per QP (ECMP-hashed UDP source port), go-back-N, optionally DCQCN
+congestion control; on a lossy fabric by default, or lossless with priority flow control
+(`ClosSimConfig.pfc`, `openmrc.sim.network.Port.enable_pfc`).
 
 A flow of ``size`` bytes is split over ``qps`` queue pairs, each with its own UDP source port (so ECMP may
 put them on different paths). A QP keeps up to ``window`` packets in flight. The receiver accepts only the
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from openmrc.sim.network import HEADER_BYTES, Node, SimPacket
+from openmrc.sim.network import HEADER_BYTES, PAUSED, Node, SimPacket
 from openmrc.transport import TrimMark
 from openmrc.wire import AETH, BTH, METH, RETH, AethSyndrome, Opcode, Packet
 
@@ -314,7 +315,9 @@ class RoceHost(Node):
                     if qp.rto_at <= now:
                         qp.rto_at = now + self.cfg.rto_ns
                     sent = True
-        if paced:
+        if port.free_at >= PAUSED:
+            pass  # PFC-paused with data waiting: `resumed` pumps again
+        elif paced:
             ready = [q.ready_at for q in self.qps if self._can_send(q)]
             if ready:
                 at = max(port.free_at - port.pace_ns, min(ready), now + 1)
@@ -330,6 +333,10 @@ class RoceHost(Node):
         if at != self.pace_at:
             return  # superseded by an earlier one
         self.pace_at = None
+        self.pump(self.sim.now)
+
+    def resumed(self, _: None) -> None:
+        """A PFC pause of this host's port ended: send again."""
         self.pump(self.sim.now)
 
     def _arm(self, now: int) -> None:
