@@ -148,11 +148,11 @@ class EvTable:
         self.backups: dict[int, list[EvEntry]] = {}
         for port in sorted(per_port):
             group = per_port[port]
-            rng.shuffle(group)
+            shuffle(rng, group)
             n_active = max(1, round(len(group) * active_fraction))
             self.rotation.extend(group[:n_active])
             self.backups[port] = group[n_active:]
-        rng.shuffle(self.rotation)
+        shuffle(rng, self.rotation)
         for i, e in enumerate(self.rotation):
             e.slot = i
         self._pos = 0
