@@ -50,6 +50,8 @@ __all__ = ["HEADER_BYTES", "PAUSED", "Host", "Port", "SimNic", "SimPacket", "Swi
 HEADER_BYTES: Final = 64
 PAUSED: Final = 1 << 61
 """A PFC port's ``free_at`` while it is paused with data waiting (later than any run)."""
+_NO_QUEUE: Final[deque[SimPacket]] = deque(maxlen=0)
+"""The queues of every port without PFC (they hold nothing: maxlen 0)."""
 
 
 class SimPacket:
@@ -181,10 +183,11 @@ class Port:
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
-        # priority flow control (off unless `enable_pfc`)
+        # priority flow control (off unless `enable_pfc`; a fabric has millions of ports, so what only PFC
+        # uses is made by `enable_pfc`: until then the queues are one shared empty deque, never appended to)
         self.pfc = False
-        self.queue: deque[SimPacket] = deque()
-        self.ctrl_queue: deque[SimPacket] = deque()
+        self.queue: deque[SimPacket] = _NO_QUEUE
+        self.ctrl_queue: deque[SimPacket] = _NO_QUEUE
         self.queued_bytes = self.max_queued = 0
         self.busy_until = -1  # end of the packet being serialised (-1: idle)
         self.paused = False
@@ -193,9 +196,9 @@ class Port:
         self.xoff = self.xon = 0
         self.pauses = self.paused_ns = self.paused_since = 0
         self.on_resume: Callable[[None], None] | None = None
-        self._pfc_deliver_cb: Callable[[SimPacket], None] = self._pfc_deliver
-        self._pfc_done_cb: Callable[[SimPacket], None] = self._pfc_done
-        self._pfc_pause_cb: Callable[[bool], None] = self._pfc_pause
+        self._pfc_deliver_cb: Callable[[SimPacket], None] | None = None
+        self._pfc_done_cb: Callable[[SimPacket], None] | None = None
+        self._pfc_pause_cb: Callable[[bool], None] | None = None
 
     def enable_pfc(self, xoff: int, xon: int, on_resume: Callable[[None], None] | None = None) -> None:
         """Make this port lossless: queue and serialise packets, obey PAUSE frames, and have the peer pause
@@ -204,6 +207,10 @@ class Port:
         if not 0 <= xon < xoff:
             raise ValueError(f"PFC thresholds: need 0 <= xon ({xon}) < xoff ({xoff})")
         self.pfc = True
+        self.queue, self.ctrl_queue = deque(), deque()
+        self._pfc_deliver_cb = self._pfc_deliver
+        self._pfc_done_cb = self._pfc_done
+        self._pfc_pause_cb = self._pfc_pause
         self.xoff, self.xon = xoff, xon
         self.on_resume = on_resume
         self.trimming = False
@@ -310,7 +317,7 @@ class Port:
             if queued > self.max_queued:
                 self.max_queued = queued
             ing = p.hop
-            if ing is not None and ing.pfc:  # charge the ingress; pause it when it passes xoff
+            if ing is not None and ing._pfc_pause_cb is not None:  # charge the ingress; pause it past xoff
                 ing.rx_bytes += p.size
                 if not ing.pause_sent and ing.rx_bytes > ing.xoff:
                     ing.pause_sent = True
@@ -324,7 +331,7 @@ class Port:
     def _pfc_release(self, p: SimPacket, now: int) -> None:
         """``p`` leaves this node's buffer: uncharge its ingress, and resume it below xon."""
         ing = p.hop
-        if ing is not None and ing.pfc:
+        if ing is not None and ing._pfc_pause_cb is not None:
             ing.rx_bytes -= p.size
             if ing.pause_sent and ing.rx_bytes <= ing.xon:
                 ing.pause_sent = False
@@ -343,6 +350,7 @@ class Port:
             return
         self.busy_until = done = now + p.size * 8_000_000_000 // self.bps
         p.epoch = self.epoch
+        assert self._pfc_done_cb is not None  # a PFC port's
         self.sim.push(done, self._pfc_done_cb, p)
 
     def _pfc_done(self, p: SimPacket) -> None:
@@ -355,6 +363,7 @@ class Port:
             if self.loss and self.rng.random() < self.loss:
                 self.losses += 1
             else:
+                assert self._pfc_deliver_cb is not None  # a PFC port's
                 self.sim.push(now + self.latency, self._pfc_deliver_cb, p)
         self._pfc_next(now)
         self._pfc_free_at(now)
