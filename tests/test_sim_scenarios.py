@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from openmrc.cli.main import app
+from openmrc.cli.sim import results_table
 from openmrc.sim.clos_sim import FabricSim
 from openmrc.sim.metrics import SimResults
 from openmrc.sim.scenario import ScenarioError, builtin_scenarios, load_scenario, run_scenario
@@ -138,3 +139,15 @@ def test_every_builtin_runs_every_variant_to_completion(name: str) -> None:
         s = r.results.summary()
         assert s["completed"] == s["flows"] > 0, (r.label, s)
         assert all(f.status is not None and f.status.name == "SUCCESS" for f in r.results.flows)
+
+
+def test_the_table_shows_a_victim_and_pfc_pauses_only_when_a_run_has_them() -> None:
+    doc = load_scenario("paper-incast-victim", SHRUNK["paper-incast-victim"])
+    runs = run_scenario(doc)
+    heads = [str(c.header) for c in results_table(runs, "t").columns]
+    assert heads[-3:] == ["victim µs", "PFC pauses", "wall s"]
+    lossless = [r for r in runs if r.results is not None and "pfc_pauses" in r.results.report()]
+    assert [r.label for r in lossless] == ["RoCEv2 + DCQCN + PFC"]
+    plain = run_scenario(load_scenario("clos-perm", SMALL))
+    heads = [str(c.header) for c in results_table(plain, "t").columns]
+    assert "PFC pauses" not in heads and "victim µs" not in heads

@@ -35,15 +35,24 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("trims", "trims", "{:,}"),
     ("drops", "drops", "{:,}"),
 )
+#: Columns shown only when some run reports them: a victim flow's FCT (incast with a victim), PFC pauses.
+OPTIONAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("victim_max_fct_us", "victim µs", "{:,.1f}"),
+    ("pfc_pauses", "PFC pauses", "{:,}"),
+)
 
 
 def results_table(runs: list[Run], title: str, extra: tuple[str, ...] = ()) -> Table:
-    """One row per run: completion, job time and goodput, FCT percentiles, retransmits, trims, drops."""
-    t = Table("run", *(h for _k, h, _f in COLUMNS), *extra, "wall s", title=title)
+    """One row per run: completion, job time and goodput, FCT percentiles, retransmits, trims, drops (and a
+    victim's FCT and PFC pauses when a run has them)."""
+    reports = []
     for r in runs:
         assert r.results is not None
-        rep = r.results.report()
-        cells = [fmt.format(rep[k]) if k in rep else "–" for k, _h, fmt in COLUMNS]
+        reports.append(r.results.report())
+    columns = COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if any(c[0] in rep for rep in reports))
+    t = Table("run", *(h for _k, h, _f in columns), *extra, "wall s", title=title)
+    for r, rep in zip(runs, reports, strict=True):
+        cells = [fmt.format(rep[k]) if k in rep else "–" for k, _h, fmt in columns]
         cells += [f"{rep[k]:,.1f}" if isinstance(rep.get(k), float) else str(rep.get(k, "–")) for k in extra]
         t.add_row(r.label, *cells, f"{r.wall_s:.1f}")
     return t
