@@ -272,12 +272,8 @@ class Port:
                 p.trim = TrimMark.TRIMMED_LASTHOP if self.last_hop else TrimMark.TRIMMED
                 p.size = size = HEADER_BYTES
             else:
-                if queued > self.ecn_low and (
-                    queued >= self.ecn_high
-                    or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
-                ):
-                    p.ecn = True
-                    self.marks += 1
+                if queued > self.ecn_low:
+                    self._red(p, queued)
                 self.free_at = done = free + size * 8_000_000_000 // self.bps
                 size = 0  # marks the data path taken
         if size:  # control, or a packet just trimmed to its header: the priority queue
@@ -296,6 +292,15 @@ class Port:
         else:
             self.sim.push(done + self.latency, self._arrive, p)
 
+    def _red(self, p: SimPacket, queued: int) -> None:
+        """RED above ``ecn_low`` bytes queued: mark ``p`` with a probability rising to 1 at ``ecn_high``."""
+        if (
+            queued >= self.ecn_high
+            or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
+        ):
+            p.ecn = True
+            self.marks += 1
+
     def _deliver(self, p: SimPacket) -> None:
         if p.epoch == self.epoch:
             self.peer.arrive(p)
@@ -306,12 +311,8 @@ class Port:
     def _pfc_send(self, p: SimPacket, now: int) -> None:
         if p.is_data and not p.trim:
             queued = self.queued_bytes
-            if queued > self.ecn_low and (
-                queued >= self.ecn_high
-                or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
-            ):
-                p.ecn = True
-                self.marks += 1
+            if queued > self.ecn_low:
+                self._red(p, queued)
             self.queue.append(p)
             self.queued_bytes = queued = queued + p.size
             if queued > self.max_queued:
@@ -378,20 +379,19 @@ class Port:
     def _pfc_pause(self, on: bool) -> None:
         """A PAUSE (``on``) or RESUME frame from the peer takes effect."""
         now = self.sim.now
+        resumed = not on and self.paused
         if on and not self.paused:
             self.paused = True
             self.paused_since = now
             self.pauses += 1
-        elif not on and self.paused:
+        elif resumed:
             self.paused = False
             self.paused_ns += now - self.paused_since
             if self.busy_until < 0:
                 self._pfc_next(now)
-            self._pfc_free_at(now)
-            if self.on_resume is not None:
-                self.on_resume(None)
-            return
         self._pfc_free_at(now)
+        if resumed and self.on_resume is not None:
+            self.on_resume(None)
 
     def _pfc_free_at(self, now: int) -> None:
         """When this port could take a packet without queueing (what a NIC's pacing reads)."""
