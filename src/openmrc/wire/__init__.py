@@ -14,6 +14,7 @@ from openmrc.wire.constants import (
     Opcode,
     SackM,
 )
+from openmrc.wire.datagram import Addressing, datagram_icrc, icrc_ok, seal, trim_datagram
 from openmrc.wire.framing import Frame, SRv6Encap, encapsulate, parse_frame
 from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
 from openmrc.wire.icrc import compute_icrc
@@ -36,6 +37,7 @@ __all__ = [
     "RETH",
     "SETH",
     "TSETH",
+    "Addressing",
     "AethSyndrome",
     "Buffer",
     "CcState",
@@ -49,7 +51,11 @@ __all__ = [
     "SackM",
     "WireError",
     "compute_icrc",
+    "datagram_icrc",
     "encapsulate",
+    "icrc_ok",
     "parse",
     "parse_frame",
+    "seal",
+    "trim_datagram",
 ]

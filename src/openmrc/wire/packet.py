@@ -378,8 +378,8 @@ def _parse(data: bytes | bytearray | memoryview, trimmed: bool) -> Packet:
             reth = RETH(v[i], v[i + 1], v[i + 2])
             imm = ImmDt(v[i + 3]) if imm_op else None
             rest = total - ICRC_SIZE - hlen
-            if trimmed:
-                n = rest
+            if trimmed:  # whatever the fabric left of the payload, less its pad when it is there
+                n = rest - bth.pad if bth.pad <= rest else rest
             else:
                 if bth.pad > rest:
                     raise WireError("BTH", "pad", 1, f"pad {bth.pad} B but only {rest} B follow the headers")
@@ -402,7 +402,7 @@ def _parse(data: bytes | bytearray | memoryview, trimmed: bool) -> Packet:
         rest = buf.remaining
         if bth.pad > rest and not trimmed:
             raise WireError("BTH", "pad", 1, f"pad {bth.pad} B but only {rest} B follow the headers")
-        n = max(rest - bth.pad, 0) if not trimmed else rest
+        n = max(rest - bth.pad, 0) if not trimmed or bth.pad <= rest else rest
         _check_payload(bth, reth, n, start, trimmed)
         payload = buf.pull_bytes(n, "payload", "data")
         return Packet(bth, meth, tseth, reth, imm, payload=payload, icrc=icrc)

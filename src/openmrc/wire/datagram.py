@@ -1,0 +1,181 @@
+"""MRC datagrams as a UDP socket sends and receives them: the ICRC from the datagram's addressing.
+
+Theory of operation (RoCEv2, IBTA Annex A17; MRC-SPEC-NOTES §3)
+----------------------------------------------------------------
+The ICRC that ends every MRC packet covers the IP and UDP headers with their variant fields masked, then
+BTH (byte 4 masked) and everything after it. A socket never shows the IP and UDP headers, but everything
+the ICRC covers in them follows from what it does show: the source and destination addresses, the UDP
+ports and the datagram's length. `Addressing` holds those four; `seal` writes the ICRC a datagram must
+carry, `icrc_ok` checks one that arrived. The masked pseudo-header is the one
+`openmrc.wire.icrc.compute_icrc` builds from a real header, so a sealed datagram framed by
+`openmrc.wire.encapsulate` carries the same ICRC.
+
+**[openmrc]** The IPv4 header's identification and flags are not masked by RoCEv2, and a socket cannot see
+them: openmrc computes the ICRC as if they were 0 and DF (what Linux sends on a socket with path-MTU
+discovery on, and what `encapsulate` writes).
+
+Trimming: a switch that trims a packet rewrites the IP and UDP lengths, which the ICRC covers, so a trimmed
+packet's ICRC cannot match. `trim_datagram` cuts a data packet to its headers (keeping the trailer) the way
+the fabric does; a receiver accepts trimmed headers without the ICRC check (they carry no payload to
+corrupt, and their worst effect is a retransmission request, which the requester checks against what it
+has outstanding).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from typing import Final
+
+from openmrc.wire.buffer import WireError
+from openmrc.wire.constants import (
+    MRC_UDP_PORT,
+    OP_WRITE_LAST_WITH_IMM,
+    OP_WRITE_ONLY_WITH_IMM,
+    is_data_opcode,
+)
+from openmrc.wire.packet import Packet
+
+__all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "trim_datagram"]
+
+ICRC_SIZE: Final = 4
+_BTH_SIZE: Final = 12
+_MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP header
+_MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
+_ICRC: Final = struct.Struct("<I")
+_LRH_CRC: Final = zlib.crc32(b"\xff" * 8)  # the CRC so far after the 8 bytes standing for the LRH
+_UDP: Final = 17
+
+
+class Addressing:
+    """The addressing of one datagram, as a socket gives it: source and destination IP, UDP ports.
+
+    ``src``/``dst`` are IPv4 or IPv6 addresses (text, `ipaddress` objects or packed bytes), both of one
+    family. Raises `ValueError` naming the argument that is wrong."""
+
+    __slots__ = ("dport", "dst", "sport", "src", "version")
+
+    def __init__(
+        self,
+        src: str | bytes | ipaddress.IPv4Address | ipaddress.IPv6Address,
+        dst: str | bytes | ipaddress.IPv4Address | ipaddress.IPv6Address,
+        sport: int,
+        dport: int = MRC_UDP_PORT,
+    ) -> None:
+        s, d = _packed(src, "src"), _packed(dst, "dst")
+        if len(s) != len(d):
+            raise ValueError(f"src and dst must be of one IP family, got {src!r} and {dst!r}")
+        for name, port in (("sport", sport), ("dport", dport)):
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 0xFFFF:
+                raise ValueError(f"{name}: {port!r} is not a UDP port (0..65535)")
+        self.src = s
+        self.dst = d
+        self.sport = sport
+        self.dport = dport
+        self.version = 4 if len(s) == 4 else 6
+
+    def reply(self, sport: int | None = None) -> Addressing:
+        """The addressing of a datagram going back: addresses and ports swapped (source port ``sport``)."""
+        return Addressing(self.dst, self.src, self.dport if sport is None else sport, self.sport)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Addressing):
+            return NotImplemented
+        return (self.src, self.dst, self.sport, self.dport) == (
+            other.src,
+            other.dst,
+            other.sport,
+            other.dport,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.src, self.dst, self.sport, self.dport))
+
+    def __repr__(self) -> str:
+        ip = ipaddress.ip_address
+        return f"Addressing({str(ip(self.src))!r}, {str(ip(self.dst))!r}, {self.sport}, {self.dport})"
+
+
+def _packed(a: object, name: str) -> bytes:
+    if isinstance(a, bytes | bytearray):
+        if len(a) not in (4, 16):
+            raise ValueError(f"{name}: a packed address is 4 or 16 bytes, got {len(a)}")
+        return bytes(a)
+    try:
+        return ipaddress.ip_address(a).packed  # type: ignore[arg-type]
+    except ValueError:
+        raise ValueError(f"{name}: {a!r} is not an IPv4 or IPv6 address") from None
+
+
+def datagram_icrc(body: bytes | bytearray | memoryview, addr: Addressing) -> int:
+    """The ICRC of an MRC UDP payload whose bytes before the ICRC trailer are ``body``."""
+    n = len(body) + ICRC_SIZE + 8  # UDP length
+    if addr.version == 4:
+        pseudo = _MASKED_V4.pack(
+            0x45,
+            0xFF,
+            20 + n,
+            0,
+            0x4000,
+            0xFF,
+            _UDP,
+            0xFFFF,
+            addr.src,
+            addr.dst,
+            addr.sport,
+            addr.dport,
+            n,
+            0xFFFF,
+        )
+    else:
+        pseudo = _MASKED_V6.pack(
+            0x6FFFFFFF, n, _UDP, 0xFF, addr.src, addr.dst, addr.sport, addr.dport, n, 0xFFFF
+        )
+    crc = zlib.crc32(pseudo, _LRH_CRC)
+    view = memoryview(body)
+    if len(view) < _BTH_SIZE:
+        return zlib.crc32(view, crc)
+    crc = zlib.crc32(view[:4], crc)
+    crc = zlib.crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved) masked
+    return zlib.crc32(view[5:], crc)
+
+
+def seal(data: Packet | bytes | bytearray | memoryview, addr: Addressing) -> bytes:
+    """The MRC UDP payload of ``data`` (a `Packet`, or encoded bytes whose trailer is replaced) with the ICRC
+    it must carry when sent with addressing ``addr``."""
+    raw = data.encode() if isinstance(data, Packet) else bytes(data)
+    if len(raw) < _BTH_SIZE + ICRC_SIZE:
+        raise WireError("packet", "length", len(raw), "an MRC packet is at least BTH + ICRC (16 B)")
+    body = memoryview(raw)[:-ICRC_SIZE]
+    return b"".join((body, _ICRC.pack(datagram_icrc(body, addr))))
+
+
+def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:
+    """Whether the MRC UDP payload ``data``, received with addressing ``addr``, carries the right ICRC."""
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    if len(view) < _BTH_SIZE + ICRC_SIZE:
+        return False
+    carried: int = _ICRC.unpack_from(view, len(view) - ICRC_SIZE)[0]
+    return carried == datagram_icrc(view[:-ICRC_SIZE], addr)
+
+
+def trim_datagram(data: bytes | bytearray | memoryview) -> bytes:
+    """A data packet as a trimming switch forwards it: its headers (BTH through ImmDt) and the trailer,
+    payload and pad cut off. Raises `WireError` for a control packet (never trimmed) or truncated input."""
+    view = memoryview(data)
+    if len(view) < _BTH_SIZE + ICRC_SIZE:
+        raise WireError("BTH", "length", len(view), "truncated: shorter than BTH + ICRC")
+    op = view[0]
+    if not is_data_opcode(op):
+        raise WireError("BTH", "opcode", 0, f"opcode 0x{op:02x} is not a data packet; only data is trimmed")
+    hlen = _BTH_SIZE + 4 + (4 if view[8] & 0x10 else 0) + 16
+    if op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM):
+        hlen += 4
+    if len(view) < hlen + ICRC_SIZE:
+        raise WireError(
+            "RETH", "length", len(view), f"truncated: {len(view)} B, headers need {hlen} B + ICRC"
+        )
+    return b"".join((view[:hlen], view[-ICRC_SIZE:]))
