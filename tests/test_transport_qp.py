@@ -239,7 +239,7 @@ def test_reset_clears_attributes_and_queues() -> None:
 def test_error_flushes_every_send_wr_signaled_or_not() -> None:
     p = Pair()
     ids = [p.write(i * 4096, 4096, signaled=i % 2 == 0) for i in range(5)]
-    p.qp_a.modify(S.ERROR, p.now)
+    p.qp_a.modify(S.ERROR, now=p.now)
     wcs = p.completions()
     assert statuses(wcs) == [(i, WcStatus.WR_FLUSH_ERR) for i in ids]
     assert all(w.opcode is WcOpcode.RDMA_WRITE and w.qp_num == p.qp_a.qp_num for w in wcs)
@@ -251,7 +251,7 @@ def test_error_mid_transfer_flushes_only_the_unfinished() -> None:
     ids = [p.write(i << 18, 1 << 18) for i in range(4)]
     run_until_completions(p, 1)
     done = p.completions()
-    p.qp_a.modify(S.ERROR, p.now)
+    p.qp_a.modify(S.ERROR, now=p.now)
     p.run(max_steps=100_000)
     rest = p.completions()
     assert [w.wr_id for w in done + rest] == ids  # each WR completes exactly once, in post order
@@ -262,7 +262,7 @@ def test_error_mid_transfer_flushes_only_the_unfinished() -> None:
 def test_error_flushes_posted_receives() -> None:
     p = Pair()
     p.post_recv(3)
-    p.qp_b.modify(S.ERROR, p.now)
+    p.qp_b.modify(S.ERROR, now=p.now)
     wcs = p.recv_completions()
     assert len(wcs) == 3
     assert all(w.status is WcStatus.WR_FLUSH_ERR and w.opcode is WcOpcode.RECV_RDMA_WITH_IMM for w in wcs)
@@ -324,7 +324,7 @@ BAD_WRS: dict[str, Callable[[Pair], SendWR]] = {
 @pytest.mark.parametrize("case", list(BAD_WRS))
 def test_bad_work_request_raises_and_queues_nothing(case: str) -> None:
     p = Pair(buf_size=1 << 16)
-    refused(p.qp_a.post_send, BAD_WRS[case](p), p.now)
+    refused(p.qp_a.post_send, BAD_WRS[case](p), now=p.now)
     assert not p.qp_a.requester.wrs and not p.qp_a.requester.unsent
     p.run(max_steps=10_000)
     assert p.fabric.sent == 0 and len(p.qp_a.send_cq) == 0

@@ -13,7 +13,15 @@ from openmrc.transport import Access, NicConfig, QpState, WcOpcode, WcStatus, Wo
 from openmrc.wire import BTH, NETH, PSN_MASK, NackReason, Opcode, Packet
 
 from .helpers import Impairments, Pair
-from .transport_tools import Received, Sent, install, run_until_completions, statuses, tap_receive
+from .transport_tools import (
+    Received,
+    Sent,
+    feed_bytes,
+    install,
+    run_until_completions,
+    statuses,
+    tap_receive,
+)
 
 MTU = 4096
 S = WcStatus
@@ -346,8 +354,11 @@ def test_nack_unexp_event_fails_the_requester_at_once(as_bytes: bool) -> None:
     ids = [p.write(0, 4 * MTU), p.write(0, MTU, signaled=False), p.write(0, MTU)]
     for _ in range(3):  # some packets in flight
         p.step()
-    nack = unexp_nack(p, psn=2)
-    p.a.receive(nack.encode() if as_bytes else nack, 1, p.now, src="b")
+    nack = unexp_nack(p, psn=min(p.qp_a.requester.outstanding))  # about a packet really in flight
+    if as_bytes:
+        feed_bytes(p.a, nack, 1, p.now, src="b")
+    else:
+        p.a.receive(nack, 1, p.now, src="b")
     assert p.qp_a.state is QpState.ERROR  # at once, before any further step
     failed_then_flushed(p.completions(), ids, S.REM_OP_ERR)
     out = p.a.datagrams_to_send(p.now)

@@ -13,10 +13,23 @@ from hypothesis import strategies as st
 
 from openmrc.transport import MemoryRegion, Nic, NicConfig, RecvWR, TrimMark, WcStatus
 from openmrc.transport.nic import Arrival
-from openmrc.wire import BTH, DATA_OPCODES, METH, RETH, EpOp, Opcode, Packet, WireError, parse
+from openmrc.wire import (
+    BTH,
+    DATA_OPCODES,
+    METH,
+    RETH,
+    Addressing,
+    EpOp,
+    Opcode,
+    Packet,
+    WireError,
+    icrc_ok,
+    parse,
+    seal,
+)
 
 from .helpers import Impairments, Pair
-from .transport_tools import install, run_until_completions, statuses, tap_receive
+from .transport_tools import feed_bytes, install, run_until_completions, statuses, tap_receive
 
 MTU = 4096
 GUARD = 4096
@@ -91,7 +104,7 @@ def test_placement_is_bounded_by_the_region_to_the_byte() -> None:
     ]
     for psn, (va, rkey, lands) in enumerate(cases):
         before = b.stats.access_errors
-        b.receive(only_write(g, psn, va, edge, rkey).encode(), 1, 1000 * psn, src="a")
+        feed_bytes(b, only_write(g, psn, va, edge, rkey), 1, 1000 * psn, src="a")
         assert b.stats.access_errors == before + (not lands)
         assert g.intact()
     view = mr.view
@@ -110,7 +123,7 @@ def captured(seed: int) -> list[tuple[str, Packet]]:
     p.write(0, 5 * MTU + 7)
     p.write(6 * MTU, 100, imm=1)
     p.write(7 * MTU, 3 * MTU, imm=2)
-    p.a.ep_request(EpOp.EV_PROBE, "b", p.now)
+    p.a.ep_request(EpOp.EV_PROBE, "b", now=p.now)
     run_until_completions(p, 3)
     assert [s for _, s in statuses(p.completions())] == [WcStatus.SUCCESS] * 3
     ops = {s.opcode for s in hook.log}
@@ -146,6 +159,11 @@ def malformed(data: bytes, trim: TrimMark) -> bool:
     return bool(trim) and pkt.bth.opcode not in DATA  # control traffic is never trimmed
 
 
+def dropped(nic: Nic) -> int:
+    """Datagrams dropped as malformed or for a wrong ICRC."""
+    return nic.stats.rx_malformed + nic.stats.rx_bad_icrc
+
+
 class Feeder:
     """Feeds datagrams into both NICs of a guarded pair with scripted time, tallying expected drops."""
 
@@ -153,25 +171,30 @@ class Feeder:
         self.g, self.rng = g, rng
         self.now = 0
         self.expected = {"a": 0, "b": 0}
-        self.start = {k: nic.stats.rx_malformed for k, nic in nics(g).items()}
+        self.start = {k: dropped(nic) for k, nic in nics(g).items()}
         self.fed = 0
 
     def feed(self, to: str, data: bytes) -> None:
+        """Feed ``data`` as a datagram, usually with the ICRC it needs (an adversary can compute it)."""
         rng = self.rng
         trim = TrimMark(rng.choice((0, 0, 0, 0, 0, 0, 0, 0, 1, 2)))
         nic = nics(self.g)[to]
         self.now += rng.randrange(1, 2_000)
         src = "b" if to == "a" else "a"
-        nic.receive(
+        addr = Addressing("2001:db8::a", "2001:db8::b", rng.getrandbits(16))
+        if len(data) >= 16 and rng.random() < 0.9:
+            data = seal(data, addr)
+        nic.receive_datagram(
             data,
             rng.randint(1, 4),
             self.now,
+            addr,
             ecn=rng.random() < 0.1,
-            entropy=rng.getrandbits(32),
+            flow_label=rng.getrandbits(20),
             trim=trim,
             src=src,
         )
-        self.expected[to] += malformed(data, trim)
+        self.expected[to] += (not trim and not icrc_ok(data, addr)) or malformed(data, trim)
         self.fed += 1
         if self.fed % 32 == 0:
             self.drain()
@@ -186,7 +209,7 @@ class Feeder:
     def check(self) -> None:
         self.drain()
         for k, nic in nics(self.g).items():
-            assert nic.stats.rx_malformed - self.start[k] == self.expected[k], k
+            assert dropped(nic) - self.start[k] == self.expected[k], k
         assert self.g.intact()
 
 
@@ -279,11 +302,11 @@ def test_malformed_datagrams_leave_the_transfer_intact() -> None:
         for nic in (p.a, p.b, p.a, p.b, p.a, p.b):  # malformed datagrams interleaved with the transfer
             raw = random_datagram(rng, [p.qp_a.qp_num, p.qp_b.qp_num])
             if malformed(raw, TrimMark.NONE):
-                nic.receive(raw, rng.randint(1, 4), p.now, src="x")
+                feed_bytes(nic, raw, rng.randint(1, 4), p.now, src="x")
                 bogus += 1
     assert statuses(p.completions()) == [(wr, WcStatus.SUCCESS)]
     assert bytes(g.mrs["b"].view[: 12 * MTU]) == bytes(p.src[: 12 * MTU]) and g.intact()
-    assert bogus > 40 and p.a.stats.rx_malformed + p.b.stats.rx_malformed == bogus
+    assert bogus > 40 and dropped(p.a) + dropped(p.b) == bogus
 
 
 # -- endpoint operations ----------------------------------------------------------------------------------
@@ -291,7 +314,7 @@ def test_malformed_datagrams_leave_the_transfer_intact() -> None:
 
 def test_ev_probe_round_trip() -> None:
     p = Pair()
-    rid = p.a.ep_request(EpOp.EV_PROBE, "b", p.now)
+    rid = p.a.ep_request(EpOp.EV_PROBE, "b", now=p.now)
     p.run(max_steps=1_000)
     assert [(r.req_id, r.op, r.peer) for r in p.a.ep_responses] == [(rid, EpOp.EV_PROBE, "b")]
     resp = p.a.ep_responses[0]
@@ -304,7 +327,7 @@ def test_ev_probe_on_a_chosen_port_and_ev() -> None:
     p = Pair()
     hook = install(p)
     ev = (0x4321).to_bytes(2, "big") + bytes(30)
-    rid = p.a.ep_request(EpOp.EV_PROBE, "b", p.now, port=3, ev=ev, entropy=0x4321)
+    rid = p.a.ep_request(EpOp.EV_PROBE, "b", now=p.now, port=3, ev=ev, entropy=0x4321)
     p.run(max_steps=1_000)
     (resp,) = p.a.ep_responses
     assert resp.req_id == rid and resp.port == 3
@@ -313,11 +336,11 @@ def test_ev_probe_on_a_chosen_port_and_ev() -> None:
 
 def test_unsolicited_ep_response_is_ignored() -> None:
     p = Pair()
-    rid = p.b.ep_request(EpOp.EV_PROBE, "a", p.now)
+    rid = p.b.ep_request(EpOp.EV_PROBE, "a", now=p.now)
     p.run(max_steps=1_000)
     (resp,) = p.b.ep_responses
     assert resp.req_id == rid and not p.a.ep_responses
-    p.b.ep_request(EpOp.EV_PROBE, "a", p.now)
+    p.b.ep_request(EpOp.EV_PROBE, "a", now=p.now)
     p.fabric.imp.loss = 1.0  # the answer is lost; a replayed old answer must not match
     p.run(max_steps=1_000)
     assert len(p.b.ep_responses) == 1
@@ -371,8 +394,8 @@ def test_bytes_over_the_fabric_with_trimming() -> None:
 
 
 def test_receive_burst_delivers_like_receive_and_drops_bad_datagrams_alone() -> None:
-    """A driver handing each tick's arrivals over as one burst: the transfer is bit-exact, and a malformed
-    datagram inside a burst is dropped and counted without disturbing the others."""
+    """A driver handing each tick's arrivals over as one burst: the transfer is bit-exact, and a packet for
+    no QP inside a burst is dropped and counted without disturbing the others."""
     p = Pair(seed=5, buf_size=1 << 18)
     p.write(0, 1 << 18)
     inbox: dict[Nic, list[tuple[int, list[Arrival]]]] = {p.a: [], p.b: []}
@@ -390,9 +413,10 @@ def test_receive_burst_delivers_like_receive_and_drops_bad_datagrams_alone() -> 
             out = nic.datagrams_to_send(now)
             if out:
                 burst: list[Arrival] = [(t.packet, t.port, False, t.entropy, TrimMark.NONE, me) for t in out]
-                burst.insert(len(burst) // 2, (b"\xde\xad" * 7, 1, False, 0, TrimMark.NONE, me))
+                stray = Packet(BTH(Opcode.SACK, dest_qp=0x123456, psn=0))
+                burst.insert(len(burst) // 2, (stray, 1, False, 0, TrimMark.NONE, me))
                 junk += 1
                 inbox[peer].append((now + 2_000, burst))
         now += 1_000
     assert p.completions()[0].status is WcStatus.SUCCESS and p.dst == p.src
-    assert p.a.stats.rx_malformed + p.b.stats.rx_malformed == junk > 0
+    assert p.a.stats.rx_dropped_no_qp + p.b.stats.rx_dropped_no_qp == junk > 0

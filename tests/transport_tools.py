@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from openmrc.transport import Nic, Transmit, WcStatus, WorkCompletion
-from openmrc.wire import DATA_OPCODES, Packet, parse
+from openmrc.transport import Nic, Transmit, TrimMark, WcStatus, WorkCompletion
+from openmrc.wire import DATA_OPCODES, Addressing, Packet, parse, seal
 
 from .helpers import Fabric, Pair
 
@@ -149,3 +149,26 @@ def statuses(wcs: Iterable[WorkCompletion]) -> list[tuple[int, WcStatus]]:
 def run_until_completions(p: Pair, n: int, *, max_time: int = 10**10, max_steps: int = 500_000) -> None:
     """Run until ``qp_a``'s send CQ holds at least ``n`` completions (or the limits are hit)."""
     p.run(lambda: len(p.qp_a.send_cq) >= n, max_time=max_time, max_steps=max_steps)
+
+
+#: The addressing tests give datagrams they hand a NIC directly (any fixed one will do: it only has to be
+#: the one the ICRC was sealed with).
+TEST_ADDR = Addressing("2001:db8::a", "2001:db8::b", 0xC123)
+
+
+def feed_bytes(
+    nic: Nic,
+    data: Packet | bytes,
+    port: int,
+    now: int,
+    *,
+    sealed: bool = True,
+    addr: Addressing = TEST_ADDR,
+    **kw: Any,
+) -> None:
+    """Hand ``nic`` the bytes of ``data`` as a datagram received with ``addr``; ``sealed``: with the ICRC
+    those bytes need (an adversary can compute it), else as they are."""
+    raw = data.encode() if isinstance(data, Packet) else data
+    if sealed and len(raw) >= 16:
+        raw = seal(raw, addr)
+    nic.receive_datagram(raw, port, now, addr, trim=kw.pop("trim", TrimMark.NONE), **kw)

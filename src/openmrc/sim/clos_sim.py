@@ -204,7 +204,7 @@ class FabricSim(Failures):
         planes = len(topo.ports(0))
         nic_cfg = NicConfig(
             mtu=cfg.mtu,
-            link_bps=link_bps * planes,
+            link_bps=link_bps,
             base_rtt_ns=self.base_rtt_ns,
             trimming=cfg.trimming,
             default_ev_count=max(cfg.evs_per_qp, planes),
@@ -391,7 +391,7 @@ class FabricSim(Failures):
                 dmr.rkey,
                 imm_data=f.id & 0xFFFFFFFF if f.imm else None,
             ),
-            now,
+            now=now,
         )
         src.pump(now)
 

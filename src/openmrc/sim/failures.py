@@ -191,7 +191,7 @@ class Failures:
         h, port, up = arg
         now = self.sim.now
         if up:
-            h.nic.port_up(port, now)
+            h.nic.port_up(port, now=now)
         else:
-            h.nic.port_down(port, now)
+            h.nic.port_down(port, now=now)
         h.pump(now)

@@ -3,7 +3,7 @@
 from openmrc.transport.cc import CongestionControl, cc_algorithms, create_cc, register_cc
 from openmrc.transport.config import NicConfig
 from openmrc.transport.cq import CompletionQueue
-from openmrc.transport.evtable import EvEntry, EvEvent, EvTable
+from openmrc.transport.evtable import EvEntry, EvEvent, EvStatus, EvTable
 from openmrc.transport.mr import MemoryRegion
 from openmrc.transport.nic import Arrival, EpResponse, Nic, NicStats
 from openmrc.transport.nscc import Nscc, NsccConfig
@@ -36,6 +36,7 @@ __all__ = [
     "EpResponse",
     "EvEntry",
     "EvEvent",
+    "EvStatus",
     "EvTable",
     "LocalProtocolError",
     "MemoryRegion",

@@ -14,7 +14,8 @@ class NicConfig:
     mtu: int = 4096
     """Payload bytes per packet (the path MTU of every QP)."""
     link_bps: int = 100_000_000_000
-    """Rate of one NIC port; used for congestion-control defaults."""
+    """Rate of one NIC port (one plane), bit/s. A QP sprays over every port, so the default CC profile
+    sizes its window for the NIC's aggregate rate, ``link_bps × num_ports``."""
     base_rtt_ns: int = 10_000
     """Unloaded round-trip time of the longest path; used for congestion-control defaults."""
     trimming: bool = True

@@ -16,6 +16,11 @@ and both its local port and the peer's port of that plane are up.
 * ASSUMED_BAD EVs are probed every ``probe_interval``; ``probes_to_restore`` successful probes in a row
   restore them to GOOD (they return to their slot if it is still theirs, else to the backups).
 * DENIED is set and cleared only by the controller; a denied EV is never used nor probed.
+* A plane the local port has up but the peer says is down (a port status update) is *doubted*, not
+  dead: the update is a hint. While the QP has work its requester probes one EV of each doubted plane every
+  ``probe_interval``; an answer proves the peer's port up again (`EvTable.doubted`).
+* Each probe is outstanding until answered: an answer that matches no outstanding probe (stale, duplicated
+  or forged) changes nothing (`EvTable.probe_matches`).
 
 Every change of the controller-visible state (GOOD, ASSUMED_BAD, DENIED) is appended to ``events``.
 """
@@ -29,7 +34,7 @@ from typing import Final
 
 from openmrc.ev import EVState
 
-__all__ = ["EvEntry", "EvEvent", "EvTable"]
+__all__ = ["EvEntry", "EvEvent", "EvStatus", "EvTable"]
 
 # Final: the compiled build keeps them in C statics (a plain module global is a dict lookup per use)
 _GOOD: Final = EVState.GOOD
@@ -78,6 +83,7 @@ class EvEntry:
         "next_probe",
         "port",
         "probe_ok",
+        "probe_out",
         "skip_epoch",
         "slot",
         "state",
@@ -91,6 +97,7 @@ class EvEntry:
         self.state = _GOOD
         self.skip_epoch = -1
         self.probe_ok = 0
+        self.probe_out = False  # a probe on this EV awaits its answer
         self.next_probe = 0
         self.slot = -1  # index in the rotation, -1 for a backup
         self.uses = 0
@@ -110,6 +117,21 @@ class EvEvent:
     ev: bytes
     entropy: int
     state: EVState
+
+
+@dataclass(frozen=True, slots=True)
+class EvStatus:
+    """One EV of a QP as the controller sees it (`EvTable.status`)."""
+
+    port: int
+    ev: bytes
+    entropy: int
+    state: EVState
+    """GOOD, ASSUMED_BAD or DENIED (SKIP is internal and reads as GOOD)."""
+    active: bool
+    """In the spraying rotation (False: a backup of its plane)."""
+    usable: bool
+    """GOOD (or SKIP) and both the local and the peer's port of its plane are up."""
 
 
 class EvTable:
@@ -158,18 +180,65 @@ class EvTable:
         self._pos = 0
         self.epoch = 0
         self._port_mask = (1 << 32) - 1  # bit p-1: port p usable (local and peer side up)
+        self._local_mask = (1 << 32) - 1  # bit p-1: the local port p is up
+        self.doubted: list[int] = []  # ports up locally that the peer says are down
         self.bad: set[EvEntry] = set()
         self._probe_at: int | None = None  # cached next_probe_time()
         self._probe_dirty = False
 
     @property
     def port_mask(self) -> int:
+        """Ports whose plane is usable: up locally and, as far as the peer said, on its side too."""
         return self._port_mask
 
     @port_mask.setter
     def port_mask(self, mask: int) -> None:
-        self._port_mask = mask
+        self.set_port_masks(self._local_mask, mask)
+
+    def set_port_masks(self, local: int, usable: int) -> None:
+        """The local ports up (``local``) and the usable ones (``usable``: local and the peer's)."""
+        self._local_mask = local
+        self._port_mask = usable
         self._probe_dirty = True
+        doubted = local & ~usable
+        self.doubted = sorted({e.port for e in self.entries if (doubted >> (e.port - 1)) & 1})
+
+    def plane_probes(self) -> list[EvEntry]:
+        """One EV of each doubted plane to probe (GOOD first, never a DENIED one)."""
+        out = []
+        for port in self.doubted:
+            best = None
+            for e in self.rotation:
+                if e.port == port and e.state is not _DENIED:
+                    if e.state is _GOOD or e.state is _SKIP:
+                        best = e
+                        break
+                    best = best or e
+            if best is not None:
+                out.append(best)
+        return out
+
+    def probe_matches(self, e: EvEntry) -> bool:
+        """Whether a probe answer echoing ``e`` answers a probe still outstanding (and clear it)."""
+        if not e.probe_out:
+            return False
+        e.probe_out = False
+        return True
+
+    def status(self) -> list[EvStatus]:
+        """Every EV of the QP, active ones in rotation order first, then the backups by plane."""
+        mask = self._port_mask
+        out = []
+        for e in self.rotation + [b for port in sorted(self.backups) for b in self.backups[port]]:
+            usable = (e.state is _GOOD or e.state is _SKIP) and bool((mask >> (e.port - 1)) & 1)
+            state = _GOOD if e.state is _SKIP else e.state
+            out.append(EvStatus(e.port, e.expanded, e.entropy, state, e.slot >= 0, usable))
+        seen = {id(x) for x in self.rotation} | {id(b) for bs in self.backups.values() for b in bs}
+        for e in self.entries:  # retired EVs with no backup slot (bad or denied, out of rotation)
+            if id(e) not in seen:
+                state = _GOOD if e.state is _SKIP else e.state
+                out.append(EvStatus(e.port, e.expanded, e.entropy, state, False, False))
+        return out
 
     # -- spraying ------------------------------------------------------------------------------------------
     def pick(self, avoid: EvEntry | None = None, port: int = 0) -> EvEntry | None:

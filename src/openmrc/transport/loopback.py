@@ -5,8 +5,12 @@ Used by the tests (the pair harness), the transport benchmark and the demo.
 Time is scripted (integer ns), randomness comes from one seeded `random.Random`, so every run is
 reproducible. Each NIC port (plane) has a serialisation queue at ``link_bps`` and a propagation delay;
 impairments act per packet: loss, duplication, random extra delay (reordering), trimming (data packets lose
-their payload and arrive marked), ECN marking, and failures of a whole port or of single EVs from a time on
-(optionally until a recovery time).
+their payload and arrive marked), ECN marking, bit flips (wire mode), and failures of a whole port or of
+single EVs from a time on (optionally until a recovery time).
+
+In wire mode every packet travels as the bytes a UDP socket would carry: sealed with the real ICRC for its
+addressing (each NIC port has an IPv6 address of its own, the UDP source port and flow label come from the
+EV) and handed to `Nic.receive_datagram`, which checks it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from openmrc.transport.types import (
     WorkCompletion,
     WrOpcode,
 )
-from openmrc.wire import DATA_OPCODES, Packet
+from openmrc.wire import DATA_OPCODES, Addressing, Packet, seal, trim_datagram
 
 __all__ = ["Fabric", "Impairments", "Pair"]
 
@@ -57,6 +61,8 @@ class Impairments:
     ev_fail: dict[int, tuple[int, int | None]] = field(default_factory=dict)
     #: only data packets suffer loss (control traffic protected)
     data_only: bool = False
+    #: probability that one random bit of a packet's bytes is flipped (wire mode only)
+    corrupt: float = 0.0
 
 
 def _failed(window: tuple[int, int | None] | None, now: int) -> bool:
@@ -64,6 +70,15 @@ def _failed(window: tuple[int, int | None] | None, now: int) -> bool:
         return False
     start, end = window
     return start <= now and (end is None or now < end)
+
+
+def port_address(nic: str, port: int) -> str:
+    """The IPv6 address of port ``port`` of NIC ``nic`` ("a" or "b") in wire mode (documentation prefix)."""
+    return f"2001:db8:0:{port:x}::{nic}"
+
+
+def _other(nic: str) -> str:
+    return "b" if nic == "a" else "a"
 
 
 class Fabric:
@@ -83,12 +98,16 @@ class Fabric:
         self.latency = latency_ns
         self.link_bps = link_bps
         self.wire = wire
-        self.events: list[tuple[int, int, Nic, object, int, bool, int, TrimMark, object]] = []
+        self.events: list[tuple[int, int, Nic, object, int, bool, int, TrimMark, str, Addressing | None]] = []
         self.free_at: dict[tuple[int, int], int] = {}
         self.seq = itertools.count()
         self.sent = 0
         self.dropped = 0
         self.trimmed = 0
+        self.corrupted = 0
+        """Packets with one bit flipped where the ICRC covers it (every one must be dropped)."""
+        self.corrupted_variant = 0
+        """Packets with a bit of BTH byte 4 flipped: not covered by the ICRC, and ignored by MRC."""
         self.per_entropy: dict[int, int] = {}
         self.observers: list[Callable[[Nic, object, int, int, dict[str, Any]], None]] = []
         """Called before each delivery with (destination NIC, packet or bytes, port, time, keywords)."""
@@ -123,13 +142,30 @@ class Fabric:
                 )
                 obj = dataclasses.replace(pkt, payload=memoryview(b""))
                 self.trimmed += 1
+            addr = None
             if self.wire:
-                raw = pkt.encode()
-                obj = raw[: pkt.header_size()] + raw[-4:] if trim else raw
+                addr = Addressing(
+                    port_address(src_name, t.port), port_address(_other(src_name), t.port), t.entropy & 0xFFFF
+                )
+                raw = seal(pkt, addr)
+                if trim:
+                    raw = trim_datagram(raw)
+                if imp.corrupt and rng.random() < imp.corrupt:
+                    flipped = bytearray(raw)
+                    bit = rng.randrange(8 * len(flipped))
+                    flipped[bit >> 3] ^= 1 << (bit & 7)
+                    raw = bytes(flipped)
+                    if bit >> 3 == 4:  # BTH byte 4 (FECN, BECN): variant, masked out of the ICRC by design
+                        self.corrupted_variant += 1
+                    else:
+                        self.corrupted += 1
+                obj = raw
+            elif imp.corrupt:
+                raise ValueError("Impairments.corrupt flips bits of bytes: it needs a wire-mode fabric")
             ecn = is_data and rng.random() < imp.ecn
             arrive = depart + self.latency + (rng.randrange(imp.reorder_ns) if imp.reorder_ns else 0)
             heapq.heappush(
-                self.events, (arrive, next(self.seq), dst, obj, t.port, ecn, t.entropy, trim, src_name)
+                self.events, (arrive, next(self.seq), dst, obj, t.port, ecn, t.entropy, trim, src_name, addr)
             )
 
     def next_time(self) -> int | None:
@@ -138,11 +174,17 @@ class Fabric:
     def deliver_until(self, now: int) -> None:
         ev = self.events
         while ev and ev[0][0] <= now:
-            _t, _s, dst, obj, port, ecn, entropy, trim, src = heapq.heappop(ev)
+            _t, _s, dst, obj, port, ecn, entropy, trim, src, addr = heapq.heappop(ev)
             kw: dict[str, Any] = {"ecn": ecn, "entropy": entropy, "trim": trim, "src": src}
             for observe in self.observers:
                 observe(dst, obj, port, now, kw)
-            dst.receive(obj, port, now, **kw)  # type: ignore[arg-type]
+            if isinstance(obj, Packet):
+                dst.receive(obj, port, now, ecn, entropy, trim, src)
+            else:
+                assert addr is not None and isinstance(obj, bytes)
+                dst.receive_datagram(
+                    obj, port, now, addr, ecn=ecn, flow_label=entropy >> 16, trim=trim, src=src
+                )
 
 
 class Pair:
@@ -231,7 +273,7 @@ class Pair:
                 imm,
                 SendFlags.SIGNALED if signaled else SendFlags.NONE,
             ),
-            self.now,
+            now=self.now,
         )
         return wr_id
 
@@ -241,7 +283,8 @@ class Pair:
 
     # -- the event loop ----------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Advance to the next event; False when nothing is left to happen."""
+        """Advance to the next event; False when nothing is left to happen. Raises `AssertionError` if a
+        NIC breaks the timer contract (after ``handle_timer(now)`` its deadline is None or after ``now``)."""
         for nic, other, name in ((self.a, self.b, "a"), (self.b, self.a, "b")):
             for t in nic.datagrams_to_send(self.now):
                 self.fabric.send(nic, other, t, self.now, name)
@@ -256,6 +299,9 @@ class Pair:
             timer = nic.get_timer()
             if timer is not None and timer <= self.now:
                 nic.handle_timer(self.now)
+                after = nic.get_timer()  # the driver contract: the next deadline lies in the future
+                if after is not None and after <= self.now:
+                    raise AssertionError(f"timer contract broken: deadline {after} ≤ now {self.now}")
         return True
 
     def run(

@@ -1,14 +1,19 @@
 """The sans-IO MRC NIC: ports (planes), QPs, memory regions, EV/CC profiles, demux, timers, endpoint ops.
 
-The driver's loop is the aioquic one::
+The driver contract (aioquic's shape), for every driver: the pair harness, the simulator's hosts and a
+UDP device alike::
 
-    nic.receive(datagram, port, now, ecn=..., entropy=...)   # for every packet that arrives
-    for t in nic.datagrams_to_send(now): send t.packet on t.port along t.ev
+    nic.receive_datagram(data, port, now, addr, ecn=..., flow_label=..., trim=...)  # each datagram (bytes)
+    nic.receive(packet, port, now, ecn, entropy, trim, src)       # or each decoded `Packet` (in process)
+    for t in nic.datagrams_to_send(now): send t.packet on port t.port along EV t.ev
     deadline = nic.get_timer()  ->  at that time: nic.handle_timer(now)
 
-Nothing here reads a clock, opens a socket or uses the global random module. Bad input from the network is
-dropped and counted in `NicStats` at the `receive` boundary; it never raises and never writes memory
-outside a registered region.
+After ``handle_timer(now)``, `get_timer` returns None or a time later than ``now``: a driver never spins.
+Raw bytes enter only through `receive_datagram`, which checks the RoCEv2 ICRC against the datagram's
+addressing (`openmrc.wire.Addressing`: what a socket reports) and derives the entropy the packet travelled
+on from its UDP source port and flow label. Nothing here reads a clock, opens a socket or uses the global
+random module. Bad input from the network is dropped and counted in `NicStats` at the receive boundary; it
+never raises and never writes memory outside a registered region. API misuse raises `LocalProtocolError`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import errno
 import heapq
 import random
+import socket
 from array import array
 from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
@@ -43,11 +49,14 @@ from openmrc.wire import (
     EETH,
     ERTH,
     RESERVED_QP_ENDPOINT,
+    Addressing,
     EpOp,
     Opcode,
     Packet,
     WireError,
+    icrc_ok,
     parse,
+    seal,
 )
 from openmrc.wire.constants import (
     OP_ACK,
@@ -63,8 +72,11 @@ __all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 _heappop: Final = heapq.heappop
 _heappush: Final = heapq.heappush
 
-Arrival = tuple[Packet | bytes | bytearray | memoryview, int, bool, int, TrimMark, Hashable]
-"""One datagram for `Nic.receive_burst`: (data, port, ecn, entropy, trim, src), as `receive` takes them."""
+Arrival = tuple[Packet, int, bool, int, TrimMark, Hashable]
+"""One packet for `Nic.receive_burst`: (packet, port, ecn, entropy, trim, src), as `receive` takes them."""
+
+# The addressing validation mode seals and checks in-process packets with (their ICRC must round-trip).
+_LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
@@ -72,11 +84,18 @@ _RTS: Final = QpState.RTS
 
 @dataclass(slots=True)
 class NicStats:
-    """Counters of everything the NIC did or refused."""
+    """Counters of everything the NIC did or refused.
+
+    ``rx_bad_icrc``: datagrams whose ICRC did not match their bytes and addressing (dropped);
+    ``rx_bogus_ack``: SACK/NACK/ACK/probe answers that match nothing this QP has outstanding (stale,
+    duplicated or forged; dropped, never acted upon); ``ep_unsent``: endpoint requests (port status
+    updates) that could not leave because no port was up; ``tx_dropped_port``: control packets queued for
+    a port that went down before the driver took them."""
 
     rx_packets: int = 0
     rx_data: int = 0
     rx_malformed: int = 0
+    rx_bad_icrc: int = 0
     rx_dropped_no_qp: int = 0
     rx_dropped_state: int = 0
     rx_dropped_port: int = 0
@@ -100,6 +119,8 @@ class NicStats:
     qp_errors: int = 0
     ep_requests: int = 0
     ep_responses: int = 0
+    ep_unsent: int = 0
+    tx_dropped_port: int = 0
     ev_events_dropped: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -136,13 +157,14 @@ class Nic:
 
     def __init__(self, num_ports: int, *, rng: random.Random, config: NicConfig | None = None) -> None:
         if not 1 <= num_ports <= 32:
-            raise ValueError(f"num_ports: {num_ports} outside 1..32")
+            raise LocalProtocolError(errno.EINVAL, f"num_ports: {num_ports} outside 1..32")
         self.num_ports = num_ports
         self.rng = rng
         self.config = config or NicConfig()
         self._validate = self.config.validate_wire  # read per packet; NicConfig is frozen
         self.stats = NicStats()
         self.ports_up = [False] + [True] * num_ports
+        self._ports_down = False  # some port is down (control packets queued for it are dropped)
         self.mrs = MrTable(rng)
         self.qps: dict[int, Qp] = {}
         self.ev_profiles: dict[int, EvProfileBinding] = {}
@@ -202,19 +224,22 @@ class Nic:
         self._default_ev_values = values
         self.cc_profiles[0] = (
             "uet-1.0-nscc",
-            NsccConfig.defaults(cfg.link_bps, cfg.base_rtt_ns, cfg.mtu, trimming=cfg.trimming),
+            NsccConfig.defaults(
+                cfg.link_bps * self.num_ports, cfg.base_rtt_ns, cfg.mtu, trimming=cfg.trimming
+            ),
         )
 
     def has_ev_profile(self, profile_id: int) -> bool:
         return profile_id in self.ev_profiles or (profile_id == 0 and self._default_ev_values is not None)
 
     def ev_profile(self, profile_id: int) -> EvProfileBinding:
-        """The installed EV profile ``profile_id`` (``KeyError`` if none); profile 0 is built on first use."""
+        """The installed EV profile ``profile_id`` (`LocalProtocolError` ENOENT if none); profile 0 is built
+        on first use."""
         b = self.ev_profiles.get(profile_id)
         if b is None:
             values = self._default_ev_values
             if profile_id != 0 or values is None:
-                raise KeyError(profile_id)
+                raise LocalProtocolError(errno.ENOENT, f"no EV profile {profile_id}")
             b = self.ev_profiles[0] = self._default_profile(values)
         return b
 
@@ -253,7 +278,10 @@ class Nic:
         return b
 
     def add_cc_profile(self, profile_id: int, algorithm: str, config: object | None = None) -> None:
-        create_cc(algorithm, mtu=self.config.mtu, config=config)  # validates name and config type now
+        try:  # validates name and config type now
+            create_cc(algorithm, mtu=self.config.mtu, config=config)
+        except (TypeError, ValueError, KeyError) as exc:  # KeyError: an unknown algorithm name
+            raise LocalProtocolError(errno.EINVAL, f"CC profile {profile_id}: {exc}") from None
         self.cc_profiles[profile_id] = (algorithm, config)
 
     def make_cc(self, profile_id: int, now: int) -> CongestionControl:
@@ -282,7 +310,7 @@ class Nic:
             qp_num=qp.qp_num,
             profile_id=b.profile_id,
         )
-        t.port_mask = self._port_mask(qp.attr.peer)
+        t.set_port_masks(self.local_port_status(), self._port_mask(qp.attr.peer))
         return t
 
     def poll_ev_events(self, n: int = 64) -> list[EvEvent]:
@@ -291,8 +319,10 @@ class Nic:
             out.append(self.ev_events.popleft())
         return out
 
-    def modify_ev_state(self, qp: Qp, entropy: int, state: EVState, now: int) -> None:
+    def modify_ev_state(self, qp: Qp, entropy: int, state: EVState, *, now: int) -> None:
         """Controller MODIFY_EV_STATE on one QP's EV (found by its 32-bit echo value)."""
+        if state not in (EVState.GOOD, EVState.ASSUMED_BAD, EVState.DENIED):
+            raise LocalProtocolError(errno.EINVAL, f"the controller cannot set EV state {state.name}")
         if qp.evs is None or entropy not in qp.evs.by_entropy:
             raise LocalProtocolError(errno.ENOENT, f"QP 0x{qp.qp_num:06x} has no EV 0x{entropy:08x}")
         qp.evs.set_state(qp.evs.by_entropy[entropy], state, now)
@@ -308,17 +338,26 @@ class Nic:
         return self._port_mask(None)
 
     def _refresh_port_masks(self) -> None:
+        local = self.local_port_status()
         for qp in self.qps.values():
             if qp.evs is not None:
-                qp.evs.port_mask = self._port_mask(qp.attr.peer)
+                qp.evs.set_port_masks(local, self._port_mask(qp.attr.peer))
                 qp.requester.blocked = False
                 self.wake(qp)
 
-    def port_down(self, port: int, now: int) -> None:
+    def peer_port_alive(self, peer: Hashable, port: int) -> None:
+        """A probe across ``port``'s plane was answered: ``peer``'s port there is up, whatever its last
+        port status update said (the update may have been lost, stale or wrong)."""
+        mask = self.peer_ports.get(peer)
+        if mask is not None and not (mask >> (port - 1)) & 1:
+            self.peer_ports[peer] = mask | 1 << (port - 1)
+            self._refresh_port_masks()
+
+    def port_down(self, port: int, *, now: int) -> None:
         """NIC port ``port`` (plane) went down: stop using its EVs and tell every peer."""
         self._set_port(port, False, now)
 
-    def port_up(self, port: int, now: int) -> None:
+    def port_up(self, port: int, *, now: int) -> None:
         self._set_port(port, True, now)
 
     def _set_port(self, port: int, up: bool, now: int) -> None:
@@ -327,19 +366,23 @@ class Nic:
         if self.ports_up[port] == up:
             return
         self.ports_up[port] = up
+        self._ports_down = not all(self.ports_up[1:])
         self._refresh_port_masks()
         peers = {qp.attr.peer for qp in self.qps.values() if qp.attr.peer is not None}
         status = self.local_port_status()
         for peer in sorted(peers, key=repr):
-            self.ep_request(EpOp.PORT_STATUS_UPDATE, peer, now, port_status=status)
+            if status:
+                self.ep_request(EpOp.PORT_STATUS_UPDATE, peer, now=now, port_status=status)
+            else:  # the last port went down: nothing can leave; peers notice by their probes
+                self.stats.ep_unsent += 1
 
     # -- endpoint operations (reserved QP 0x2) -------------------------------------------------------------
     def ep_request(
         self,
         op: EpOp,
         peer: Hashable,
-        now: int,
         *,
+        now: int,
         port: int = 0,
         ev: bytes | None = None,
         entropy: int = 0,
@@ -403,25 +446,84 @@ class Nic:
         trim: TrimMark = TrimMark.NONE,
         src: Hashable = None,
     ) -> None:
-        """Process one packet that arrived on ``port``. Never raises on bad input: drops and counts it.
+        """Process one decoded packet that arrived on ``port`` (an in-process driver: the simulator, the
+        pair harness). Never raises on bad input: drops and counts it. Raw bytes go through
+        `receive_datagram`, which checks their ICRC.
 
-        ``ecn``: the IP header's CE mark; ``entropy``: the EV value the packet travelled on (its UDP source
-        port, flow label or SRv6 path); ``trim``: the fabric's trim mark; ``src``: the sender's address. A
-        driver calling per packet passes them positionally (cheaper than keywords)."""
+        ``ecn``: the IP header's CE mark; ``entropy``: the 32-bit EV value the packet travelled on (its
+        ``(flow_label & 0xffff) << 16 | udp_sport``; a `Transmit`'s ``entropy``), 0 if unknown; ``trim``:
+        the fabric's trim mark; ``src``: the sender's identity, needed only to answer endpoint requests
+        (None: they are answered towards None). A driver calling per packet passes them positionally
+        (cheaper than keywords)."""
+        if not isinstance(data, Packet):
+            raise LocalProtocolError(
+                errno.EINVAL,
+                "receive() takes a decoded Packet; raw bytes go through receive_datagram(), "
+                "which checks their ICRC against the datagram's addressing",
+            )
         stats = self.stats
         stats.rx_packets += 1
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        if isinstance(data, Packet) and not self._validate:
-            pkt = data
-        else:
+        pkt = data
+        if self._validate:  # validation mode: the packet's bytes, ICRC included, must round-trip
             try:
                 cut = bool(trim)
-                pkt = parse(data.encode(trimmed=cut) if isinstance(data, Packet) else data, trimmed=cut)
+                raw = data.encode(trimmed=cut)
+                if not cut and not icrc_ok(raw, _LOOP_ADDR):
+                    stats.rx_bad_icrc += 1
+                    return
+                pkt = parse(raw, trimmed=cut)
             except WireError:
                 stats.rx_malformed += 1
                 return
+        self._deliver(pkt, port, now, ecn, entropy, trim, src)
+
+    def receive_datagram(
+        self,
+        data: bytes | bytearray | memoryview,
+        port: int,
+        now: int,
+        addr: Addressing,
+        *,
+        ecn: bool = False,
+        flow_label: int = 0,
+        trim: TrimMark = TrimMark.NONE,
+        src: Hashable = None,
+    ) -> None:
+        """Process one MRC UDP payload (BTH through ICRC) that arrived on ``port``, with the addressing the
+        socket reported (``addr``: source and destination IP and UDP ports). Never raises on bad input: a
+        wrong ICRC, a malformed packet, a wrong port are dropped and counted.
+
+        ``ecn``: the IP header's CE mark; ``flow_label``: the IPv6 flow label (0 for IPv4), whose low 16
+        bits are the high half of the entropy the responder echoes (the low half is the UDP source port);
+        ``trim``: the packet was trimmed by the fabric (e.g. its DSCP says so; its ICRC is then not checked,
+        see `openmrc.wire.datagram`); ``src``: the sender's identity for endpoint operations, by default
+        its IP address as text."""
+        if not isinstance(addr, Addressing):
+            raise LocalProtocolError(errno.EINVAL, f"addr: expected an openmrc.wire.Addressing, got {addr!r}")
+        stats = self.stats
+        stats.rx_packets += 1
+        if not 0 < port <= self.num_ports or not self.ports_up[port]:
+            stats.rx_dropped_port += 1
+            return
+        if not trim and not icrc_ok(data, addr):
+            stats.rx_bad_icrc += 1
+            return
+        try:
+            pkt = parse(data, trimmed=bool(trim))
+        except WireError:
+            stats.rx_malformed += 1
+            return
+        if src is None and pkt.bth.dest_qp == RESERVED_QP_ENDPOINT:
+            src = socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
+        self._deliver(pkt, port, now, ecn, ((flow_label & 0xFFFF) << 16) | addr.sport, trim, src)
+
+    def _deliver(
+        self, pkt: Packet, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
+    ) -> None:
+        stats = self.stats
         bth = pkt.bth
         op = bth.opcode
         is_data = is_data_opcode(op)
@@ -494,6 +596,16 @@ class Nic:
         can take; the rest waits for the next call)."""
         out = self._ctrl
         self._ctrl = []
+        if out and self._ports_down:  # queued before their port went down: they cannot leave
+            up = self.ports_up
+            kept = []
+            for t in out:
+                if up[t.port]:
+                    kept.append(t)
+                else:
+                    self.stats.tx_dropped_port += 1
+                    self._ep_arrivals.pop(id(t.packet), None)
+            out = kept
         if self._ep_arrivals:
             for t in out:
                 arrived = self._ep_arrivals.pop(id(t.packet), None)
@@ -507,7 +619,14 @@ class Nic:
             budget = 1 << 62 if max_data is None else max_data
             for qp in active:
                 r = qp.requester
-                if budget <= 0 and not r.blocked and qp.state is _RTS and not qp.evs.bad:  # type: ignore[union-attr]
+                if (
+                    budget <= 0
+                    and not r.blocked
+                    and qp.state is _RTS
+                    and not qp.evs.bad  # type: ignore[union-attr]
+                    and not r.pending_probes
+                    and r.plane_probe_at is None
+                ):
                     # A pacing driver polls often with no room left. Without bad EVs (no probe can be due)
                     # emit() would change nothing, and nothing else changed since this QP's last wake()
                     # (every state change ends in one), so its timer stands: it only stays in the set.
@@ -520,10 +639,10 @@ class Nic:
                 self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
         if out:
             self.stats.tx_packets += len(out)
-        if self._validate:
+        if self._validate:  # every packet as its bytes decode, with the ICRC `receive` checks
             for t in out:
                 if isinstance(t.packet, Packet):
-                    t.packet = parse(t.packet.encode())
+                    t.packet = parse(seal(t.packet, _LOOP_ADDR))
         return out
 
     def get_timer(self) -> int | None:
@@ -554,5 +673,5 @@ class Nic:
         for qp in due:
             qp.on_timer(now)
             self.wake(qp)
-            if qp.evs is not None and qp.evs.bad and qp.state is _RTS:
-                self._active[qp] = None  # probes may be due
+            if qp.requester.pending_probes and qp.state is _RTS:
+                self._active[qp] = None  # probes to send

@@ -32,7 +32,7 @@ from openmrc.transport.types import (
 from openmrc.wire import PSN_MASK, QPN_MASK
 
 if TYPE_CHECKING:
-    from openmrc.transport.evtable import EvTable
+    from openmrc.transport.evtable import EvStatus, EvTable
     from openmrc.transport.nic import Nic
 
 __all__ = ["TRANSITIONS", "Qp", "QpAttr", "QpInitAttr"]
@@ -149,7 +149,7 @@ class Qp:
         return f"Qp(0x{self.qp_num:06x}, {self.state.name})"
 
     # -- state machine -------------------------------------------------------------------------------------
-    def modify(self, state: QpState, now: int = 0, **attrs: Any) -> None:
+    def modify(self, state: QpState, *, now: int = 0, **attrs: Any) -> None:
         """Move to ``state`` setting ``attrs`` (names of `QpAttr` fields). Raises `LocalProtocolError`."""
         rule = TRANSITIONS.get((self.state, state))
         if rule is None:
@@ -207,7 +207,7 @@ class Qp:
         if self.state is QpState.ERROR:
             return
         self.requester.fail_head(status)
-        self.modify(QpState.ERROR, now)
+        self.modify(QpState.ERROR, now=now)
         self.nic.stats.qp_errors += 1
 
     def _flush(self, now: int) -> None:
@@ -232,6 +232,9 @@ class Qp:
         c = req.check_deadline
         if c is not None and (a is None or c < a):
             a = c
+        c = req.plane_probe_at
+        if c is not None and (a is None or c < a):
+            a = c
         evs = self.evs
         if evs is not None and evs.bad:
             pt = evs.next_probe_time()
@@ -241,12 +244,17 @@ class Qp:
             return b
         return a if b is None or a < b else b
 
+    def ev_states(self) -> list[EvStatus]:
+        """Every EV of this QP with its port, value, state (GOOD, ASSUMED_BAD, DENIED) and whether it is
+        in the rotation and usable now; empty before RTR (the EV table is built on INIT -> RTR)."""
+        return [] if self.evs is None else self.evs.status()
+
     def on_timer(self, now: int) -> None:
         self.responder.on_timer(now)
         self.requester.on_timer(now)
 
     # -- work requests -------------------------------------------------------------------------------------
-    def post_send(self, wr: SendWR, now: int = 0) -> None:
+    def post_send(self, wr: SendWR, *, now: int = 0) -> None:
         """Queue an RDMA Write (with immediate). Raises `LocalProtocolError` on misuse, nothing queued."""
         if self.state is not QpState.RTS:
             if self.state is QpState.ERROR:

@@ -34,6 +34,20 @@ retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp
 (25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
 with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
 
+A QP with work but no usable path (every plane down locally, or said down by the peer, or every EV
+denied) and nothing in flight keeps the retransmission timer all the same: each expiry counts against the
+retry budget and probes every *doubted* plane again (up locally, down by the peer's word), so a wrong or
+stale port status update is found out by the first answer and a port coming back resumes the QP; when the
+budget runs out the QP goes to ERROR with RETRY_EXC_ERR and every WR is flushed. Probes of ASSUMED_BAD EVs
+and of doubted planes that the timer finds due are queued and leave with the next `emit`, so the timer
+always moves past ``now``.
+
+Feedback is checked before it is believed: a SACK, NACK or AETH from another QP id pair, or whose PSN
+(cumulative PSN, bitmap, NACK PSN, AETH PSN) is not within what this QP has outstanding, and a probe answer
+that matches no outstanding probe, is dropped and counted (``rx_bogus_ack``) and changes nothing: one
+forged packet that only knows the QP number cannot tear the connection down. Bitmap bits for PSNs never
+sent (the responder placed a forged packet there) are ignored, the rest of that SACK is not.
+
 Signaled Writes complete in post order once every packet of them is acknowledged.
 """
 
@@ -211,7 +225,11 @@ class Requester:
         self.cc: CongestionControl | None = None
         self.cc_on_send = False
         self.probe_id = 0
+        self.pending_probes: list[EvEntry] = []  # probes the timer found due, sent by the next emit()
+        self.plane_probe_at: int | None = None  # next probe of the doubted planes (while there is work)
         cfg = qp.nic.config  # frozen: per-packet paths read these copies
+        self.probe_interval = cfg.probe_interval_ns
+        self._peer_port_alive = qp.nic.peer_port_alive
         self.mtu = cfg.mtu
         self.reorder_allowance = cfg.reorder_allowance
         self.base_rtt = cfg.base_rtt_ns
@@ -265,6 +283,17 @@ class Requester:
         if evs.bad:
             for bad in evs.due_probes(now):  # probes are tiny and not window-limited
                 self._probe(bad, now, out)
+        if self.pending_probes:
+            for e in self.pending_probes:
+                self._probe(e, now, out)
+            self.pending_probes = []
+        if evs.doubted and self.wrs:
+            if self.plane_probe_at is None or now >= self.plane_probe_at:
+                for e in evs.plane_probes():
+                    self._probe(e, now, out)
+                self.plane_probe_at = now + self.probe_interval
+        elif self.plane_probe_at is not None:
+            self.plane_probe_at = None
         if budget <= 0:  # a pacing driver polls often with no room left: nothing more to do but stay polled
             self.blocked = False
             return 0
@@ -272,6 +301,8 @@ class Requester:
         if self.retx:
             self.stats.tx_data += sent
             self.blocked = sent < budget
+            if self.rto_deadline is None:
+                self.rto_deadline = now + self.rto()
             return sent
         unsent = self.unsent
         if unsent and sent < budget:
@@ -321,6 +352,8 @@ class Requester:
                 sent += 1
         self.stats.tx_data += sent
         self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
+        if unsent and self.rto_deadline is None:
+            self.rto_deadline = now + self.rto()  # work, nothing in flight, no path: see on_timer
         return sent
 
     def _retransmit(self, now: int, out: list[Transmit], budget: int) -> int:
@@ -401,19 +434,31 @@ class Requester:
             ),
         )
         qp.nic.stats.probes_sent += 1
+        ev.probe_out = True
         out.append(Transmit(ev.port, qp.attr.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, 0))
 
     # -- acknowledgements ----------------------------------------------------------------------------------
     def on_sack(self, pkt: Packet, now: int) -> None:
         seth, qp = pkt.seth, self.qp
         assert seth is not None
-        self.blocked = False
         if qp.state is not _RTS:
             return
         cack = unwrap_psn(seth.cack_psn, self.cack)
-        if cack > self.next_seq or cack < self.cack - (1 << 22):
-            qp.nic.stats.rx_bogus_ack += 1
+        bm = seth.bitmap
+        next_seq = self.next_seq
+        evs = qp.evs
+        assert evs is not None
+        e = evs.by_entropy.get(seth.entropy)
+        if (
+            seth.dst_qp != self.qp_num & 0xFFFF
+            or seth.src_qp != self.dest_qp & 0xFFFF
+            or cack > next_seq
+            or cack < self.cack - self.mpr * 128  # older than anything still useful
+            or (seth.pr and (e is None or not evs.probe_matches(e)))  # answers no outstanding probe
+        ):
+            self.stats.rx_bogus_ack += 1
             return
+        self.blocked = False
         trig = self.outstanding.get(cack + seth.ack_psn_offset)
         rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
         if rtt is not None:
@@ -431,9 +476,12 @@ class Requester:
                     del outstanding[seq]
                     acked.append(p)
             self.cack = cack
-        bm = seth.bitmap
         if bm:
             base = cack + seth.sack_offset
+            if base + bm.bit_length() > next_seq:
+                # Bits for PSNs never sent: a forged packet the responder placed there (RDMA has no
+                # authentication). They tell nothing about our packets; the rest of the SACK does.
+                bm &= (1 << max(next_seq - base, 0)) - 1
             while bm:
                 low = bm & -bm
                 seq = base + low.bit_length() - 1
@@ -459,12 +507,12 @@ class Requester:
                 p.wr.acked += 1
                 newly += size
             self.acked_order = top
-        evs = qp.evs
-        assert evs is not None and self.cc is not None
+        assert self.cc is not None
         m = seth.m
-        e = evs.by_entropy.get(seth.entropy)
         if e is not None:
             if seth.pr:
+                if not (evs.port_mask >> (e.port - 1)) & 1:
+                    self._peer_port_alive(self.peer, e.port)  # a doubted plane answered
                 evs.probe_answered(e, now, m == _M_NONE)
             elif m == _SKIP_ONCE:
                 evs.skip(e)
@@ -480,7 +528,9 @@ class Requester:
             self._detect_losses(now)
             self._complete()
         if not outstanding:
-            self.rto_deadline = self.check_deadline = None
+            self.check_deadline = None
+            if not self.unsent:
+                self.rto_deadline = None
 
     def _pto(self) -> int:
         return 2 * max(self.srtt, self.base_rtt)
@@ -529,8 +579,10 @@ class Requester:
             del self.by_order[order]
             self._lose(p)  # resent on a fresh EV, RTX set; its EV keeps its state
             self.stats.tail_probes += 1
-        elif self.check_deadline is None:
+        elif self.check_deadline is None and p.sent_at + self._pto() > now:
             self.check_deadline = p.sent_at + self._pto()
+        # else the newest transmission is the tail probe itself, overdue: only the retransmission timeout
+        # can tell more now (re-arming the check in the past would spin the driver's timer)
 
     def _lose(self, p: _Tx) -> None:
         if not p.lost:
@@ -555,16 +607,24 @@ class Requester:
     def on_nack(self, pkt: Packet, now: int) -> None:
         neth, qp = pkt.neth, self.qp
         assert neth is not None
-        self.blocked = False
         if qp.state is not _RTS:
             return
-        stats = qp.nic.stats
+        stats = self.stats
+        p = self.outstanding.get(unwrap_psn(neth.psn, self.cack))
+        if (
+            p is None
+            or neth.psn != pkt.bth.psn
+            or neth.dst_qp != self.qp_num & 0xFFFF
+            or neth.src_qp != self.dest_qp & 0xFFFF
+        ):
+            stats.rx_bogus_ack += 1  # about no packet in flight: stale, duplicated or forged
+            return
+        self.blocked = False
         stats.nacks_received += 1
         if neth.reason == _UNEXP_EVENT:
             qp.set_error(now, WcStatus.REM_OP_ERR)
             return
-        p = self.outstanding.get(unwrap_psn(neth.psn, self.cack))
-        if p is None or p.lost:
+        if p.lost:
             return
         assert self.cc is not None and qp.evs is not None
         if neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP:
@@ -591,7 +651,12 @@ class Requester:
             AethSyndrome.NAK_INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR,
             AethSyndrome.NAK_REMOTE_OPERATIONAL_ERROR: WcStatus.REM_OP_ERR,
         }.get(aeth.syndrome)  # type: ignore[call-overload]
-        if status is not None and self.qp.state is _RTS:
+        if self.qp.state is not _RTS:
+            return
+        if unwrap_psn(pkt.bth.psn, self.cack) not in self.outstanding:
+            self.stats.rx_bogus_ack += 1  # about no packet in flight: stale, duplicated or forged
+            return
+        if status is not None:
             self.qp.set_error(now, status)
 
     # -- timers --------------------------------------------------------------------------------------------
@@ -600,24 +665,37 @@ class Requester:
 
     def on_timer(self, now: int) -> None:
         self.blocked = False
-        if self.qp.state is not _RTS:
+        qp = self.qp
+        if qp.state is not _RTS:
             return
+        evs = qp.evs
+        assert evs is not None
+        if evs.bad:  # due probes leave with the next emit(); their schedule moves on now
+            self.pending_probes.extend(evs.due_probes(now))
+        if self.plane_probe_at is not None and now >= self.plane_probe_at:
+            if evs.doubted and self.wrs:
+                self.pending_probes.extend(evs.plane_probes())
+                self.plane_probe_at = now + self.probe_interval
+            else:
+                self.plane_probe_at = None
         if self.check_deadline is not None and now >= self.check_deadline:
             self.check_deadline = None
             self._check_tail(now)
         if self.rto_deadline is None or now < self.rto_deadline:
             return
-        if not self.outstanding:
+        if not self.outstanding and not self.unsent:
             self.rto_deadline = None
             return
         self.timeouts += 1
-        qp = self.qp
         qp.nic.stats.timeouts += 1
         if self.timeouts > self._retry_limit():
             qp.set_error(now, WcStatus.RETRY_EXC_ERR)
             return
-        evs = qp.evs
-        assert evs is not None and self.cc is not None
+        if not self.outstanding:  # work and no path: ask every doubted plane again
+            self.pending_probes.extend(evs.plane_probes())
+            self.rto_deadline = now + self.rto()
+            return
+        assert self.cc is not None
         for p in list(self.by_order.values()):
             self._lose(p)
             if p.ev is not None:
@@ -651,3 +729,6 @@ class Requester:
         self.retx.clear()
         self.inflight = 0
         self.rto_deadline = None
+        self.check_deadline = None
+        self.plane_probe_at = None
+        self.pending_probes = []

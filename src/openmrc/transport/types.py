@@ -43,8 +43,10 @@ def unwrap_psn(psn: int, near: int) -> int:
     return near + ((psn - near + _HALF) & PSN_MASK) - _HALF
 
 
-class LocalProtocolError(Exception):
-    """API misuse (illegal transition, missing attribute, bad work request). ``errno`` as in verbs."""
+class LocalProtocolError(ValueError):
+    """API misuse (illegal transition, missing attribute, bad work request, bad argument), raised at once
+    with nothing changed. ``errno`` as in verbs (EINVAL, ENOENT, ENOMEM ...); ``reason`` says what is wrong.
+    A `ValueError`, so callers that only check arguments may catch that."""
 
     def __init__(self, err: int, reason: str) -> None:
         self.errno = err

@@ -1,0 +1,96 @@
+"""The timer contract of the sans-IO core: after ``handle_timer(now)``, ``get_timer()`` is None or later than
+``now`` (a driver never spins, a simulated clock always advances), under scripted and random impairments."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from openmrc.transport import WcStatus
+
+from .helpers import Impairments, Pair
+from .transport_tools import Sent, install, statuses
+
+MTU = 4096
+LOST = 10**12  # an extra delay no run waits for: the packet is as good as dropped
+
+
+def run_checked(p: Pair, done: int, *, max_steps: int = 200_000, max_time: int = 10**11) -> None:
+    """Step until ``done`` completions (or nothing is left to happen); `Pair.step` checks the timer
+    contract for every NIC whose timer fires."""
+    for _ in range(max_steps):
+        if len(p.qp_a.send_cq) >= done or p.now > max_time or not p.step():
+            return
+    raise AssertionError("too many steps: the pair does not make progress")
+
+
+def test_lost_tail_loss_probe_does_not_spin_the_timer() -> None:
+    """One 3-packet Write: packet 2 is late by 60 µs, packet 3 and its tail loss probe are lost. The check
+    timer must not re-arm in the past; the retransmission timeout recovers."""
+    p = Pair(buf_size=1 << 16, timeout=8)
+    psn3_sends = 0
+
+    def delay(s: Sent) -> int:
+        nonlocal psn3_sends
+        if s.src != "a" or not s.is_data:
+            return 0
+        if s.psn == 1 and not s.rtx:
+            return 60_000
+        if s.psn == 2:
+            psn3_sends += 1
+            return LOST if psn3_sends <= 2 else 0  # the packet, then its probe
+        return 0
+
+    install(p, delay)
+    wr = p.write(0, 3 * MTU)
+    run_checked(p, 1)
+    assert statuses(p.qp_a.send_cq.poll(8)) == [(wr, WcStatus.SUCCESS)]
+    assert p.dst[: 3 * MTU] == p.src[: 3 * MTU]
+    assert p.a.stats.tail_probes == 1 and p.a.stats.timeouts >= 1 and psn3_sends == 3
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    loss=st.sampled_from([0.0, 0.01, 0.05, 0.2]),
+    dup=st.sampled_from([0.0, 0.05]),
+    reorder_ns=st.sampled_from([0, 5_000, 60_000]),
+    trim=st.sampled_from([0.0, 0.05]),
+    ecn=st.sampled_from([0.0, 0.1]),
+    sizes=st.lists(st.integers(0, 6 * MTU), min_size=1, max_size=4),
+    port_fail=st.sampled_from([None, (1, 20_000, None), (2, 10_000, 200_000)]),
+    ev_fail=st.booleans(),
+    wire=st.booleans(),
+)
+def test_timer_contract_under_random_impairments(
+    seed: int,
+    loss: float,
+    dup: float,
+    reorder_ns: int,
+    trim: float,
+    ecn: float,
+    sizes: list[int],
+    port_fail: tuple[int, int, int | None] | None,
+    ev_fail: bool,
+    wire: bool,
+) -> None:
+    imp = Impairments(loss=loss, dup=dup, reorder_ns=reorder_ns, trim=trim, ecn=ecn)
+    if port_fail is not None:
+        imp.port_fail = {port_fail[0]: port_fail[1:]}
+    p = Pair(seed=seed, buf_size=1 << 16, imp=imp, wire=wire, timeout=6, retry_exp=6)
+    if ev_fail:
+        assert p.qp_a.evs is not None
+        for e in p.qp_a.evs.rotation[:8]:
+            imp.ev_fail[e.entropy] = (5_000, None)
+    offset = 0
+    for n in sizes:
+        n = min(n, (1 << 16) - offset)
+        p.write(offset, n)
+        offset += n
+    run_checked(p, len(sizes), max_time=2 * 10**9)
+    wcs = p.qp_a.send_cq.poll(64)
+    assert len(wcs) == len(sizes)  # every Write ends: success, or an error after the retry budget
+    for w in wcs:
+        assert w.status in (WcStatus.SUCCESS, WcStatus.RETRY_EXC_ERR, WcStatus.WR_FLUSH_ERR)
+    if all(w.status is WcStatus.SUCCESS for w in wcs):
+        assert p.dst[:offset] == p.src[:offset]
