@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 NATIVE := src/openmrc/_native.json
 NATIVE_SRC := $(shell $(PYTHON) scripts/build_native.py --list)
 
-.PHONY: demo test lint typecheck pytest pytest-pure native bench clean
+.PHONY: demo test lint typecheck pytest pytest-pure native bench fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ test: lint typecheck pytest pytest-pure
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/wire_bench.py
+
+# Coverage-guided fuzzing (atheris) of the packet parser, the frame parser and a NIC's receive path, each
+# for FUZZ_SECONDS; new inputs and crash files go to build/fuzz/. `make test` runs a short bounded round.
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.run --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis $(NATIVE)
