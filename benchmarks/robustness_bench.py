@@ -10,7 +10,7 @@
    dropped for a wrong ICRC, whether the result is bit-exact, and what it cost in retransmissions.
 3. *ICRC cost*: CPU µs per 4 KiB data packet to seal it and to receive it as a datagram (ICRC check +
    parse + placement), against receiving the same packet as a decoded `Packet`, measured in one run as a
-   ratio (the machine is shared and noisy).
+   ratio (the machine is shared and noisy). The CRC-32 itself is zlib's (about 2.3 µs per 4 KiB here).
 
 Compiled modules (``make native``) are used when present; ``OPENMRC_PURE=1`` measures the interpreted core.
 """
@@ -23,7 +23,7 @@ import time
 
 from openmrc import _native
 from openmrc.transport.loopback import Impairments, Pair
-from openmrc.wire import Addressing, Packet, seal
+from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, Packet, seal
 
 MTU = 4096
 
@@ -53,34 +53,46 @@ def integrity(mib: int, flip: float) -> dict[str, float]:
     }
 
 
-def icrc_cost(n: int = 4000) -> dict[str, float]:
+def write_packets(p: Pair, n: int) -> list[Packet]:
+    """The ``n`` packets of one ``n``·4 KiB Write to ``p``'s NIC b, as its requester would send them."""
+    out = []
+    for i in range(n):
+        op = Opcode.WRITE_FIRST if i == 0 else (Opcode.WRITE_LAST if i == n - 1 else Opcode.WRITE_MIDDLE)
+        out.append(
+            Packet(
+                BTH(op, dest_qp=p.qp_b.qp_num, psn=i, ack_req=i == n - 1),
+                METH(0, 1),
+                None,
+                RETH(p.mr_b.addr + i * MTU, p.mr_b.rkey, n * MTU),
+                payload=p.src[i * MTU : (i + 1) * MTU],
+            )
+        )
+    return out
+
+
+def icrc_cost(n: int = 1000) -> dict[str, float]:
     """µs per 4 KiB data packet: seal; receive_datagram (ICRC + parse + place); receive(Packet)."""
-    p = Pair(seed=3, buf_size=n * MTU)
-    p.write(0, n * MTU)
-    sent: list[Packet] = []
-    while len(sent) < n:  # the requester's packets, as it emits them (window permitting)
-        out = p.a.datagrams_to_send(p.now)
-        sent += [t.packet for t in out if isinstance(t.packet, Packet) and t.packet.is_data]
-        if not out:
-            p.step()
+    pairs = [Pair(seed=3, buf_size=n * MTU) for _ in range(2)]
+    for pair in pairs:
+        pair.dst[:] = bytes(n * MTU)  # a NIC's registered memory is pinned: fault its pages in first
+    pkts = write_packets(pairs[0], n)
     addr = Addressing("2001:db8::a", "2001:db8::b", 0xC000)
     clock = time.perf_counter_ns
     t0 = clock()
-    raws = [seal(pkt, addr) for pkt in sent[:n]]
+    raws = [seal(pkt, addr) for pkt in pkts]
     t_seal = clock() - t0
-    fresh = [Pair(seed=3, buf_size=n * MTU) for _ in range(2)]
-    nic_d, nic_p = fresh[0].b, fresh[1].b
-    for pair in fresh:
-        assert pair.qp_b.qp_num == p.qp_b.qp_num  # same seed: the packets address this QP too
+    nic_d, nic_p = pairs[0].b, pairs[1].b
     t0 = clock()
     for i, raw in enumerate(raws):
         nic_d.receive_datagram(raw, 1, i, addr)
     t_dgram = clock() - t0
+    decoded = write_packets(pairs[1], n)
     t0 = clock()
-    for i, pkt in enumerate(sent[:n]):
+    for i, pkt in enumerate(decoded):
         nic_p.receive(pkt, 1, i, False, 0xC000)
     t_pkt = clock() - t0
     assert nic_d.stats.rx_data == nic_p.stats.rx_data == n and nic_d.stats.rx_bad_icrc == 0
+    assert pairs[0].dst == pairs[0].src and pairs[1].dst == pairs[1].src
     return {
         "seal_us_per_pkt": t_seal / n / 1000,
         "receive_datagram_us_per_pkt": t_dgram / n / 1000,

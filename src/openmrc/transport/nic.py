@@ -75,7 +75,7 @@ _heappush: Final = heapq.heappush
 Arrival = tuple[Packet, int, bool, int, TrimMark, Hashable]
 """One packet for `Nic.receive_burst`: (packet, port, ecn, entropy, trim, src), as `receive` takes them."""
 
-# The addressing validation mode seals and checks in-process packets with (their ICRC must round-trip).
+# The addressing validation mode seals in-process packets with, and checks them against on receipt.
 _LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
