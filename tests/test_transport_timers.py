@@ -74,7 +74,7 @@ def test_timer_contract_under_random_impairments(
     ev_fail: bool,
     wire: bool,
 ) -> None:
-    imp = Impairments(loss=loss, dup=dup, reorder_ns=reorder_ns, trim=trim, ecn=ecn)
+    imp = Impairments(loss=loss, dup=dup, reorder_ns=reorder_ns, trim=trim, ecn=ecn, corrupt=0.02 * wire)
     if port_fail is not None:
         imp.port_fail = {port_fail[0]: port_fail[1:]}
     p = Pair(seed=seed, buf_size=1 << 16, imp=imp, wire=wire, timeout=6, retry_exp=6)
