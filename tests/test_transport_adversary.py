@@ -382,3 +382,65 @@ def test_trim_helper_cuts_a_datagram_to_its_headers() -> None:
     assert parse(cut, trimmed=True).reth == hook_pkt.reth
     with pytest.raises(WireError):
         trim_datagram(sack(p, 0).encode())  # control packets are never trimmed
+
+
+# -- a storm of forged feedback ------------------------------------------------------------------------------
+
+
+def forged_feedback(p: Pair, rng: random.Random) -> Packet:
+    """A SACK, NACK, AETH NAK or probe answer aimed at QP a with random fields: QP ids right or wrong,
+    PSNs anywhere outside what QP a has outstanding."""
+    r = p.qp_a.requester
+    while True:  # a PSN this QP cannot tell from a real one is out of scope (RDMA has no authentication)
+        psn = rng.getrandbits(24)
+        seq = r.cack + ((psn - r.cack + (1 << 23)) & 0xFFFFFF) - (1 << 23)
+        if not r.cack - 1024 <= seq <= r.next_seq + 64:
+            break
+    right = rng.random() < 0.7
+    src_qp = p.qp_b.qp_num & 0xFFFF if right else rng.getrandbits(16)
+    dst_qp = p.qp_a.qp_num & 0xFFFF if right else rng.getrandbits(16)
+    kind = rng.randrange(4)
+    if kind == 0:
+        reason = rng.choice(list(NackReason))
+        return Packet(
+            BTH(Opcode.NACK, dest_qp=p.qp_a.qp_num, psn=psn),
+            neth=NETH(reason=reason, src_qp=src_qp, dst_qp=dst_qp, psn=psn, entropy=rng.getrandbits(32)),
+        )
+    if kind == 1:
+        syndrome = rng.choice(
+            [
+                AethSyndrome.NAK_REMOTE_ACCESS_ERROR,
+                AethSyndrome.NAK_INVALID_REQUEST,
+                AethSyndrome.NAK_REMOTE_OPERATIONAL_ERROR,
+            ]
+        )
+        return Packet(BTH(Opcode.ACK, dest_qp=p.qp_a.qp_num, psn=psn), aeth=AETH(syndrome, 0))
+    evs = p.qp_a.evs
+    assert evs is not None
+    seth = SETH(
+        src_qp=src_qp,
+        dst_qp=dst_qp,
+        cack_psn=psn,
+        pr=kind == 3,
+        m=rng.randrange(3),
+        entropy=rng.choice(evs.entries).entropy,
+        sack_offset=rng.randrange(-64, 64),
+        bitmap=rng.getrandbits(64),
+    )
+    return Packet(BTH(Opcode.SACK, dest_qp=p.qp_a.qp_num, psn=psn), seth=seth, cc_state=CcState())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_storm_of_forged_feedback_never_stops_an_impaired_transfer(seed: int) -> None:
+    imp = Impairments(loss=0.01, dup=0.01, reorder_ns=4_000, trim=0.02)
+    p = Pair(seed=seed, buf_size=1 << 20, imp=imp)
+    rng = random.Random(seed)
+    wr = p.write(0, 1 << 20)
+    forged = 0
+    while not len(p.qp_a.send_cq):
+        assert p.step() and p.now < 10**9
+        for _ in range(rng.randrange(3)):
+            p.a.receive(forged_feedback(p, rng), rng.randint(1, 4), p.now, src="b")
+            forged += 1
+    assert statuses(p.completions()) == [(wr, S.SUCCESS)] and p.dst == p.src
+    assert forged > 200 and p.a.stats.rx_bogus_ack >= forged  # every one dropped (plus stale real ones)
