@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import struct
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -150,3 +154,28 @@ def test_ecmp_hash_is_the_flow_crc_mixed_with_the_switch_salt(
             == e.mix(crc, e.salt(switch))
             == fmix32(crc ^ e.salt(switch))
         )
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_single_plane_equivalent_refuses_a_radix_that_builds_no_tree(k: int) -> None:
+    """A radix below 4 adds a tier per step without adding hosts: refused with the rule, not looped on."""
+    with pytest.raises(ValueError, match=r"fewer than two|needs k ≥ 4"):
+        single_plane_equivalent(64, k * 400_000_000_000, 400_000_000_000)
+
+
+@pytest.mark.parametrize("k", [4, 5, 6, 64])
+def test_single_plane_equivalent_smallest_tree_holds_the_hosts(k: int) -> None:
+    sp = single_plane_equivalent(100, k * 100_000_000_000, 100_000_000_000)
+    assert 2 * (k // 2) ** sp.tiers >= 100 > 2 * (k // 2) ** (sp.tiers - 1)
+
+
+def test_topo_plan_with_no_single_plane_equivalent_still_plans(tmp_path: Path) -> None:
+    """4 planes of a radix-8 T0: the ASIC split at NIC speed (2 ports) builds no fat tree; the plan is still
+    printed and written, with no single-plane column (this used to loop forever)."""
+    cmd = [sys.executable, "-m", "openmrc.cli.main", "topo", "plan", "--planes", "4", "--hosts", "32"]
+    cmd += ["--t0-radix", "8", "--t1-radix", "8", "--out", str(tmp_path)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "single plane: none to compare with" in res.stdout and "Traceback" not in res.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["single_plane"] is None and plan["hosts"] == 32

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ import typer
 from rich.table import Table
 
 from openmrc.cli.render import make_console
-from openmrc.fabric.clos import MultiPlaneClos, single_plane_equivalent
+from openmrc.fabric.clos import MultiPlaneClos, SinglePlaneEquivalent, single_plane_equivalent
 from openmrc.fabric.srv6 import UsidPlan
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Fabric topologies and SRv6 plans.")
@@ -46,7 +47,15 @@ def plan(
     counts = topo.counts()
     nic_bps = planes * link_gbps * 10**9
     asic_bps = t0_radix * link_gbps * 10**9
-    sp = single_plane_equivalent(hosts, asic_bps, nic_bps)
+    try:  # the comparison column; a fabric whose ASIC split at NIC speed builds no fat tree has none
+        sp: SinglePlaneEquivalent | None = single_plane_equivalent(hosts, asic_bps, nic_bps)
+        no_sp = ""
+    except ValueError as exc:
+        sp, no_sp = None, str(exc)
+
+    def single(cell: Callable[[SinglePlaneEquivalent], str]) -> str:
+        return "—" if sp is None else cell(sp)
+
     mp_links = planes * topo.t0_per_plane * topo.uplinks
     lanes_per_optic = max(1, nic_bps // (link_gbps * 10**9))
     mp_optics = -(-2 * mp_links // lanes_per_optic)
@@ -73,20 +82,28 @@ def plan(
         f"single plane ({nic_bps // 10**9}G NIC)",
         title=f"{hosts:,} hosts",
     )
-    t.add_row("tiers", "2", str(sp.tiers))
-    t.add_row("switch radix", f"{t0_radix}×{link_gbps}G", f"{sp.radix}×{nic_bps // 10**9}G")
+    t.add_row("tiers", "2", single(lambda s: str(s.tiers)))
+    t.add_row("switch radix", f"{t0_radix}×{link_gbps}G", single(lambda s: f"{s.radix}×{nic_bps // 10**9}G"))
     t.add_row(
-        "switches", f"{topo.num_switches():,} ({counts['T0']:,} T0 + {counts['T1']:,} T1)", f"{sp.switches:,}"
+        "switches",
+        f"{topo.num_switches():,} ({counts['T0']:,} T0 + {counts['T1']:,} T1)",
+        single(lambda s: f"{s.switches:,}"),
     )
-    t.add_row("switch hops (max)", "3", str(2 * sp.tiers - 1))
+    t.add_row("switch hops (max)", "3", single(lambda s: str(2 * s.tiers - 1)))
     t.add_row(
-        "switch-to-switch links", f"{mp_links:,} × {link_gbps}G", f"{sp.switch_links:,} × {nic_bps // 10**9}G"
+        "switch-to-switch links",
+        f"{mp_links:,} × {link_gbps}G",
+        single(lambda s: f"{s.switch_links:,} × {nic_bps // 10**9}G"),
     )
-    t.add_row("optics (800G-equivalent)", f"{mp_optics:,}", f"{sp.transceivers:,}")
+    t.add_row("optics (800G-equivalent)", f"{mp_optics:,}", single(lambda s: f"{s.transceivers:,}"))
     t.add_row(
-        "paths between two racks", f"{planes * topo.uplinks:,}", f"{(sp.radix // 2) ** (sp.tiers - 1):,}"
+        "paths between two racks",
+        f"{planes * topo.uplinks:,}",
+        single(lambda s: f"{(s.radix // 2) ** (s.tiers - 1):,}"),
     )
     console.print(t)
+    if sp is None:
+        console.print(f"single plane: none to compare with: {no_sp}")
     example = usid.path_address(0, hosts - 1, planes - 1, topo.uplinks - 1)
     console.print(
         f"{planes} planes × ({topo.t0_per_plane} T0 with {topo.hosts_per_t0} hosts + {topo.uplinks} uplinks, "
@@ -99,7 +116,9 @@ def plan(
             json.dumps(
                 {
                     **shape,
-                    "single_plane": {
+                    "single_plane": None
+                    if sp is None
+                    else {
                         "tiers": sp.tiers,
                         "switches": sp.switches,
                         "switch_links": sp.switch_links,

@@ -194,10 +194,17 @@ def single_plane_equivalent(hosts: int, switch_bps: int, host_bps: int) -> Singl
     """
     k = switch_bps // host_bps
     if k < 2:
-        raise ValueError(f"a {switch_bps} b/s switch cannot be split into {host_bps} b/s ports")
-    tiers = 1
-    while 2 * (k // 2) ** tiers < hosts:
-        tiers += 1
+        raise ValueError(
+            f"a {switch_bps / 1e9:g} Gb/s switch has fewer than two {host_bps / 1e9:g} Gb/s host ports"
+        )
     half = k // 2
+    if half < 2 and hosts > 2 * half:  # every tier adds one switch per host pair and no more hosts
+        raise ValueError(
+            f"a switch of {k} {host_bps / 1e9:g} Gb/s ports builds no fat tree of {hosts} hosts "
+            "(a tree of radix k holds 2·(k/2)^tiers hosts: it needs k ≥ 4)"
+        )
+    tiers = 1
+    while 2 * half**tiers < hosts:
+        tiers += 1
     switches = (tiers - 1) * -(-hosts // half) + -(-hosts // k)
     return SinglePlaneEquivalent(hosts, k, host_bps, tiers, switches, (tiers - 1) * hosts)
