@@ -131,7 +131,7 @@ class EvStatus:
     active: bool
     """In the spraying rotation (False: a backup of its plane)."""
     usable: bool
-    """GOOD (or SKIP) and both the local and the peer's port of its plane are up."""
+    """Sprayed on now: in the rotation, GOOD (or SKIP) and its plane up on both sides."""
 
 
 class EvTable:
@@ -226,18 +226,14 @@ class EvTable:
         return True
 
     def status(self) -> list[EvStatus]:
-        """Every EV of the QP, active ones in rotation order first, then the backups by plane."""
+        """Every EV of the QP, in the profile's order."""
         mask = self._port_mask
         out = []
-        for e in self.rotation + [b for port in sorted(self.backups) for b in self.backups[port]]:
-            usable = (e.state is _GOOD or e.state is _SKIP) and bool((mask >> (e.port - 1)) & 1)
-            state = _GOOD if e.state is _SKIP else e.state
-            out.append(EvStatus(e.port, e.expanded, e.entropy, state, e.slot >= 0, usable))
-        seen = {id(x) for x in self.rotation} | {id(b) for bs in self.backups.values() for b in bs}
-        for e in self.entries:  # retired EVs with no backup slot (bad or denied, out of rotation)
-            if id(e) not in seen:
-                state = _GOOD if e.state is _SKIP else e.state
-                out.append(EvStatus(e.port, e.expanded, e.entropy, state, False, False))
+        for e in self.entries:
+            good = e.state is _GOOD or e.state is _SKIP
+            active = e.slot >= 0
+            usable = good and active and bool((mask >> (e.port - 1)) & 1)
+            out.append(EvStatus(e.port, e.expanded, e.entropy, _GOOD if good else e.state, active, usable))
         return out
 
     # -- spraying ------------------------------------------------------------------------------------------

@@ -36,11 +36,11 @@ with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
 
 A QP with work but no usable path (every plane down locally, or said down by the peer, or every EV
 denied) and nothing in flight keeps the retransmission timer all the same: each expiry counts against the
-retry budget and probes every *doubted* plane again (up locally, down by the peer's word), so a wrong or
-stale port status update is found out by the first answer and a port coming back resumes the QP; when the
-budget runs out the QP goes to ERROR with RETRY_EXC_ERR and every WR is flushed. Probes of ASSUMED_BAD EVs
-and of doubted planes that the timer finds due are queued and leave with the next `emit`, so the timer
-always moves past ``now``.
+retry budget, and when it runs out the QP goes to ERROR with RETRY_EXC_ERR and every WR is flushed. While
+it has work, a QP probes each *doubted* plane (up locally, down by the peer's word) every probe interval,
+so a wrong or stale port status update is found out by the first answer; a port coming back resumes it.
+Probes of ASSUMED_BAD EVs and of doubted planes that the timer finds due are queued and leave with the
+next `emit`, so the timer always moves past ``now``.
 
 Feedback is checked before it is believed: a SACK, NACK or AETH from another QP id pair, or whose PSN
 (cumulative PSN, bitmap, NACK PSN, AETH PSN) is not within what this QP has outstanding, and a probe answer
@@ -691,8 +691,7 @@ class Requester:
         if self.timeouts > self._retry_limit():
             qp.set_error(now, WcStatus.RETRY_EXC_ERR)
             return
-        if not self.outstanding:  # work and no path: ask every doubted plane again
-            self.pending_probes.extend(evs.plane_probes())
+        if not self.outstanding:  # work and no path (doubted planes are probed on their own schedule)
             self.rto_deadline = now + self.rto()
             return
         assert self.cc is not None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-import zlib
 from typing import Final
 
 from openmrc.wire.buffer import WireError
@@ -35,16 +34,15 @@ from openmrc.wire.constants import (
     OP_WRITE_ONLY_WITH_IMM,
     is_data_opcode,
 )
-from openmrc.wire.packet import Packet
+from openmrc.wire.headers import BTH
+from openmrc.wire.icrc import icrc_over
+from openmrc.wire.packet import ICRC_SIZE, Packet
 
 __all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "trim_datagram"]
 
-ICRC_SIZE: Final = 4
-_BTH_SIZE: Final = 12
 _MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP header
 _MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
 _ICRC: Final = struct.Struct("<I")
-_LRH_CRC: Final = zlib.crc32(b"\xff" * 8)  # the CRC so far after the 8 bytes standing for the LRH
 _UDP: Final = 17
 
 
@@ -109,7 +107,7 @@ def _packed(a: object, name: str) -> bytes:
 
 
 def datagram_icrc(body: bytes | bytearray | memoryview, addr: Addressing) -> int:
-    """The ICRC of an MRC UDP payload whose bytes before the ICRC trailer are ``body``."""
+    """The ICRC of an MRC UDP payload whose bytes before the ICRC trailer are ``body`` (at least BTH)."""
     n = len(body) + ICRC_SIZE + 8  # UDP length
     if addr.version == 4:
         pseudo = _MASKED_V4.pack(
@@ -132,20 +130,14 @@ def datagram_icrc(body: bytes | bytearray | memoryview, addr: Addressing) -> int
         pseudo = _MASKED_V6.pack(
             0x6FFFFFFF, n, _UDP, 0xFF, addr.src, addr.dst, addr.sport, addr.dport, n, 0xFFFF
         )
-    crc = zlib.crc32(pseudo, _LRH_CRC)
-    view = memoryview(body)
-    if len(view) < _BTH_SIZE:
-        return zlib.crc32(view, crc)
-    crc = zlib.crc32(view[:4], crc)
-    crc = zlib.crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved) masked
-    return zlib.crc32(view[5:], crc)
+    return icrc_over(pseudo, body)
 
 
 def seal(data: Packet | bytes | bytearray | memoryview, addr: Addressing) -> bytes:
     """The MRC UDP payload of ``data`` (a `Packet`, or encoded bytes whose trailer is replaced) with the ICRC
     it must carry when sent with addressing ``addr``."""
     raw = data.encode() if isinstance(data, Packet) else bytes(data)
-    if len(raw) < _BTH_SIZE + ICRC_SIZE:
+    if len(raw) < BTH.SIZE + ICRC_SIZE:
         raise WireError("packet", "length", len(raw), "an MRC packet is at least BTH + ICRC (16 B)")
     body = memoryview(raw)[:-ICRC_SIZE]
     return b"".join((body, _ICRC.pack(datagram_icrc(body, addr))))
@@ -156,7 +148,7 @@ def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:
     view = memoryview(data)
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
-    if len(view) < _BTH_SIZE + ICRC_SIZE:
+    if len(view) < BTH.SIZE + ICRC_SIZE:
         return False
     carried: int = _ICRC.unpack_from(view, len(view) - ICRC_SIZE)[0]
     return carried == datagram_icrc(view[:-ICRC_SIZE], addr)
@@ -166,12 +158,12 @@ def trim_datagram(data: bytes | bytearray | memoryview) -> bytes:
     """A data packet as a trimming switch forwards it: its headers (BTH through ImmDt) and the trailer,
     payload and pad cut off. Raises `WireError` for a control packet (never trimmed) or truncated input."""
     view = memoryview(data)
-    if len(view) < _BTH_SIZE + ICRC_SIZE:
+    if len(view) < BTH.SIZE + ICRC_SIZE:
         raise WireError("BTH", "length", len(view), "truncated: shorter than BTH + ICRC")
     op = view[0]
     if not is_data_opcode(op):
         raise WireError("BTH", "opcode", 0, f"opcode 0x{op:02x} is not a data packet; only data is trimmed")
-    hlen = _BTH_SIZE + 4 + (4 if view[8] & 0x10 else 0) + 16
+    hlen = BTH.SIZE + 4 + (4 if view[8] & 0x10 else 0) + 16
     if op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM):
         hlen += 4
     if len(view) < hlen + ICRC_SIZE:

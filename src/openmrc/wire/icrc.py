@@ -19,10 +19,20 @@ import zlib
 
 from openmrc.wire.buffer import WireError
 
-__all__ = ["compute_icrc", "icrc_bytes"]
+__all__ = ["compute_icrc", "icrc_bytes", "icrc_over"]
 
-_LRH = b"\xff" * 8
+_LRH_CRC = zlib.crc32(b"\xff" * 8)  # the CRC so far after the 8 bytes standing for the LRH
 _UDP = 17
+
+
+def icrc_over(masked_ip_udp: bytes | bytearray, transport: bytes | bytearray | memoryview) -> int:
+    """The ICRC given the IP and UDP headers with their variant fields already masked, and the bytes from
+    BTH up to (not including) the ICRC (at least BTH's 12 bytes); BTH byte 4 is masked here."""
+    view = memoryview(transport)
+    crc = zlib.crc32(masked_ip_udp, _LRH_CRC)
+    crc = zlib.crc32(view[:4], crc)
+    crc = zlib.crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved)
+    return zlib.crc32(view[5:], crc) & 0xFFFFFFFF
 
 
 def compute_icrc(ip_packet: bytes | bytearray | memoryview) -> int:
@@ -52,16 +62,8 @@ def compute_icrc(ip_packet: bytes | bytearray | memoryview) -> int:
         ip[7] = 0xFF  # hop limit
     else:
         raise WireError("IP", "version", 0, f"IP version {version} is neither 4 nor 6")
-    udp = bytearray(pkt[ihl : ihl + 8])
-    udp[6:8] = b"\xff\xff"
-    bth = bytearray(pkt[ihl + 8 : ihl + 20])
-    bth[4] = 0xFF
-    crc = zlib.crc32(_LRH)
-    crc = zlib.crc32(ip, crc)
-    crc = zlib.crc32(udp, crc)
-    crc = zlib.crc32(bth, crc)
-    crc = zlib.crc32(memoryview(pkt)[ihl + 20 :], crc)
-    return crc & 0xFFFFFFFF
+    ip += pkt[ihl : ihl + 6] + b"\xff\xff"  # the UDP header, checksum masked
+    return icrc_over(ip, memoryview(pkt)[ihl + 8 :])
 
 
 def icrc_bytes(icrc: int) -> bytes:
