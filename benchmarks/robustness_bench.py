@@ -2,7 +2,7 @@
 
     python benchmarks/robustness_bench.py [--json] [--mib 16] [--flip 0.01]
 
-1. *Line rate*: a clean 4 MiB Write through the pair harness (openmrc.transport.loopback: 100 Gbit/s per
+1. *Line rate*: a clean 4 MiB Write through the pair harness (openmrc.provider.loopback: 100 Gbit/s per
    port, 2 µs latency) over 1, 2, 4 and 8 ports: goodput over simulated time as a share of the aggregate
    line rate (``NicConfig.link_bps`` is one port's rate; the default CC profile sizes its window for all).
 2. *Integrity*: a ``--mib`` Write whose every packet travels as bytes sealed with the real RoCEv2 ICRC,
@@ -22,7 +22,7 @@ import json
 import time
 
 from openmrc import _native
-from openmrc.transport.loopback import Impairments, Pair
+from openmrc.provider.loopback import Impairments, Pair
 from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, Packet, seal
 
 MTU = 4096

@@ -1,6 +1,6 @@
 """Transport core CPU cost: µs per data packet on the requester and responder paths.
 
-A 64 MiB RDMA Write between the pair harness's two NICs (openmrc.transport.loopback: 4 planes, connected
+A 64 MiB RDMA Write between the pair harness's two NICs (openmrc.provider.loopback: 4 planes, connected
 QPs, registered buffers; no impairments), driven the way a NIC driver runs its loop: every tick (1 µs of
 virtual time) each side is handed what arrived for it as one receive burst (`Nic.receive_burst`), runs its
 timers and sends what it may; packets reach the other side a fixed latency later. Each side's tick is timed
@@ -25,8 +25,8 @@ import time
 from collections import deque
 
 from openmrc import _native
+from openmrc.provider.loopback import Pair
 from openmrc.transport import Nic, NicConfig, TrimMark
-from openmrc.transport.loopback import Pair
 from openmrc.transport.nic import Arrival
 
 LATENCY_NS = 2_000

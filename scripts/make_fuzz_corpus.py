@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 from tests.fuzz.targets import MTU, NicInput, Record, make_live  # noqa: E402
 from tests.transport_tools import Sent, install  # noqa: E402
 
+from openmrc.provider.loopback import Impairments  # noqa: E402
 from openmrc.transport import TrimMark  # noqa: E402
-from openmrc.transport.loopback import Impairments  # noqa: E402
 from openmrc.wire import (  # noqa: E402
     BTH,
     DATA_OPCODES,

@@ -1,5 +1,5 @@
-"""The pair harness for the transport tests (it lives in the package: `openmrc.transport.loopback`)."""
+"""The pair harness for the transport tests (it lives in the package: `openmrc.provider.loopback`)."""
 
-from openmrc.transport.loopback import Fabric, Impairments, Pair
+from openmrc.provider.loopback import Fabric, Impairments, Pair
 
 __all__ = ["Fabric", "Impairments", "Pair"]

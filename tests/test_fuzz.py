@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from openmrc import _native
+from openmrc.provider.loopback import Pair
 from openmrc.transport import WcStatus
-from openmrc.transport.loopback import Pair
 from openmrc.wire import BTH, METH, PETH, RETH, Opcode, Packet, parse
 
 from .fuzz import targets

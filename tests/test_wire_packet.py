@@ -447,7 +447,8 @@ def test_written_out_init_matches_the_dataclass_fields(cls: type) -> None:
     if cls is Packet:  # typed attributes (compiled) take only values of their type
         values = {f.name: None for f in fs} | {"bth": BTH(1), "payload": memoryview(b"x"), "icrc": 7}
     elif cls is Transmit:
-        values = {"port": 1, "peer": "p", "ev": b"e", "entropy": 2, "packet": b"d", "qp_num": 3, "size": 4}
+        pkt = Packet(BTH(1))
+        values = {"port": 1, "peer": "p", "ev": b"e", "entropy": 2, "packet": pkt, "qp_num": 3, "size": 4}
     else:
         values = {f.name: i + 2 if f.type == "int" else True for i, f in enumerate(fs)}
     by_position = cls(*values.values())

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from openmrc.provider.loopback import Impairments, Pair
 from openmrc.transport import Access, MemoryRegion, NicConfig, Qp, RecvWR, TrimMark, WcStatus, unwrap_psn
-from openmrc.transport.loopback import Impairments, Pair
 from openmrc.wire import (
     DATA_OPCODES,
     MRC_UDP_PORT,

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from openmrc import __version__
+from openmrc.cli.perf import app as perf_app
 from openmrc.cli.render import make_console, opcode_name, packet_table
 from openmrc.cli.sim import app as sim_app
 from openmrc.cli.topo import app as topo_app
@@ -24,6 +25,7 @@ from openmrc.wire.pcap import write_pcap
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="openmrc: MRC 1.0 (OCP) in Python.")
 app.add_typer(topo_app, name="topo")
 app.add_typer(sim_app, name="sim")
+app.add_typer(perf_app, name="perf")
 console = make_console()
 
 
@@ -178,7 +180,7 @@ def tour() -> None:
 
 def _transport_tour() -> None:
     """Two NICs over 4 planes: an 8 MiB Write through loss, reordering, trims and a plane that fails."""
-    from openmrc.transport.loopback import Impairments, Pair
+    from openmrc.provider.loopback import Impairments, Pair
 
     console.rule("[bold]Transport: one QP spraying over 4 planes")
     t = Table(

@@ -443,7 +443,7 @@ class Switch(Node):
 class Host(Node):
     """A host: one NIC port per plane, running a transport `Nic` on simulated time."""
 
-    __slots__ = ("_pace_cb", "_timer_cb", "nic", "on_pump", "pace_pending", "sim", "timer_at", "tx_drops")
+    __slots__ = ("_pace_cb", "_timer_cb", "nic", "on_pump", "pace_pending", "sim", "timer_at")
 
     def __init__(self, sim: Simulator, node_id: int, nic: Nic) -> None:
         super().__init__(node_id)
@@ -451,7 +451,6 @@ class Host(Node):
         self.nic = nic
         self.timer_at: int | None = None
         self.pace_pending = False
-        self.tx_drops = 0
         self.on_pump: Callable[[Host], None] | None = None
         self._pace_cb: Callable[[None], None] = self._pace  # bound once, not per event
         self._timer_cb: Callable[[int], None] = self._timer
@@ -515,9 +514,6 @@ class Host(Node):
 
     def _send(self, t: Transmit, now: int) -> None:
         pkt = t.packet
-        if not isinstance(pkt, Packet):
-            self.tx_drops += 1
-            return
         size = len(pkt.payload) + HEADER_BYTES
         sp = SimPacket(pkt, size, int.from_bytes(t.ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
         self.ports[t.port - 1].send(sp, now)

@@ -37,6 +37,9 @@ class NicConfig:
     """Consecutive successful probes that turn an ASSUMED_BAD EV back to GOOD."""
     default_ev_count: int = 128
     """EVs per QP when the QP names no EV profile (UDP source-port EVs, drawn equally from all ports)."""
+    default_ev_sports: tuple[int, int] = (1, 65536)
+    """UDP source ports [low, high) the default profile's EVs are drawn from. A UDP device narrows it to the
+    dynamic range 49152-65535 (ports a host does not reserve for services)."""
     validate_wire: bool = False
     """Encode and re-parse every packet sent and received (validation mode; slow)."""
     max_send_wr: int = 4096
@@ -57,6 +60,9 @@ class NicConfig:
             "probe_interval_ns": self.probe_interval_ns > 0,
             "probes_to_restore": self.probes_to_restore >= 1,
             "default_ev_count": self.default_ev_count >= 1,
+            "default_ev_sports": len(self.default_ev_sports) == 2
+            and 1 <= self.default_ev_sports[0] < self.default_ev_sports[1] <= 65536
+            and self.default_ev_sports[1] - self.default_ev_sports[0] >= self.default_ev_count,
             "max_send_wr": self.max_send_wr >= 1,
             "max_recv_wr": self.max_recv_wr >= 1,
         }

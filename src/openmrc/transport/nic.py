@@ -1,14 +1,9 @@
 """The sans-IO MRC NIC: ports (planes), QPs, memory regions, EV/CC profiles, demux, timers, endpoint ops.
 
-The driver contract (aioquic's shape), for every driver: the pair harness, the simulator's hosts and a
-UDP device alike::
-
-    nic.receive_datagram(data, port, now, addr, ecn=..., flow_label=..., trim=...)  # each datagram (bytes)
-    nic.receive(packet, port, now, ecn, entropy, trim, src)       # or each decoded `Packet` (in process)
-    for t in nic.datagrams_to_send(now): send t.packet on port t.port along EV t.ev
-    deadline = nic.get_timer()  ->  at that time: nic.handle_timer(now)
-
-After ``handle_timer(now)``, `get_timer` returns None or a time later than ``now``: a driver never spins.
+Drivers (the pair harness, the simulator's hosts, the UDP device) follow one contract, written down in
+`openmrc.provider`: feed arrivals and the time (`receive_datagram` / `receive`), drain
+`datagrams_to_send`, re-arm one timer (`get_timer` / `handle_timer`); after ``handle_timer(now)``,
+`get_timer` returns None or a time later than ``now``, so a driver never spins.
 Raw bytes enter only through `receive_datagram`, which checks the RoCEv2 ICRC against the datagram's
 addressing (`openmrc.wire.Addressing`: what a socket reports) and derives the entropy the packet travelled
 on from its UDP source port and flow label. Nothing here reads a clock, opens a socket or uses the global
@@ -220,7 +215,7 @@ class Nic:
         # The values are drawn now (the rng sequence must not depend on whether profile 0 is used), the
         # profile itself is built on first use: a simulated fabric of 100K+ NICs mostly never needs it.
         cfg = self.config
-        values = array("H", self.rng.sample(range(1, 1 << 16), cfg.default_ev_count))
+        values = array("H", self.rng.sample(range(*cfg.default_ev_sports), cfg.default_ev_count))
         self._default_ev_values = values
         self.cc_profiles[0] = (
             "uet-1.0-nscc",
@@ -609,7 +604,7 @@ class Nic:
         if self._ep_arrivals:
             for t in out:
                 arrived = self._ep_arrivals.pop(id(t.packet), None)
-                if arrived is not None and isinstance(t.packet, Packet) and t.packet.eeth is not None:
+                if arrived is not None and t.packet.eeth is not None:
                     t.packet.eeth.service_time = min(now - arrived, 0xFFFFFFFF)
         if not out and not self._active:
             return out
@@ -641,8 +636,7 @@ class Nic:
             self.stats.tx_packets += len(out)
         if self._validate:  # every packet as its bytes decode, with the ICRC `receive` checks
             for t in out:
-                if isinstance(t.packet, Packet):
-                    t.packet = parse(seal(t.packet, _LOOP_ADDR))
+                t.packet = parse(seal(t.packet, _LOOP_ADDR))
         return out
 
     def get_timer(self) -> int | None:

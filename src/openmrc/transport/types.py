@@ -163,14 +163,17 @@ class Transmit:
     """One packet the driver must send: on NIC ``port`` (1-based plane), towards ``peer`` along ``ev``.
 
     ``ev`` is the expanded EV (32 bytes; the driver turns it into UDP source port / flow label / SRv6
-    addresses with `openmrc.ev.packet_fields`), ``entropy`` the 32-bit value the peer echoes back.
+    addresses with `openmrc.ev.packet_fields`), ``entropy`` the 32-bit value the peer echoes back (for
+    UDP and STEV EVs ``flow_label << 16 | udp_sport``). ``packet`` is always a decoded `Packet`: the core
+    never emits bytes; the driver encodes it (and seals it with the ICRC of its addressing). ``size`` is
+    the payload bytes of a data packet (0 for control packets), for a driver's pacing.
     """
 
     port: int
     peer: Hashable
     ev: bytes
     entropy: int
-    packet: Packet | bytes
+    packet: Packet
     qp_num: int = 0
     size: int = field(default=0)
 
@@ -180,7 +183,7 @@ class Transmit:
         peer: Hashable,
         ev: bytes,
         entropy: int,
-        packet: Packet | bytes,
+        packet: Packet,
         qp_num: int = 0,
         size: int = 0,
     ) -> None:

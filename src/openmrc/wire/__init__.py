@@ -14,7 +14,7 @@ from openmrc.wire.constants import (
     Opcode,
     SackM,
 )
-from openmrc.wire.datagram import Addressing, datagram_icrc, icrc_ok, seal, trim_datagram
+from openmrc.wire.datagram import Addressing, datagram_icrc, icrc_ok, seal, seal_parts, trim_datagram
 from openmrc.wire.framing import Frame, SRv6Encap, encapsulate, parse_frame
 from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
 from openmrc.wire.icrc import compute_icrc
@@ -57,5 +57,6 @@ __all__ = [
     "parse",
     "parse_frame",
     "seal",
+    "seal_parts",
     "trim_datagram",
 ]

@@ -35,10 +35,10 @@ from openmrc.wire.constants import (
     is_data_opcode,
 )
 from openmrc.wire.headers import BTH
-from openmrc.wire.icrc import icrc_over
+from openmrc.wire.icrc import crc32, icrc_over
 from openmrc.wire.packet import ICRC_SIZE, Packet
 
-__all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "trim_datagram"]
+__all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "seal_parts", "trim_datagram"]
 
 _MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP header
 _MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
@@ -106,9 +106,15 @@ def _packed(a: object, name: str) -> bytes:
         raise ValueError(f"{name}: {a!r} is not an IPv4 or IPv6 address") from None
 
 
-def datagram_icrc(body: bytes | bytearray | memoryview, addr: Addressing) -> int:
-    """The ICRC of an MRC UDP payload whose bytes before the ICRC trailer are ``body`` (at least BTH)."""
+def datagram_icrc(
+    body: bytes | bytearray | memoryview, addr: Addressing, *more: bytes | bytearray | memoryview
+) -> int:
+    """The ICRC of an MRC UDP payload whose bytes before the ICRC trailer are ``body`` (at least BTH)
+    followed by the parts ``more`` (e.g. a payload straight from registered memory, and its pad: a
+    driver that sends scatter/gather never joins them)."""
     n = len(body) + ICRC_SIZE + 8  # UDP length
+    for part in more:
+        n += len(part)
     if addr.version == 4:
         pseudo = _MASKED_V4.pack(
             0x45,
@@ -130,7 +136,10 @@ def datagram_icrc(body: bytes | bytearray | memoryview, addr: Addressing) -> int
         pseudo = _MASKED_V6.pack(
             0x6FFFFFFF, n, _UDP, 0xFF, addr.src, addr.dst, addr.sport, addr.dport, n, 0xFFFF
         )
-    return icrc_over(pseudo, body)
+    crc = icrc_over(pseudo, body)
+    for part in more:
+        crc = crc32(part, crc)
+    return crc & 0xFFFFFFFF
 
 
 def seal(data: Packet | bytes | bytearray | memoryview, addr: Addressing) -> bytes:
@@ -141,6 +150,21 @@ def seal(data: Packet | bytes | bytearray | memoryview, addr: Addressing) -> byt
         raise WireError("packet", "length", len(raw), "an MRC packet is at least BTH + ICRC (16 B)")
     body = memoryview(raw)[:-ICRC_SIZE]
     return b"".join((body, _ICRC.pack(datagram_icrc(body, addr))))
+
+
+def seal_parts(pkt: Packet, addr: Addressing) -> list[bytes | memoryview]:
+    """`seal` as scatter/gather parts for ``sendmsg``: headers, the payload as the packet holds it (a view
+    of registered memory is never copied), the pad if any, and the ICRC for ``addr``."""
+    hdr = pkt.encode_headers()
+    parts: list[bytes | memoryview] = [hdr]
+    payload = pkt.payload
+    if len(payload):
+        parts.append(payload)
+        pad = pkt.bth.pad
+        if pad:
+            parts.append(bytes(pad))
+    parts.append(_ICRC.pack(datagram_icrc(hdr, addr, *parts[1:])))
+    return parts
 
 
 def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:

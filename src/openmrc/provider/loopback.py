@@ -20,9 +20,9 @@ import heapq
 import itertools
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from openmrc.provider.faults import Impairments, fates, flip_bit
 from openmrc.transport.config import NicConfig
 from openmrc.transport.nic import Nic
 from openmrc.transport.qp import Qp, QpInitAttr
@@ -40,36 +40,9 @@ from openmrc.transport.types import (
 )
 from openmrc.wire import DATA_OPCODES, Addressing, Packet, seal, trim_datagram
 
-__all__ = ["Fabric", "Impairments", "Pair"]
+__all__ = ["Fabric", "Impairments", "Pair", "port_address"]
 
 _DATA = frozenset(int(o) for o in DATA_OPCODES)
-
-
-@dataclass
-class Impairments:
-    """What the fabric does to packets (probabilities per packet, times in ns)."""
-
-    loss: float = 0.0
-    dup: float = 0.0
-    reorder_ns: int = 0
-    trim: float = 0.0
-    trim_lasthop: float = 0.0
-    ecn: float = 0.0
-    #: port -> (down from, up again at or None)
-    port_fail: dict[int, tuple[int, int | None]] = field(default_factory=dict)
-    #: entropy -> (drops everything from, until or None)
-    ev_fail: dict[int, tuple[int, int | None]] = field(default_factory=dict)
-    #: only data packets suffer loss (control traffic protected)
-    data_only: bool = False
-    #: probability that one random bit of a packet's bytes is flipped (wire mode only)
-    corrupt: float = 0.0
-
-
-def _failed(window: tuple[int, int | None] | None, now: int) -> bool:
-    if window is None:
-        return False
-    start, end = window
-    return start <= now and (end is None or now < end)
 
 
 def port_address(nic: str, port: int) -> str:
@@ -115,7 +88,6 @@ class Fabric:
     def send(self, src: Nic, dst: Nic, t: Transmit, now: int, src_name: str) -> None:
         imp, rng = self.imp, self.rng
         pkt = t.packet
-        assert isinstance(pkt, Packet)
         self.sent += 1
         self.per_entropy[t.entropy] = self.per_entropy.get(t.entropy, 0) + 1
         size = len(pkt.payload) + 64
@@ -124,22 +96,16 @@ class Fabric:
         depart = start + size * 8 * 1_000_000_000 // self.link_bps
         self.free_at[key] = depart
         is_data = pkt.bth.opcode in _DATA
-        if _failed(imp.port_fail.get(t.port), now) or _failed(imp.ev_fail.get(t.entropy), now):
+        if imp.corrupt and not self.wire:
+            raise ValueError("Impairments.corrupt flips bits of bytes: it needs a wire-mode fabric")
+        copies = fates(imp, rng, now, t.port, t.entropy, is_data)
+        if not copies:
             self.dropped += 1
             return
-        if (is_data or not imp.data_only) and rng.random() < imp.loss:
-            self.dropped += 1
-            return
-        copies = 2 if rng.random() < imp.dup else 1
-        for _ in range(copies):
-            trim = TrimMark.NONE
+        for fate in copies:
+            trim = fate.trim
             obj: object = pkt
-            if is_data and rng.random() < imp.trim + imp.trim_lasthop:
-                trim = (
-                    TrimMark.TRIMMED_LASTHOP
-                    if rng.random() * (imp.trim + imp.trim_lasthop) < imp.trim_lasthop
-                    else TrimMark.TRIMMED
-                )
+            if trim:
                 obj = dataclasses.replace(pkt, payload=memoryview(b""))
                 self.trimmed += 1
             addr = None
@@ -150,22 +116,17 @@ class Fabric:
                 raw = seal(pkt, addr)
                 if trim:
                     raw = trim_datagram(raw)
-                if imp.corrupt and rng.random() < imp.corrupt:
-                    flipped = bytearray(raw)
-                    bit = rng.randrange(8 * len(flipped))
-                    flipped[bit >> 3] ^= 1 << (bit & 7)
-                    raw = bytes(flipped)
-                    if bit >> 3 == 4:  # BTH byte 4 (FECN, BECN): variant, masked out of the ICRC by design
+                if fate.corrupt:
+                    raw, byte = flip_bit(raw, rng)
+                    if byte == 4:  # BTH byte 4 (FECN, BECN): variant, masked out of the ICRC by design
                         self.corrupted_variant += 1
                     else:
                         self.corrupted += 1
                 obj = raw
-            elif imp.corrupt:
-                raise ValueError("Impairments.corrupt flips bits of bytes: it needs a wire-mode fabric")
-            ecn = is_data and rng.random() < imp.ecn
-            arrive = depart + self.latency + (rng.randrange(imp.reorder_ns) if imp.reorder_ns else 0)
+            arrive = depart + self.latency + fate.delay
             heapq.heappush(
-                self.events, (arrive, next(self.seq), dst, obj, t.port, ecn, t.entropy, trim, src_name, addr)
+                self.events,
+                (arrive, next(self.seq), dst, obj, t.port, fate.ecn, t.entropy, trim, src_name, addr),
             )
 
     def next_time(self) -> int | None:

@@ -1,0 +1,168 @@
+"""``openmrc perf``: RDMA Write bandwidth between two software MRC NICs over UDP (like ``ib_write_bw``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Annotated
+
+import typer
+
+from openmrc.cli.render import make_console
+from openmrc.provider.perf import OOB_PORT, PerfError, SizeResult, run_client, serve, sweep_sizes
+from openmrc.provider.udp import parse_endpoint
+from openmrc.transport import LocalProtocolError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="RDMA Write bandwidth over the software MRC NIC (UDP, one socket per plane), like ib_write_bw.",
+)
+console = make_console()
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
+
+
+def parse_size(text: str) -> int:
+    """``64K``, ``1M``, ``4096`` -> bytes (K/M/G are powers of 1024, as perftest's ``-s``)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise typer.BadParameter(f"{text!r} is not a size (e.g. 4096, 64K, 1M)")
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+
+
+def parse_percent(text: str) -> float:
+    t = text.strip().rstrip("%")
+    try:
+        v = float(t) / 100 if text.strip().endswith("%") else float(t)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a loss rate (e.g. 1% or 0.01)") from None
+    if not 0 <= v < 1:
+        raise typer.BadParameter(f"{text!r}: a loss rate is 0 .. <100 %")
+    return v
+
+
+def parse_fail(text: str) -> tuple[int, float]:
+    m = re.match(r"^\s*(\d+)\s*@\s*([\d.]+)\s*(ms|s)?\s*$", text)
+    if not m:
+        raise typer.BadParameter(f"{text!r}: expected PORT@TIME, e.g. 2@1s or 3@500ms")
+    t = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+    return int(m.group(1)), t
+
+
+def _binds(bind: list[str] | None, planes: int, third: int) -> list[str]:
+    if bind:
+        try:
+            return [f"[{ip}]:{p}" if ":" in ip else f"{ip}:{p}" for ip, p in map(parse_endpoint, bind)]
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    if not 1 <= planes <= 32:
+        raise typer.BadParameter(f"--planes {planes}: 1..32")
+    return [f"127.0.{third}.{p}" for p in range(1, planes + 1)]
+
+
+PlanesOpt = Annotated[int, typer.Option("--planes", "-p", help="ports (planes) when no --bind is given")]
+BindOpt = Annotated[
+    list[str] | None,
+    typer.Option("--bind", "-b", help="one endpoint per plane, in plane order: ADDR or ADDR:PORT (repeat)"),
+]
+RateOpt = Annotated[float, typer.Option(help="rate of one port, Gb/s (pacing and congestion control)")]
+
+
+@app.command()
+def server(
+    planes: PlanesOpt = 4,
+    bind: BindOpt = None,
+    oob_port: Annotated[int, typer.Option(help="TCP port for the out-of-band exchange")] = OOB_PORT,
+    oob_bind: Annotated[str, typer.Option(help="TCP address to listen on")] = "0.0.0.0",
+    once: Annotated[bool, typer.Option(help="exit after one client")] = False,
+    link_gbps: RateOpt = 25.0,
+) -> None:
+    """Wait for perf clients. Default: 4 planes on 127.0.1.1-4 (one machine); on real hosts give one
+    --bind per plane interface address."""
+    binds = _binds(bind, planes, 1)
+    if not 1 <= oob_port <= 65535:
+        raise typer.BadParameter(f"--oob-port {oob_port}: 1..65535")
+    try:
+        serve(binds, oob=(oob_bind, oob_port), once=once, link_gbps=link_gbps, log=console.print)
+    except (LocalProtocolError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def client(
+    host: Annotated[str, typer.Argument(help="the server's out-of-band (TCP) address")],
+    planes: PlanesOpt = 4,
+    bind: BindOpt = None,
+    size: Annotated[str, typer.Option("--size", "-s", help="message size (e.g. 4096, 64K, 1M)")] = "64K",
+    sweep: Annotated[bool, typer.Option("--sweep", "-a", help="every size 2 B .. 8 MiB")] = False,
+    qps: Annotated[int, typer.Option("--qps", "-q", help="QPs (round-robin)")] = 1,
+    iters: Annotated[
+        int | None, typer.Option("--iters", "-n", help="messages per size (default: ~64 MiB)")
+    ] = None,
+    imm: Annotated[bool, typer.Option(help="RDMA Write with immediate")] = False,
+    loss: Annotated[str, typer.Option(help="random loss both ways, e.g. 1%")] = "0",
+    fail_port: Annotated[str | None, typer.Option(help="PORT@TIME: blackhole a plane, e.g. 2@1s")] = None,
+    tx_depth: Annotated[int, typer.Option(help="Writes outstanding at most")] = 128,
+    oob_port: Annotated[int, typer.Option(help="the server's TCP port")] = OOB_PORT,
+    json_out: Annotated[bool, typer.Option("--json", help="print results as JSON, no table")] = False,
+    link_gbps: RateOpt = 25.0,
+) -> None:
+    """Measure RDMA Write bandwidth to a perf server. Default: 4 planes on 127.0.2.1-4."""
+    binds = _binds(bind, planes, 2)
+    sizes = sweep_sizes() if sweep else [parse_size(size)]
+    if not 1 <= qps <= 64:
+        raise typer.BadParameter(f"--qps {qps}: 1..64")
+    if iters is not None and iters < 1:
+        raise typer.BadParameter(f"--iters {iters}: at least 1")
+    if not 1 <= tx_depth <= 4096:
+        raise typer.BadParameter(f"--tx-depth {tx_depth}: 1..4096")
+    loss_rate = parse_percent(loss)
+    fail = parse_fail(fail_port) if fail_port else None
+
+    def row(r: SizeResult) -> None:
+        if not json_out:
+            console.print(
+                f"{r.bytes:>10} {r.iterations:>12} {r.bw_peak_gbps:>14.2f} {r.bw_avg_gbps:>17.2f}"
+                f" {r.msg_rate_mpps:>14.4f} {r.retransmits:>6} {r.ev_state_changes:>10}"
+            )
+
+    if not json_out:
+        console.print(f"openmrc perf: RDMA Write, {len(binds)} planes, {qps} QP(s), server {host}:{oob_port}")
+        console.print(
+            f"{'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} {'BW average[Gb/s]':>17}"
+            f" {'MsgRate[Mpps]':>14} {'retx':>6} {'EV changes':>10}"
+        )
+    try:
+        rep = run_client(
+            (host, oob_port),
+            binds,
+            sizes,
+            iters=iters,
+            qps=qps,
+            imm=imm,
+            loss=loss_rate,
+            fail_port=fail,
+            tx_depth=tx_depth,
+            link_gbps=link_gbps,
+            on_result=row,
+        )
+    except (PerfError, LocalProtocolError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        raise typer.Exit(130) from None
+    if json_out:
+        json.dump(rep.as_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        verdict = "[green]matches[/]" if rep.hash_ok else "[red]DIFFERS[/]"
+        console.print(f"server buffer SHA-256 {verdict} what was written")
+    if not rep.hash_ok:
+        raise typer.Exit(2)

@@ -1,0 +1,143 @@
+"""``openmrc perf``: a server and a client exchange QPN, R_Key, VA and endpoints over TCP, then Write."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from openmrc.cli.main import app
+from openmrc.provider.perf import PerfError, run_client, serve
+
+_RNG = random.Random()
+CLI = [sys.executable, "-m", "openmrc.cli.main", "perf"]
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[tuple[str, int], list[str]]]:
+    x = _RNG.randrange(1, 250)
+    binds = [f"127.{x}.1.{p}" for p in (1, 2)]
+    ready: list[tuple[str, int]] = []
+    got = threading.Event()
+    stop = threading.Event()
+
+    def on_ready(addr: tuple[str, int]) -> None:
+        ready.append(addr)
+        got.set()
+
+    t = threading.Thread(
+        target=serve,
+        args=(binds,),
+        kwargs={"oob": ("127.0.0.1", 0), "log": lambda s: None, "ready": on_ready, "stop": stop},
+    )
+    t.start()
+    assert got.wait(10)
+    yield ready[0], [f"127.{x}.2.{p}" for p in (1, 2)]
+    stop.set()
+    t.join(10)
+    assert not t.is_alive()
+
+
+def test_a_sweep_of_sizes_arrives_intact(server: tuple[tuple[str, int], list[str]]) -> None:
+    addr, binds = server
+    rep = run_client(addr, binds, [2, 4096, 65536], iters=20, qps=2)
+    assert rep.hash_ok
+    assert [r.bytes for r in rep.results] == [2, 4096, 65536]
+    assert all(r.completions_ok and r.bw_avg_gbps > 0 and r.iterations == 20 for r in rep.results)
+
+
+def test_imm_loss_and_a_failing_port(server: tuple[tuple[str, int], list[str]]) -> None:
+    addr, binds = server
+    rep = run_client(addr, binds, [256 << 10], iters=10, imm=True, loss=0.01, fail_port=(2, 0.0))
+    assert rep.hash_ok
+    (r,) = rep.results
+    assert r.retransmits > 0 and r.ev_state_changes > 0
+
+
+def test_a_plane_count_mismatch_is_refused(server: tuple[tuple[str, int], list[str]]) -> None:
+    addr, binds = server
+    with pytest.raises(PerfError, match="planes"):
+        run_client(addr, binds[:1], [4096], iters=2)
+
+
+def test_an_unreachable_server_is_a_clear_error() -> None:
+    with pytest.raises(PerfError, match="cannot reach"):
+        run_client(("127.0.0.1", 1), ["127.0.0.9"], [4096])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--size", "abc"], "is not a size"),
+        (["--loss", "150%"], "loss rate"),
+        (["--fail-port", "x"], "PORT@TIME"),
+        (["--qps", "0"], "--qps"),
+        (["--bind", "300.1.1.1"], "not an IPv4 or IPv6"),
+    ],
+)
+def test_client_arguments_are_checked(args: list[str], message: str) -> None:
+    res = CliRunner().invoke(app, ["perf", "client", "127.0.0.1", *args])
+    assert res.exit_code == 2 and message in res.output
+
+
+def test_cli_end_to_end_over_two_processes() -> None:
+    x = _RNG.randrange(1, 250)
+    port = _RNG.randrange(30000, 40000)
+    srv = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "openmrc.cli.main",
+            "perf",
+            "server",
+            "--once",
+            "-p",
+            "2",
+            "--oob-port",
+            str(port),
+            "--oob-bind",
+            "127.0.0.1",
+            "--bind",
+            f"127.{x}.1.1",
+            "--bind",
+            f"127.{x}.1.2",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert srv.stdout is not None
+        assert "waiting" in srv.stdout.readline() + srv.stdout.readline()
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "openmrc.cli.main",
+                "perf",
+                "client",
+                "127.0.0.1",
+                "--oob-port",
+                str(port),
+                "--bind",
+                f"127.{x}.2.1",
+                "--bind",
+                f"127.{x}.2.2",
+                "-s",
+                "64K",
+                "-n",
+                "10",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "BW average" in out.stdout and "matches" in out.stdout
+        assert srv.wait(30) == 0
+    finally:
+        srv.kill()

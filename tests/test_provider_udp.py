@@ -1,0 +1,330 @@
+"""The UDP device: real sockets on loopback, one per plane, with the transport core inside.
+
+Every transfer here goes through the kernel: sealed with the real ICRC, sprayed over source ports (and
+IPv6 flow labels), impaired by the in-process fault injector, and compared byte for byte at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import random
+import socket
+import struct
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, EVState
+from openmrc.provider import Peer, UdpDevice, parse_endpoint
+from openmrc.transport import Access, LocalProtocolError, NicConfig, RecvWR, SendWR, Sge, WcStatus, WrOpcode
+from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, seal
+from openmrc.wire.packet import data_packet
+
+_RNG = random.Random()
+
+
+def _v4_endpoints(n: int) -> tuple[list[str], list[str]]:
+    """Two sets of ``n`` loopback addresses no other test uses."""
+    x, y = _RNG.randrange(1, 255), _RNG.randrange(0, 250)
+    return [f"127.{x}.{y}.{p}" for p in range(1, n + 1)], [f"127.{x}.{y + 1}.{p}" for p in range(1, n + 1)]
+
+
+def _v6_endpoints(n: int) -> tuple[list[str], list[str]]:
+    """Two sets of ``n`` endpoints on ::1, one UDP port per plane."""
+    base = _RNG.randrange(20000, 30000, 100)
+    return [f"[::1]:{base + p}" for p in range(n)], [f"[::1]:{base + 50 + p}" for p in range(n)]
+
+
+class Link:
+    """Two devices with one connected QP each and a registered buffer on each side."""
+
+    def __init__(self, a: UdpDevice, b: UdpDevice, size: int, *, profile: EVProfile | None = None) -> None:
+        self.a, self.b = a, b
+        self.src = bytearray(random.Random(7).randbytes(size))
+        self.dst = bytearray(size)
+        self.mr_a = a.register(self.src, Access.LOCAL_WRITE)
+        self.mr_b = b.register(self.dst)
+        self.qa, self.qb = a.create_qp(), b.create_qp()
+        pid = 0
+        if profile is not None:
+            pid = 5
+            a.nic.add_ev_profile(pid, profile)
+            b.nic.add_ev_profile(pid, profile)
+        a.connect(self.qa, Peer.of(b.endpoints()), self.qb.qp_num, ev_profile_id=pid)
+        b.connect(self.qb, Peer.of(a.endpoints()), self.qa.qp_num, ev_profile_id=pid)
+
+    def write(self, wr_id: int = 1, length: int | None = None, imm: int | None = None) -> None:
+        n = len(self.src) if length is None else length
+        op = WrOpcode.RDMA_WRITE if imm is None else WrOpcode.RDMA_WRITE_WITH_IMM
+        wr = SendWR(wr_id, op, [Sge(self.mr_a.addr, n, self.mr_a.lkey)], self.mr_b.addr, self.mr_b.rkey, imm)
+        self.a.post_send(self.qa, wr)
+
+    def run(self, timeout: float = 60.0) -> list[Any]:
+        """Progress both devices until the Write completes; its completions."""
+        done: list[Any] = []
+
+        def finished() -> bool:
+            self.b.progress(0)
+            done.extend(self.qa.send_cq.poll(16))
+            return bool(done)
+
+        assert self.a.run_until(finished, timeout), "transfer did not complete"
+        return done
+
+
+@contextmanager
+def devices(n: int = 4, *, v6: bool = False, **kw: Any) -> Iterator[tuple[UdpDevice, UdpDevice]]:
+    ea, eb = (_v6_endpoints if v6 else _v4_endpoints)(n)
+    a = UdpDevice(ea, seed=1, **kw)
+    b = UdpDevice(eb, seed=2, **kw)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_write_over_four_planes_arrives_bit_exact_sprayed_over_every_port() -> None:
+    with devices(4) as (a, b):
+        link = Link(a, b, 1 << 20)
+        seen: Counter[tuple[int, int]] = Counter()
+        b.rx_tap = lambda port, src, flow, tos, data: seen.update([(port, src[1])])
+        link.write()
+        (wc,) = link.run()
+        assert wc.status is WcStatus.SUCCESS and wc.byte_len == 1 << 20
+        assert link.dst == link.src
+        ports = Counter(p for p, _ in seen.elements())
+        assert set(ports) == {1, 2, 3, 4}
+        # spraying: the data came from many EVs (source ports), each within the dynamic range
+        sports = {s for _, s in seen}
+        assert len(sports) > 50 and min(sports) >= 0xC000
+        assert a.nic.stats.rx_bad_icrc == b.nic.stats.rx_bad_icrc == 0
+        assert all(s.state is EVState.GOOD for s in link.qa.ev_states())
+
+
+def test_write_with_immediate_completes_on_the_receiver() -> None:
+    with devices(2) as (a, b):
+        link = Link(a, b, 64 << 10)
+        b.post_recv(link.qb, RecvWR(9))
+        link.write(imm=0xABCD)
+        link.run()
+        assert b.run_until(lambda: len(link.qb.recv_cq) > 0, 10)
+        (wc,) = b.poll_cq(link.qb.recv_cq, 4)
+        assert wc.wr_id == 9 and wc.imm_data == 0xABCD and link.dst == link.src
+
+
+def _stev_profile(n: int = 16) -> EVProfile:
+    fields = (
+        EVField(16, min_val=1, max_val=0xFFFF, mask=0xFFFF),
+        EVField(16, min_val=0xC000, max_val=0xFFFF, mask=0xFFFF),
+    )
+    return EVProfile(EVProfileMode.GEN, EVFormatProfile(EVFormatMode.STEV, (16, 16)), fields, n, 1)
+
+
+def test_stev_evs_carry_their_high_half_in_the_ipv6_flow_label() -> None:
+    with devices(2, v6=True) as (a, b):
+        link = Link(a, b, 256 << 10, profile=_stev_profile())
+        seen: set[tuple[int, int]] = set()
+        b.rx_tap = lambda port, src, flow, tos, data: seen.add((flow, src[1]))
+        link.write()
+        link.run()
+        assert link.dst == link.src
+        sent = {((s.entropy >> 16), s.entropy & 0xFFFF) for s in link.qa.ev_states()}
+        assert seen <= sent and len(seen) >= 8  # every (flow label, source port) pair is one of the QP's EVs
+        assert all(flow for flow, _ in seen)
+        assert all(s.state is EVState.GOOD for s in link.qa.ev_states())
+        assert a.nic.stats.rx_bogus_ack == 0
+
+
+def test_a_mode_the_addresses_cannot_carry_is_refused_when_the_qp_connects() -> None:
+    with devices(2) as (a, b):
+        a.nic.add_ev_profile(5, _stev_profile())
+        qa = a.create_qp()
+        with pytest.raises(LocalProtocolError, match="need IPv6") as exc:
+            a.connect(qa, Peer.of(b.endpoints()), 0x123, ev_profile_id=5)
+        assert exc.value.errno == errno.EAFNOSUPPORT
+        assert qa.state.name == "RESET"  # nothing half-done
+
+
+def test_ecn_marks_and_trimmed_packets_reach_the_transport() -> None:
+    with devices(4) as (a, b):
+        link = Link(a, b, 1 << 20)
+        a.impair(ecn=0.1, trim=0.05)
+        link.write()
+        link.run()
+        assert link.dst == link.src
+        assert a.stats.fault_trimmed > 0 and a.stats.fault_ecn > 0
+        assert b.nic.stats.trims_seen == a.stats.fault_trimmed  # the DSCP mark said "trimmed"
+        assert a.nic.stats.trims_received == a.stats.fault_trimmed  # each one NACKed
+        assert a.nic.stats.retransmits >= a.stats.fault_trimmed
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_loss_duplication_reordering_and_corruption_are_survived(seed: int) -> None:
+    with devices(4) as (a, b):
+        link = Link(a, b, 1 << 20)
+        a._fault_rng.seed(seed)
+        a.impair(loss=0.02, dup=0.02, reorder_ns=200_000, corrupt=0.02)
+        b.impair(loss=0.02, corrupt=0.02)
+        link.write()
+        (wc,) = link.run(120)
+        assert wc.status is WcStatus.SUCCESS and link.dst == link.src
+        assert a.stats.fault_dropped and a.stats.fault_duplicated and a.stats.fault_delayed
+        # every corrupted datagram is caught by the ICRC (none that the variant byte 4 absorbs is harmful)
+        assert b.nic.stats.rx_bad_icrc + a.nic.stats.rx_bad_icrc > 0
+        assert b.nic.stats.duplicates > 0
+
+
+def test_a_blackholed_port_is_routed_around() -> None:
+    with devices(4) as (a, b):
+        link = Link(a, b, 2 << 20)
+        a.blackhole_port(3)
+        link.write()
+        (wc,) = link.run(60)
+        assert wc.status is WcStatus.SUCCESS and link.dst == link.src
+        bad = [s for s in link.qa.ev_states() if s.state is EVState.ASSUMED_BAD]
+        assert bad and {s.port for s in bad} == {3}
+
+
+def test_forged_and_malformed_datagrams_are_dropped_and_counted() -> None:
+    with devices(2) as (a, b):
+        link = Link(a, b, 64 << 10)
+        target = b.endpoints()[0]
+        attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        attacker.bind((a.endpoints()[0][0], 0))
+        sport = attacker.getsockname()[1]
+        rng = random.Random(3)
+        # random bytes, empty, truncated, a valid ICRC around a forged Write to the QP (bad R_Key)
+        forged = data_packet(
+            BTH(Opcode.WRITE_ONLY, dest_qp=link.qb.qp_num, psn=5),
+            METH(0, 0),
+            None,
+            RETH(link.mr_b.addr, 0xDEAD, 4),
+            None,
+            memoryview(b"EVIL"),
+        )
+        junk = [rng.randbytes(rng.randrange(0, 200)) for _ in range(50)] + [b"", b"\xca"]
+        sealed = seal(forged, Addressing(a.endpoints()[0][0], target[0], sport, target[1]))
+        for d in [*junk, sealed, sealed[:-1]]:
+            attacker.sendto(d, target)
+        attacker.close()
+        for _ in range(20):
+            b.progress(0.01)
+        s = b.nic.stats
+        assert s.rx_bad_icrc + s.rx_malformed >= len(junk)
+        assert s.access_errors >= 1 or s.rx_dropped_state >= 1 or s.protocol_errors >= 1
+        assert bytes(link.dst[:4]) == bytes(4)  # nothing written
+        link.write()
+        link.run()
+        assert link.dst == link.src
+
+
+def test_progress_thread_and_asyncio_completions() -> None:
+    with devices(2) as (a, b):
+        link = Link(a, b, 1 << 20)
+        a.start()
+        b.start()
+        with pytest.raises(LocalProtocolError, match="progress thread"):
+            a.progress(0)
+
+        async def main() -> list[Any]:
+            link.write()
+            return await asyncio.wait_for(a.wait_completions(link.qa.send_cq), 30)
+
+        (wc,) = asyncio.run(main())
+        assert wc.status is WcStatus.SUCCESS and link.dst == link.src
+
+
+def test_close_flushes_pending_work_and_leaks_nothing() -> None:
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with devices(2) as (a, b):
+        link = Link(a, b, 4 << 20)
+        a.blackhole_port(1)
+        a.blackhole_port(2)  # nothing can arrive: the Write stays pending
+        a.start()
+        link.write(1)
+        link.write(2)
+        assert a.open_sockets() > 2
+    assert a.closed and a.open_sockets() == 0 and a._thread is None
+    wcs = link.qa.send_cq.poll(8)
+    assert [w.status for w in wcs] == [WcStatus.WR_FLUSH_ERR] * 2
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    with pytest.raises(LocalProtocolError, match="closed"):
+        a.post_send(link.qa, SendWR(3, WrOpcode.RDMA_WRITE, [], 0, 0))
+
+
+def test_an_endpoint_in_use_is_named() -> None:
+    ea, _ = _v4_endpoints(2)
+    with UdpDevice(ea), pytest.raises(LocalProtocolError, match=r"port 1: cannot bind 127\..*:4791"):
+        UdpDevice(ea)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10.0.0.1", ("10.0.0.1", 4791)),
+        ("10.0.0.1:5000", ("10.0.0.1", 5000)),
+        ("::1", ("::1", 4791)),
+        ("[::1]:4792", ("::1", 4792)),
+        ("[fe80::1]", ("fe80::1", 4791)),
+    ],
+)
+def test_parse_endpoint(text: str, expected: tuple[str, int]) -> None:
+    assert parse_endpoint(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["10.0.0.300", "host", "10.0.0.1:0", "10.0.0.1:99999", "[::1]x", "1.2.3.4:ab"]
+)
+def test_parse_endpoint_rejects_with_a_reason(text: str) -> None:
+    with pytest.raises(ValueError, match="endpoint"):
+        parse_endpoint(text)
+
+
+def test_device_arguments_are_checked() -> None:
+    with pytest.raises(LocalProtocolError, match=r"1\.\.32"):
+        UdpDevice([])
+    with pytest.raises(LocalProtocolError, match="twice"):
+        UdpDevice(["127.0.0.1", "127.0.0.1"])
+    with pytest.raises(LocalProtocolError, match="DSCP"):
+        UdpDevice(["127.0.0.1"], trim_dscp=64)
+    with UdpDevice([f"127.9.{_RNG.randrange(250)}.1"]) as d:
+        with pytest.raises(LocalProtocolError, match="outside"):
+            d.impair(port=2, loss=0.1)
+        with pytest.raises(ValueError, match="probability"):
+            d.impair(loss=1.5)
+
+
+def test_srv6_evs_go_to_their_usid_address_with_the_icrc_of_the_final_one() -> None:
+    fmt = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
+    fields = (EVField(32, 0xFC000000),) + (EVField(16, mask=0xFFFF),) * 4
+    evs = tuple(struct.pack("!4H", 0xE000 + i, 0xF000, 0xE001, 0xF001) for i in range(4))
+    prof = EVProfile(EVProfileMode.EXP, fmt, fields, len(evs), 1, 0, evs)
+    ea, eb = _v6_endpoints(2)
+    with UdpDevice(ea, seed=1) as a, UdpDevice(eb, seed=2) as b:
+        a.nic.add_ev_profile(5, prof)
+        qa = a.create_qp()
+        a.connect(qa, Peer.of(b.endpoints()), 0x42, ev_profile_id=5)
+        a.post_send(qa, SendWR(1, WrOpcode.RDMA_WRITE, [], 0x1000, 1))
+        a.progress(0)  # zero-length Write: one packet, sent towards its uSID address (unroutable here)
+        routes = [r for k, r in a._routes.items() if k[0] in (1, 2)]
+        assert routes
+        for sock, dest, addr in routes:
+            assert dest[0].startswith("fc00:0:e00")  # the uSID path
+            assert addr.dst == socket.inet_pton(socket.AF_INET6, "::1")  # the ICRC: the final address
+            assert sock.getsockopt(17, 101) == 1  # UDP_NO_CHECK6_TX
+
+
+def test_nic_config_override_is_used() -> None:
+    cfg = NicConfig(default_ev_count=8, default_ev_sports=(0xD000, 0xD100))
+    with devices(2, config=cfg) as (a, b):
+        link = Link(a, b, 64 << 10)
+        assert {s.entropy for s in link.qa.ev_states()} <= set(range(0xD000, 0xD100))
+        link.write()
+        link.run()
+        assert link.dst == link.src
