@@ -28,6 +28,18 @@ from openmrc.wire.packet import data_packet
 _RNG = random.Random()
 
 
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="this host has no IPv6 loopback (::1)")
+
+
 def _v4_endpoints(n: int) -> tuple[list[str], list[str]]:
     """Two sets of ``n`` loopback addresses no other test uses."""
     x, y = _RNG.randrange(1, 255), _RNG.randrange(0, 250)
@@ -126,6 +138,7 @@ def _stev_profile(n: int = 16) -> EVProfile:
     return EVProfile(EVProfileMode.GEN, EVFormatProfile(EVFormatMode.STEV, (16, 16)), fields, n, 1)
 
 
+@needs_ipv6
 def test_stev_evs_carry_their_high_half_in_the_ipv6_flow_label() -> None:
     with devices(2, v6=True) as (a, b):
         link = Link(a, b, 256 << 10, profile=_stev_profile())
@@ -300,6 +313,7 @@ def test_device_arguments_are_checked() -> None:
             d.impair(loss=1.5)
 
 
+@needs_ipv6
 def test_srv6_evs_go_to_their_usid_address_with_the_icrc_of_the_final_one() -> None:
     fmt = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
     fields = (EVField(32, 0xFC000000),) + (EVField(16, mask=0xFFFF),) * 4
