@@ -22,13 +22,13 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from openmrc.provider.bringup import connect_qp
 from openmrc.provider.faults import Impairments, fates, flip_bit
 from openmrc.transport.config import NicConfig
 from openmrc.transport.nic import Nic
 from openmrc.transport.qp import Qp, QpInitAttr
 from openmrc.transport.types import (
     Access,
-    QpState,
     RecvWR,
     SendFlags,
     SendWR,
@@ -183,24 +183,20 @@ class Pair:
         self.mr_b = self.b.register(self.dst, access)
         self.qp_a = self._qp(self.a)
         self.qp_b = self._qp(self.b)
-        for qp, peer, me, psn_out, psn_in in (
-            (self.qp_a, self.qp_b, "a", sq_psn, rq_psn),
-            (self.qp_b, self.qp_a, "b", rq_psn, sq_psn),
+        for qp, peer, peer_name, psn_out, psn_in in (
+            (self.qp_a, self.qp_b, "b", sq_psn, rq_psn),
+            (self.qp_b, self.qp_a, "a", rq_psn, sq_psn),
         ):
-            qp.modify(QpState.INIT, ev_profile_id=0, cc_profile_id=0)
-            qp.modify(
-                QpState.RTR,
-                dest_qp_num=peer.qp_num,
-                peer="b" if me == "a" else "a",
+            connect_qp(
+                qp,
+                peer_name,
+                peer.qp_num,
                 rq_psn=psn_in,
-                mpr_dest=mpr,
-                max_wimm_dest=max_wimm_dest,
-            )
-            qp.modify(
-                QpState.RTS,
                 sq_psn=psn_out,
                 mpr=mpr,
+                mpr_dest=mpr,
                 max_wimm=max_wimm,
+                max_wimm_dest=max_wimm_dest,
                 timeout=timeout,
                 retry_linear=retry_linear,
                 retry_exp=retry_exp,

@@ -246,7 +246,7 @@ def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None]) -> None:
                 ch.send({"ok": True})
             elif op == "hash":
                 n = int(msg["length"])
-                with dev._lock:  # a consistent view while the progress thread runs
+                with dev.lock:  # a consistent view while the progress thread runs
                     digest = hashlib.sha256(memoryview(buf)[:n]).hexdigest()
                 ch.send({"ok": True, "sha256": digest, "nic": dev.nic.stats.as_dict()})
             elif op == "bye":
@@ -343,16 +343,13 @@ def _client_session(
     if loss:
         dev.impair(loss=loss)
     results = []
-    failed_at: float | None = None
-    t_start = time.monotonic()
+    failure = _PortFailure(dev, ch, fail_port)
+    target = _Target(qps, cq, mr, va, rkey, region)
     for size in sizes:
         n = iters or default_iters(size)
         if imm:
             ch.call({"op": "recvs", "n": n})
-        failure = (fail_port, t_start, failed_at)
-        res, failed_at = _measure(
-            dev, qps, cq, mr, (va, rkey, region), size, n, imm, tx_depth, timeout, failure, ch
-        )
+        res = _measure(dev, target, size, n, imm, tx_depth, timeout, failure)
         results.append(res)
         if on_result is not None:
             on_result(res)
@@ -364,23 +361,45 @@ def _client_session(
     return ClientReport(results, hash_ok, dev.num_ports, nq, dev.stats.as_dict(), dev.nic.stats.as_dict())
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The client's QPs, their send CQ and source MR, and where the server's buffer is."""
+
+    qps: list[Any]
+    cq: Any
+    mr: Any
+    va: int
+    rkey: int
+    region: int
+    """Bytes of the buffer (on both sides) each QP writes into."""
+
+
+class _PortFailure:
+    """Blackholes a plane, on both sides, once ``fail_port``'s time since the start of the run has come."""
+
+    def __init__(self, dev: UdpDevice, ch: _Channel, fail_port: tuple[int, float] | None) -> None:
+        self.dev, self.ch, self.fail_port = dev, ch, fail_port
+        self.start = time.monotonic()
+
+    def poll(self) -> None:
+        f = self.fail_port
+        if f is not None and time.monotonic() - self.start >= f[1]:
+            self.dev.blackhole_port(f[0])
+            self.ch.call({"op": "fail_port", "port": f[0]})
+            self.fail_port = None
+
+
 def _measure(
     dev: UdpDevice,
-    qps: list[Any],
-    cq: Any,
-    mr: Any,
-    remote: tuple[int, int, int],
+    target: _Target,
     size: int,
     n: int,
     imm: bool,
     tx_depth: int,
     timeout: float,
-    failure: tuple[tuple[int, float] | None, float, float | None],
-    ch: _Channel,
-) -> tuple[SizeResult, float | None]:
-    """``remote``: (VA, R_Key, bytes per QP); ``failure``: (port to fail and when, start time, failed at)."""
-    va, rkey, region = remote
-    fail_port, t_start, failed_at = failure
+    failure: _PortFailure,
+) -> SizeResult:
+    qps, cq, mr, region = target.qps, target.cq, target.mr, target.region
     stats = dev.nic.stats
     retx0 = stats.retransmits
     events0 = _ev_changes(dev)
@@ -391,18 +410,15 @@ def _measure(
     t0 = time.perf_counter()
     deadline = time.monotonic() + timeout
     while done < n:
-        if fail_port is not None and failed_at is None and time.monotonic() - t_start >= fail_port[1]:
-            dev.blackhole_port(fail_port[0])
-            ch.call({"op": "fail_port", "port": fail_port[0]})
-            failed_at = time.monotonic()
+        failure.poll()
         while posted < n and posted - done < tx_depth:
             k = posted % len(qps)
             wr = SendWR(
                 posted + 1,
                 op,
                 [Sge(mr.addr + k * region, size, mr.lkey)],
-                va + k * region,
-                rkey,
+                target.va + k * region,
+                target.rkey,
                 posted & 0xFFFFFFFF if imm else None,
                 SendFlags.SIGNALED,
             )
@@ -427,7 +443,7 @@ def _measure(
         for t in stamps:
             slices[min(9, int((t - t0) / secs * 10))] += 1
         peak = max(avg, max(slices) * size * 8 / (secs / 10) / 1e9)
-    res = SizeResult(
+    return SizeResult(
         size,
         n,
         round(peak, 6),
@@ -438,7 +454,6 @@ def _measure(
         _ev_changes(dev) - events0,
         ok,
     )
-    return res, failed_at
 
 
 def _ev_changes(dev: UdpDevice) -> int:

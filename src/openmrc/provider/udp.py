@@ -72,6 +72,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from openmrc.ev import EVFormatMode
+from openmrc.provider.bringup import connect_qp
 from openmrc.provider.faults import Impairments, fates, flip_bit
 from openmrc.transport.config import NicConfig
 from openmrc.transport.cq import CompletionQueue
@@ -94,6 +95,8 @@ from openmrc.wire.constants import is_data_opcode
 __all__ = ["DeviceStats", "Peer", "UdpDevice", "parse_endpoint"]
 
 # Linux socket options the socket module does not name
+SO_SNDBUFFORCE: Final = 32
+SO_RCVBUFFORCE: Final = 33
 IPV6_FLOWINFO: Final = 11
 IPV6_FLOWINFO_SEND: Final = 33
 IPV6_AUTOFLOWLABEL: Final = 70
@@ -335,7 +338,7 @@ class UdpDevice:
 
     def _tune(self, s: socket.socket) -> None:
         """Large buffers (past the sysctl limit when privileged) and ECN-capable transport."""
-        for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_{RCV,SND}BUFFORCE
+        for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
             try:
                 s.setsockopt(socket.SOL_SOCKET, force, self.sockbuf)
             except OSError:
@@ -375,6 +378,11 @@ class UdpDevice:
         return s
 
     # -- resources and QPs ---------------------------------------------------------------------------------
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while a progress round runs: hold it to read registered memory in a consistent state."""
+        return self._lock
+
     @property
     def num_ports(self) -> int:
         return len(self._ports)
@@ -456,34 +464,24 @@ class UdpDevice:
         with self._lock:
             self._check_open()
             self.add_peer(peer)
-            now = self.now()
-            try:
-                qp.modify(QpState.INIT, now=now, ev_profile_id=ev_profile_id, cc_profile_id=cc_profile_id)
-                self._prepare(qp)
-                qp.modify(
-                    QpState.RTR,
-                    now=now,
-                    dest_qp_num=dest_qp_num,
-                    peer=peer,
-                    rq_psn=rq_psn,
-                    mpr_dest=mpr_dest,
-                    max_wimm_dest=max_wimm_dest,
-                )
-                qp.modify(
-                    QpState.RTS,
-                    now=now,
-                    sq_psn=sq_psn,
-                    mpr=mpr,
-                    max_wimm=max_wimm,
-                    timeout=timeout,
-                    retry_linear=retry_linear,
-                    retry_exp=retry_exp,
-                )
-            except BaseException:
-                if qp.state is not QpState.RESET:
-                    qp.modify(QpState.ERROR, now=now)
-                    qp.modify(QpState.RESET, now=now)
-                raise
+            connect_qp(
+                qp,
+                peer,
+                dest_qp_num,
+                now=self.now(),
+                rq_psn=rq_psn,
+                sq_psn=sq_psn,
+                ev_profile_id=ev_profile_id,
+                cc_profile_id=cc_profile_id,
+                mpr=mpr,
+                mpr_dest=mpr_dest,
+                max_wimm=max_wimm,
+                max_wimm_dest=max_wimm_dest,
+                timeout=timeout,
+                retry_linear=retry_linear,
+                retry_exp=retry_exp,
+                on_init=self._prepare,
+            )
 
     def _prepare(self, qp: Qp) -> None:
         b = self.nic.ev_profile(qp.attr.ev_profile_id or 0)
@@ -534,11 +532,9 @@ class UdpDevice:
         """Set the impairments of what ``port`` (None: every port) sends, as `Impairments` fields
         (``loss=0.01``, ``trim=0.05`` ...); returns the port's `Impairments` (the last one for all ports)."""
         ports = range(1, self.num_ports + 1) if port is None else [self._port_no(port)]
-        imp = Impairments()
-        for p in ports:
-            imp = Impairments(**settings)
-            self.faults[p] = imp
-        return imp
+        imps = [Impairments(**settings) for _ in ports]  # one each: port and EV failures are per port
+        self.faults.update(zip(ports, imps, strict=True))
+        return imps[-1]
 
     def blackhole_port(self, port: int, seconds: float | None = None) -> None:
         """Everything ``port`` sends is lost from now for ``seconds`` (None: until `heal`)."""

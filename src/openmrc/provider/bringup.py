@@ -1,0 +1,62 @@
+"""Connecting a QP: RESET → INIT → RTR → RTS in one call, as every driver's set-up does it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+from openmrc.transport.qp import Qp
+from openmrc.transport.types import QpState
+
+__all__ = ["connect_qp"]
+
+
+def connect_qp(
+    qp: Qp,
+    peer: Hashable,
+    dest_qp_num: int,
+    *,
+    now: int = 0,
+    rq_psn: int = 0,
+    sq_psn: int = 0,
+    ev_profile_id: int = 0,
+    cc_profile_id: int = 0,
+    mpr: int = 8,
+    mpr_dest: int = 8,
+    max_wimm: int = 16,
+    max_wimm_dest: int = 16,
+    timeout: int = 16,
+    retry_linear: int = 7,
+    retry_exp: int = 7,
+    on_init: Callable[[Qp], None] | None = None,
+) -> None:
+    """Take ``qp`` from RESET to RTS towards QP ``dest_qp_num`` of ``peer``. ``on_init`` runs once the QP is
+    in INIT (its EV profile bound), e.g. a driver checking it can carry every EV. If any step raises, the
+    QP is put back in RESET and the error propagates."""
+    try:
+        qp.modify(QpState.INIT, now=now, ev_profile_id=ev_profile_id, cc_profile_id=cc_profile_id)
+        if on_init is not None:
+            on_init(qp)
+        qp.modify(
+            QpState.RTR,
+            now=now,
+            dest_qp_num=dest_qp_num,
+            peer=peer,
+            rq_psn=rq_psn,
+            mpr_dest=mpr_dest,
+            max_wimm_dest=max_wimm_dest,
+        )
+        qp.modify(
+            QpState.RTS,
+            now=now,
+            sq_psn=sq_psn,
+            mpr=mpr,
+            max_wimm=max_wimm,
+            timeout=timeout,
+            retry_linear=retry_linear,
+            retry_exp=retry_exp,
+        )
+    except BaseException:
+        if qp.state is not QpState.RESET:
+            qp.modify(QpState.ERROR, now=now)
+            qp.modify(QpState.RESET, now=now)
+        raise
