@@ -102,10 +102,6 @@ def test_table_sizes_and_exports(tmp_path: Path) -> None:
     js = plan.table_json(c.t1(0, 1))
     assert js["switch"] == "p0-t1-1" and js["prefix"] == str(plan.prefix(plan.switch_usid(c.t1(0, 1))))
     assert all(r["prefix"] == str(plan.prefix(int(r["prefix"].split(":")[2], 16))) for r in js["routes"])
-    lines = plan.linux_routes(c.t0(0, 0))
-    assert lines[0].startswith(f"ip -6 route add {plan.prefix(plan.switch_usid(c.t0(0, 0)))} encap seg6local")
-    assert "flavors next-csid" in lines[0]
-    assert lines[1] == f"ip -6 route add {plan.prefix(plan.host_usid(0, 0))} dev eth0"
     n = plan.write_tables(str(tmp_path / "t.jsonl"))
     rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert len(rows) == c.num_switches() and n == sum(len(r["routes"]) + 1 for r in rows)
@@ -178,6 +174,7 @@ def test_topo_plan_cli(tmp_path: Path) -> None:
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert (plan["switches"], plan["t0_total"], plan["t1_total"], plan["switch_links"]) == (64, 32, 32, 256)
     assert len((tmp_path / "tables.jsonl").read_text().splitlines()) == 64
-    assert sorted(p.name for p in (tmp_path / "linux-routes").iterdir())[0].endswith(".sh")
+    scripts = sorted(p.name for p in (tmp_path / "linux").iterdir())
+    assert len(scripts) == 64 + 64 and "p3-t1-7.sh" in scripts and "host63.sh" in scripts
     bad = CliRunner().invoke(app, ["topo", "plan", "--planes", "2", "--hosts", "100000", "--t0-radix", "16"])
     assert bad.exit_code != 0 and "MultiPlaneClos.hosts" in bad.output

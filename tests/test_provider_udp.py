@@ -330,7 +330,8 @@ def test_srv6_evs_go_to_their_usid_address_with_the_icrc_of_the_final_one() -> N
         assert routes
         for sock, dest, addr in routes:
             assert dest[0].startswith("fc00:0:e00")  # the uSID path
-            assert addr.dst == socket.inet_pton(socket.AF_INET6, "::1")  # the ICRC: the final address
+            # the ICRC: the address the last shift leaves (the last uSID), not the first hop's
+            assert addr.dst == socket.inet_pton(socket.AF_INET6, "fc00:0:f001::")
             assert sock.getsockopt(17, 101) == 1  # UDP_NO_CHECK6_TX
 
 

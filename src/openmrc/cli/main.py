@@ -16,6 +16,7 @@ from openmrc import __version__
 from openmrc.cli.perf import app as perf_app
 from openmrc.cli.render import make_console, opcode_name, packet_table
 from openmrc.cli.sim import app as sim_app
+from openmrc.cli.testbed import app as testbed_app
 from openmrc.cli.topo import app as topo_app
 from openmrc.wire import MRC_UDP_PORT, WireError, parse, parse_frame
 from openmrc.wire.examples import ExampleFrame, example_conversation
@@ -26,6 +27,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="openmrc: MRC
 app.add_typer(topo_app, name="topo")
 app.add_typer(sim_app, name="sim")
 app.add_typer(perf_app, name="perf")
+app.add_typer(testbed_app, name="testbed")
 console = make_console()
 
 

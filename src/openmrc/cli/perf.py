@@ -10,7 +10,17 @@ from typing import Annotated
 import typer
 
 from openmrc.cli.render import make_console
-from openmrc.provider.perf import OOB_PORT, PerfError, SizeResult, run_client, serve, sweep_sizes
+from openmrc.provider.perf import (
+    EV_MODES,
+    OOB_PORT,
+    IntervalReport,
+    PerfError,
+    PerfFabric,
+    SizeResult,
+    run_client,
+    serve,
+    sweep_sizes,
+)
 from openmrc.provider.udp import parse_endpoint
 from openmrc.transport import LocalProtocolError
 
@@ -68,6 +78,22 @@ BindOpt = Annotated[
     typer.Option("--bind", "-b", help="one endpoint per plane, in plane order: ADDR or ADDR:PORT (repeat)"),
 ]
 RateOpt = Annotated[float, typer.Option(help="rate of one port, Gb/s (pacing and congestion control)")]
+FabricOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="a fabric export (topo plan --out, testbed up): find this host in it, bind its addresses "
+        "when no --bind is given, and allow --ev-mode srv6"
+    ),
+]
+
+
+def _locate(fabric: str | None, bind: list[str] | None) -> PerfFabric | None:
+    if fabric is None:
+        return None
+    try:
+        return PerfFabric.locate(fabric, bind)
+    except (PerfError, ValueError) as exc:
+        raise typer.BadParameter(f"--fabric: {exc}") from None
 
 
 @app.command()
@@ -75,17 +101,19 @@ def server(
     planes: PlanesOpt = 4,
     bind: BindOpt = None,
     oob_port: Annotated[int, typer.Option(help="TCP port for the out-of-band exchange")] = OOB_PORT,
-    oob_bind: Annotated[str, typer.Option(help="TCP address to listen on")] = "0.0.0.0",
+    oob_bind: Annotated[str, typer.Option(help="TCP address to listen on (:: is IPv6 and IPv4)")] = "::",
     once: Annotated[bool, typer.Option(help="exit after one client")] = False,
     link_gbps: RateOpt = 25.0,
+    fabric: FabricOpt = None,
 ) -> None:
     """Wait for perf clients. Default: 4 planes on 127.0.1.1-4 (one machine); on real hosts give one
-    --bind per plane interface address."""
-    binds = _binds(bind, planes, 1)
+    --bind per plane interface address (or --fabric)."""
+    fab = _locate(fabric, bind)
+    binds = fab.binds() if fab is not None and not bind else _binds(bind, planes, 1)
     if not 1 <= oob_port <= 65535:
         raise typer.BadParameter(f"--oob-port {oob_port}: 1..65535")
     try:
-        serve(binds, oob=(oob_bind, oob_port), once=once, link_gbps=link_gbps, log=console.print)
+        serve(binds, oob=(oob_bind, oob_port), once=once, link_gbps=link_gbps, log=console.print, fabric=fab)
     except (LocalProtocolError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
@@ -112,9 +140,31 @@ def client(
     oob_port: Annotated[int, typer.Option(help="the server's TCP port")] = OOB_PORT,
     json_out: Annotated[bool, typer.Option("--json", help="print results as JSON, no table")] = False,
     link_gbps: RateOpt = 25.0,
+    ev_mode: Annotated[
+        str, typer.Option(help="EVs: udp (source ports), stev (+ IPv6 flow labels), srv6 (uSID paths)")
+    ] = "udp",
+    evs: Annotated[int | None, typer.Option(help="EVs per QP (default: 64 STEV, every SRv6 path)")] = None,
+    fabric: FabricOpt = None,
+    duration: Annotated[
+        float | None, typer.Option("--duration", "-D", help="write --size for this many seconds")
+    ] = None,
+    interval_ms: Annotated[
+        float, typer.Option(help="with --duration: report goodput and EV states this often")
+    ] = 100.0,
 ) -> None:
     """Measure RDMA Write bandwidth to a perf server. Default: 4 planes on 127.0.2.1-4."""
-    binds = _binds(bind, planes, 2)
+    fab = _locate(fabric, bind)
+    binds = fab.binds() if fab is not None and not bind else _binds(bind, planes, 2)
+    if ev_mode not in EV_MODES:
+        raise typer.BadParameter(f"--ev-mode {ev_mode!r}: one of {', '.join(EV_MODES)}")
+    if ev_mode == "srv6" and (fab is None or not fab.fabric.srv6):
+        raise typer.BadParameter("--ev-mode srv6 needs --fabric DIR, an export with SRv6 (not --mode ecmp)")
+    if evs is not None and not 1 <= evs <= 4096:
+        raise typer.BadParameter(f"--evs {evs}: 1..4096")
+    if duration is not None and (sweep or not 0 < duration <= 3600):
+        raise typer.BadParameter(f"--duration {duration}: 0 < seconds <= 3600, one --size (no --sweep)")
+    if not 1 <= interval_ms <= 60_000:
+        raise typer.BadParameter(f"--interval-ms {interval_ms}: 1 .. 60000")
     sizes = sweep_sizes() if sweep else [parse_size(size)]
     if not 1 <= qps <= 64:
         raise typer.BadParameter(f"--qps {qps}: 1..64")
@@ -132,8 +182,21 @@ def client(
                 f" {r.msg_rate_mpps:>14.4f} {r.retransmits:>6} {r.ev_state_changes:>10}"
             )
 
+    def tick(r: IntervalReport) -> None:
+        if json_out:
+            sys.stdout.write(json.dumps({"interval": r.__dict__}) + "\n")
+            sys.stdout.flush()
+        else:
+            console.print(
+                f"  {r.t:.3f}  {r.gbps:8.3f} Gb/s  retx {r.retransmits:<5} "
+                f"EVs good {r.evs_good} bad {r.evs_bad}"
+            )
+
     if not json_out:
-        console.print(f"openmrc perf: RDMA Write, {len(binds)} planes, {qps} QP(s), server {host}:{oob_port}")
+        console.print(
+            f"openmrc perf: RDMA Write, {len(binds)} planes, {qps} QP(s), {ev_mode} EVs, "
+            f"server {host}:{oob_port}"
+        )
         console.print(
             f"{'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} {'BW average[Gb/s]':>17}"
             f" {'MsgRate[Mpps]':>14} {'retx':>6} {'EV changes':>10}"
@@ -151,6 +214,12 @@ def client(
             tx_depth=tx_depth,
             link_gbps=link_gbps,
             on_result=row,
+            ev_mode=ev_mode,
+            evs=evs,
+            fabric=fab,
+            duration=duration,
+            interval=interval_ms / 1000,
+            on_interval=tick if duration is not None else None,
         )
     except (PerfError, LocalProtocolError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")

@@ -13,10 +13,12 @@ from rich.table import Table
 
 from openmrc.cli.render import make_console
 from openmrc.fabric.clos import MultiPlaneClos, SinglePlaneEquivalent, single_plane_equivalent
+from openmrc.fabric.linux import LinuxFabric
 from openmrc.fabric.srv6 import UsidPlan
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Fabric topologies and SRv6 plans.")
 console = make_console()
+LINUX_AUTO_NODES = 4096
 
 
 @app.command()
@@ -30,17 +32,33 @@ def plan(
     oversubscription: Annotated[int, typer.Option(help="T0 down:up port ratio")] = 1,
     locator: Annotated[str, typer.Option(help="32-bit SRv6 locator, hex")] = "fc000000",
     out: Annotated[
-        Path | None, typer.Option(help="write plan.json, tables.jsonl and linux-routes/ here")
+        Path | None,
+        typer.Option(
+            help="write plan.json, tables.jsonl and the Linux export (linux/, links.json, hosts.json) here"
+        ),
     ] = None,
-    linux_switches: Annotated[int, typer.Option(help="switches to export as ip -6 route scripts")] = 4,
+    linux: Annotated[
+        bool | None,
+        typer.Option(
+            help="with --out: a shell script per switch and host (ip, sysctl), links and hosts "
+            f"(default: when the fabric has at most {LINUX_AUTO_NODES:,} nodes)"
+        ),
+    ] = None,
+    mode: Annotated[
+        str, typer.Option(help="Linux export: srv6 (uSID tables + host routes) or ecmp")
+    ] = "srv6",
+    mtu: Annotated[int, typer.Option(help="Linux export: MTU of every port")] = 9000,
 ) -> None:
     """Print the shape and cost of a multi-plane two-tier Clos, and write its SRv6 tables."""
     t0 = time.perf_counter()
+    if mode not in ("srv6", "ecmp"):
+        raise typer.BadParameter(f"--mode {mode!r}: srv6 or ecmp")
     try:
         topo = MultiPlaneClos(
             planes, hosts, t0_radix, t1_radix, link_gbps * 10**9, latency_ns, oversubscription
         )
         usid = UsidPlan(topo, int(locator, 16))
+        export = LinuxFabric(usid, srv6=mode == "srv6", mtu=mtu)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     build_s = time.perf_counter() - t0
@@ -111,7 +129,11 @@ def plan(
         f"example path host0 → host{hosts - 1}: {example}"
     )
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            console.print(f"[red]error:[/] --out {out}: {exc.strerror}")
+            raise typer.Exit(1) from None
         (out / "plan.json").write_text(
             json.dumps(
                 {
@@ -132,17 +154,16 @@ def plan(
         )
         t1 = time.perf_counter()
         routes = usid.write_tables(str(out / "tables.jsonl"))
-        lin = out / "linux-routes"
-        lin.mkdir(exist_ok=True)
-        picks = [
-            topo.t0(0, 0),
-            topo.t1(0, 0),
-            topo.t0(planes - 1, topo.t0_per_plane - 1),
-            topo.t1(planes - 1, 0),
-        ]
-        for s in picks[:linux_switches]:
-            (lin / f"{topo.node_name(s)}.sh").write_text("\n".join(usid.linux_routes(s)) + "\n")
+        if linux is None:
+            linux = topo.num_nodes() <= LINUX_AUTO_NODES
+            if not linux:
+                console.print(
+                    f"Linux export skipped: {topo.num_nodes():,} nodes (--linux writes a script for each; "
+                    "at 137,216 nodes that takes minutes and ~2 GB)"
+                )
+        scripts = export.write(out) if linux else 0
         console.print(
-            f"wrote {routes:,} routes of {topo.num_switches():,} switches to {out} "
-            f"in {time.perf_counter() - t1:.1f} s"
+            f"wrote {routes:,} routes of {topo.num_switches():,} switches"
+            + (f" and {scripts:,} Linux scripts ({mode})" if linux else "")
+            + f" to {out} in {time.perf_counter() - t1:.1f} s"
         )

@@ -186,18 +186,6 @@ class UsidPlan:
             ],
         }
 
-    def linux_routes(self, switch: int, *, ifname: str = "eth{port}", own_dev: str = "lo") -> list[str]:
-        """``ip -6 route`` lines installing the switch's table on a Linux router (seg6local NEXT-CSID)."""
-        lines = []
-        for r in self.table(switch):
-            pfx = self.prefix_str(r.usid)
-            if r.action == "end":
-                end = "encap seg6local action End flavors next-csid lblen 32 nflen 16"
-                lines.append(f"ip -6 route add {pfx} {end} dev {own_dev}")
-            else:
-                lines.append(f"ip -6 route add {pfx} dev {ifname.format(port=r.port)}")
-        return lines
-
     def write_tables(self, path: str, switches: Iterator[int] | None = None) -> int:
         """Write every switch's table as JSON lines (one switch per line); returns the route count."""
         t = self.topo

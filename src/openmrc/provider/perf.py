@@ -12,6 +12,16 @@ Messages are JSON lines; the client speaks first (``hello``), the server answers
 line (``ok`` or ``error`` with a reason). Impairments asked for by the client (``--loss``, a port that
 fails at a time) apply to both directions: the client impairs what it sends and asks the server to do
 the same for what it sends.
+
+*Entropy.* ``ev_mode`` chooses the QPs' EV profiles, on both sides: ``udp`` (the device's default
+profile: UDP source ports), ``stev`` (UDP source ports and IPv6 flow labels, for fabrics that hash on the
+flow label) or ``srv6`` (one uSID path per EV over every plane and spine, from a fabric export written by
+``openmrc topo plan --out`` or ``openmrc testbed up``: `PerfFabric`). With a fabric each side finds
+itself among the export's hosts by its addresses and binds its port addresses and its uSID addresses.
+
+*Duration runs.* With ``duration`` the client writes one message size for that long and reports every
+``interval``: goodput, retransmissions and how many EVs are GOOD and ASSUMED_BAD (`IntervalReport`), the
+figures of a failure experiment (``openmrc testbed``).
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from openmrc import __version__
-from openmrc.ev import EVState
+from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, EVState
+from openmrc.fabric.linux import LinuxFabric, load_export
 from openmrc.provider.udp import Peer, UdpDevice
 from openmrc.transport import (
     Access,
@@ -43,8 +54,11 @@ from openmrc.transport import (
 )
 
 __all__ = [
+    "EV_MODES",
     "OOB_PORT",
+    "IntervalReport",
     "PerfError",
+    "PerfFabric",
     "SizeResult",
     "default_iters",
     "perf_config",
@@ -55,6 +69,8 @@ __all__ = [
 
 OOB_PORT = 18515
 MAX_SIZE = 1 << 30
+EV_MODES = ("udp", "stev", "srv6")
+_PROFILE = 1  # the EV profile id perf installs for stev and srv6
 
 
 class PerfError(RuntimeError):
@@ -105,6 +121,18 @@ class SizeResult:
 
 
 @dataclass
+class IntervalReport:
+    """One interval of a duration run: when it ended (``time.time()``), the goodput of the Writes that
+    completed in it, the retransmissions in it, and the EVs of the client's QPs by state at its end."""
+
+    t: float
+    gbps: float
+    retransmits: int
+    evs_good: int
+    evs_bad: int
+
+
+@dataclass
 class ClientReport:
     results: list[SizeResult]
     hash_ok: bool
@@ -112,6 +140,8 @@ class ClientReport:
     qps: int
     device: dict[str, int] = field(default_factory=dict)
     nic: dict[str, int] = field(default_factory=dict)
+    ev_mode: str = "udp"
+    intervals: list[IntervalReport] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +180,80 @@ class _Channel:
             self.sock.close()
 
 
+@dataclass(frozen=True)
+class PerfFabric:
+    """This side's place in a fabric export: the fabric and the host index this process is."""
+
+    fabric: LinuxFabric
+    host: int
+
+    @classmethod
+    def locate(cls, directory: str, binds: Sequence[str] | None = None) -> PerfFabric:
+        """Read the export in ``directory`` and find the host whose plane-0 address is ``binds[0]``, or,
+        without binds, the one whose address this machine (namespace) owns."""
+        fab = load_export(directory)
+        n = fab.topo.num_hosts
+        if binds:
+            ip = binds[0].rsplit("]", 1)[0].lstrip("[") if binds[0].startswith("[") else binds[0]
+            for h in range(n):
+                if fab.host_address(h, 0) == ip:
+                    return cls(fab, h)
+            raise PerfError(f"{ip} is not a host's plane-0 address in the fabric export {directory}")
+        for h in range(n):
+            with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                try:
+                    s.bind((fab.host_address(h, 0), 0))
+                except OSError:
+                    continue
+                return cls(fab, h)
+        raise PerfError(f"none of the {n} hosts of the fabric export {directory} has its address here")
+
+    def binds(self) -> list[str]:
+        return [self.fabric.host_address(self.host, p) for p in range(self.fabric.topo.planes)]
+
+    def srv6_addresses(self) -> list[str | None] | None:
+        f = self.fabric
+        return [f.usid_address(self.host, p) for p in range(f.topo.planes)] if f.srv6 else None
+
+
+def _device(binds: Sequence[str], link_gbps: float, fabric: PerfFabric | None) -> UdpDevice:
+    extra = fabric.srv6_addresses() if fabric is not None else None
+    return UdpDevice(binds, config=perf_config(link_gbps), srv6_addresses=extra)
+
+
+def _stev_profile(count: int) -> EVProfile:
+    """Generated STEV EVs: a random flow label (high 16 bits) and a source port of the dynamic range."""
+    fields = (
+        EVField(16, min_val=1, max_val=0xFFFF, mask=0xFFFF),
+        EVField(16, min_val=0xC000, max_val=0xFFFF, mask=0xFFFF),
+    )
+    fmt = EVFormatProfile(EVFormatMode.STEV, (16, 16))
+    return EVProfile(EVProfileMode.GEN, fmt, fields, count, max(1, count // 8))
+
+
+def _install_profile(
+    dev: UdpDevice, mode: str, fabric: PerfFabric | None, peer_host: int | None, evs: int | None
+) -> int:
+    """Install the EV profile ``mode`` asks for towards the peer; returns its id (0: the default)."""
+    if mode == "udp":
+        return 0
+    if mode == "stev":
+        dev.add_ev_profile(_PROFILE, _stev_profile(evs or 64))
+        return _PROFILE
+    if mode != "srv6":
+        raise PerfError(f"EV mode {mode!r}: one of {', '.join(EV_MODES)}")
+    if fabric is None or not fabric.fabric.srv6:
+        raise PerfError("SRv6 EVs need the fabric's SRv6 export on both sides (--fabric DIR)")
+    if peer_host is None or not 0 <= peer_host < fabric.fabric.topo.num_hosts or peer_host == fabric.host:
+        raise PerfError(f"the peer's host {peer_host!r} is not another host of the fabric")
+    try:
+        prof, ports = fabric.fabric.plan.ev_profile(fabric.host, peer_host, evs)
+    except ValueError as exc:
+        raise PerfError(f"--evs: {exc}") from None
+    dev.add_ev_profile(_PROFILE, prof, ports)
+    return _PROFILE
+
+
 def _peer(msg: dict[str, Any], n: int) -> Peer:
     eps = msg.get("endpoints")
     if not isinstance(eps, list) or len(eps) != n:
@@ -161,17 +265,19 @@ def _peer(msg: dict[str, Any], n: int) -> Peer:
 def serve(
     binds: Sequence[str],
     *,
-    oob: tuple[str, int] = ("0.0.0.0", OOB_PORT),
+    oob: tuple[str, int] = ("::", OOB_PORT),
     once: bool = False,
     link_gbps: float = 25.0,
     log: Callable[[str], None] = print,
     ready: Callable[[tuple[str, int]], None] | None = None,
     stop: threading.Event | None = None,
+    fabric: PerfFabric | None = None,
 ) -> None:
     """Serve perf clients on a device bound to ``binds`` (one endpoint per plane) until ``stop`` is set
-    (or after one client with ``once``). ``ready`` is called with the TCP address once listening."""
+    (or after one client with ``once``). ``ready`` is called with the TCP address once listening; ``oob``
+    ``::`` listens on IPv6 and IPv4. ``fabric``: this host's place in a fabric export (SRv6 EVs)."""
     stop = stop or threading.Event()
-    with UdpDevice(binds, config=perf_config(link_gbps)) as dev, socket.create_server(oob) as lsock:
+    with _device(binds, link_gbps, fabric) as dev, _listen(oob) as lsock:
         dev.start()
         lsock.settimeout(0.2)
         addr = lsock.getsockname()[:2]
@@ -187,7 +293,7 @@ def serve(
             conn.settimeout(None)
             ch = _Channel(conn)
             try:
-                _session(dev, ch, log)
+                _session(dev, ch, log, fabric)
                 log(f"client {peer[0]} done")
             except (PerfError, LocalProtocolError, OSError, ValueError, KeyError, TypeError) as exc:
                 log(f"client {peer[0]}: {exc}")
@@ -199,7 +305,13 @@ def serve(
                 return
 
 
-def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None]) -> None:
+def _listen(oob: tuple[str, int]) -> socket.socket:
+    if oob[0] == "::" and socket.has_dualstack_ipv6():
+        return socket.create_server(oob, family=socket.AF_INET6, dualstack_ipv6=True)
+    return socket.create_server(oob, family=socket.AF_INET6 if ":" in oob[0] else socket.AF_INET)
+
+
+def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None], fabric: PerfFabric | None) -> None:
     hello = ch.recv()
     size = int(hello["buf_size"])
     nq = int(hello["qps"])
@@ -208,6 +320,11 @@ def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None]) -> None:
     if not 1 <= nq <= 64:
         raise PerfError(f"qps {nq} outside 1..64")
     peer = _peer(hello, dev.num_ports)
+    mode = str(hello.get("ev_mode", "udp"))
+    evs = hello.get("evs")
+    profile = _install_profile(
+        dev, mode, fabric, hello.get("host"), int(evs) if isinstance(evs, int) and mode == "stev" else None
+    )
     buf = bytearray(size)
     mr = dev.register(buf)
     qps = [dev.create_qp() for _ in range(nq)]
@@ -218,6 +335,7 @@ def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None]) -> None:
                 "ok": True,
                 "version": __version__,
                 "endpoints": dev.endpoints(),
+                "host": None if fabric is None else fabric.host,
                 "qpns": [q.qp_num for q in qps],
                 "va": mr.addr,
                 "rkey": mr.rkey,
@@ -225,7 +343,7 @@ def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None]) -> None:
         )
         msg = ch.recv()
         for q, remote in zip(qps, msg["qpns"], strict=True):
-            dev.connect(q, peer, int(remote))
+            dev.connect(q, peer, int(remote), ev_profile_id=profile)
         if hello.get("loss"):
             dev.impair(loss=float(hello["loss"]))
         ch.send({"ok": True})
@@ -276,10 +394,22 @@ def run_client(
     link_gbps: float = 25.0,
     timeout: float = 120.0,
     on_result: Callable[[SizeResult], None] | None = None,
+    ev_mode: str = "udp",
+    evs: int | None = None,
+    fabric: PerfFabric | None = None,
+    duration: float | None = None,
+    interval: float = 0.1,
+    on_interval: Callable[[IntervalReport], None] | None = None,
 ) -> ClientReport:
-    """Measure ``sizes`` against the server at ``server`` (its TCP address) from a device on ``binds``."""
+    """Measure ``sizes`` against the server at ``server`` (its TCP address) from a device on ``binds``.
+    With ``duration`` (seconds), write the single size in ``sizes`` for that long and report every
+    ``interval`` seconds."""
     if not sizes or any(not 1 <= s <= MAX_SIZE for s in sizes):
         raise PerfError(f"message sizes must be 1..{MAX_SIZE} bytes")
+    if ev_mode not in EV_MODES:
+        raise PerfError(f"EV mode {ev_mode!r}: one of {', '.join(EV_MODES)}")
+    if duration is not None and (len(sizes) != 1 or not 0 < duration <= 3600 or interval < 0.001):
+        raise PerfError("a duration run takes one message size, 0 < duration <= 3600 s, interval >= 1 ms")
     if fail_port is not None and not 1 <= fail_port[0] <= len(binds):
         raise PerfError(f"--fail-port {fail_port[0]}: the device has ports 1..{len(binds)}")
     biggest = max(sizes)
@@ -291,15 +421,30 @@ def run_client(
         ) from None
     conn.settimeout(timeout)
     ch = _Channel(conn)
-    with UdpDevice(binds, config=perf_config(link_gbps)) as dev:
+    run = _Run(iters, qps, imm, loss, tx_depth, timeout, ev_mode, evs, duration, interval)
+    with _device(binds, link_gbps, fabric) as dev:
         try:
-            return _client_session(
-                dev, ch, sizes, biggest, iters, qps, imm, loss, fail_port, tx_depth, timeout, on_result
-            )
+            return _client_session(dev, ch, sizes, biggest, run, fail_port, fabric, on_result, on_interval)
         finally:
             with contextlib.suppress(OSError, PerfError):
                 ch.call({"op": "bye"})
             ch.close()
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the client was asked to do."""
+
+    iters: int | None
+    qps: int
+    imm: bool
+    loss: float
+    tx_depth: int
+    timeout: float
+    ev_mode: str
+    evs: int | None
+    duration: float | None
+    interval: float
 
 
 def _client_session(
@@ -307,15 +452,13 @@ def _client_session(
     ch: _Channel,
     sizes: Sequence[int],
     biggest: int,
-    iters: int | None,
-    nq: int,
-    imm: bool,
-    loss: float,
+    run: _Run,
     fail_port: tuple[int, float] | None,
-    tx_depth: int,
-    timeout: float,
+    fabric: PerfFabric | None,
     on_result: Callable[[SizeResult], None] | None,
+    on_interval: Callable[[IntervalReport], None] | None,
 ) -> ClientReport:
+    nq, imm, loss = run.qps, run.imm, run.loss
     region = biggest
     src = bytearray(region * nq)
     fill = hashlib.sha256(b"openmrc perf").digest()
@@ -332,24 +475,34 @@ def _client_session(
             "qps": nq,
             "buf_size": region * nq,
             "loss": loss,
+            "ev_mode": run.ev_mode,
+            "evs": run.evs,
+            "host": None if fabric is None else fabric.host,
         }
     )
     peer = _peer(hello, dev.num_ports)
+    profile = _install_profile(dev, run.ev_mode, fabric, hello.get("host"), run.evs)
     remote = hello["qpns"]
     va, rkey = int(hello["va"]), int(hello["rkey"])
     for q, r in zip(qps, remote, strict=True):
-        dev.connect(q, peer, int(r))
+        dev.connect(q, peer, int(r), ev_profile_id=profile)
     ch.call({"qpns": [q.qp_num for q in qps]})
     if loss:
         dev.impair(loss=loss)
     results = []
     failure = _PortFailure(dev, ch, fail_port)
     target = _Target(qps, cq, mr, va, rkey, region)
+    intervals: list[IntervalReport] = []
+    ticker = None
+    if run.duration is not None:
+        ticker = _Ticker(dev, qps, run.interval, intervals, on_interval)
     for size in sizes:
-        n = iters or default_iters(size)
+        n = run.iters or default_iters(size)
+        if run.duration is not None:  # as many as the time allows at the ports' rate
+            n = run.iters or max(16, int(run.duration * dev.num_ports * _port_bps(dev) / 8 / size))
         if imm:
             ch.call({"op": "recvs", "n": n})
-        res = _measure(dev, target, size, n, imm, tx_depth, timeout, failure)
+        res = _measure(dev, target, size, n, imm, run, failure, ticker)
         results.append(res)
         if on_result is not None:
             on_result(res)
@@ -358,7 +511,62 @@ def _client_session(
     for k in range(nq):  # every QP wrote the first ``max(sizes)`` bytes of its region
         expect[k * region : k * region + max(sizes)] = src[k * region : k * region + max(sizes)]
     hash_ok = reply.get("sha256") == hashlib.sha256(expect).hexdigest()
-    return ClientReport(results, hash_ok, dev.num_ports, nq, dev.stats.as_dict(), dev.nic.stats.as_dict())
+    return ClientReport(
+        results,
+        hash_ok,
+        dev.num_ports,
+        nq,
+        dev.stats.as_dict(),
+        dev.nic.stats.as_dict(),
+        run.ev_mode,
+        intervals,
+    )
+
+
+def _port_bps(dev: UdpDevice) -> float:
+    """One port's configured rate in bit/s."""
+    return float(dev.config.link_bps)
+
+
+class _Ticker:
+    """Collects an `IntervalReport` every ``interval`` seconds of a duration run."""
+
+    def __init__(
+        self,
+        dev: UdpDevice,
+        qps: list[Any],
+        interval: float,
+        out: list[IntervalReport],
+        notify: Callable[[IntervalReport], None] | None,
+    ) -> None:
+        self.dev, self.qps, self.interval, self.out, self.notify = dev, qps, interval, out, notify
+        self.next = time.monotonic() + interval
+        self.bytes = 0
+        self.retx = dev.nic.stats.retransmits
+
+    def completed(self, nbytes: int) -> None:
+        self.bytes += nbytes
+
+    def poll(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if now < self.next and not final:
+            return
+        span = self.interval + (now - self.next)
+        good = bad = 0
+        for q in self.qps:
+            for e in q.ev_states():
+                if e.state is EVState.GOOD:
+                    good += 1
+                elif e.state is EVState.ASSUMED_BAD:
+                    bad += 1
+        retx = self.dev.nic.stats.retransmits
+        rep = IntervalReport(
+            round(time.time(), 4), round(self.bytes * 8 / span / 1e9, 6), retx - self.retx, good, bad
+        )
+        self.out.append(rep)
+        if self.notify is not None:
+            self.notify(rep)
+        self.bytes, self.retx, self.next = 0, retx, now + self.interval
 
 
 @dataclass(frozen=True)
@@ -395,10 +603,11 @@ def _measure(
     size: int,
     n: int,
     imm: bool,
-    tx_depth: int,
-    timeout: float,
+    run: _Run,
     failure: _PortFailure,
+    ticker: _Ticker | None = None,
 ) -> SizeResult:
+    tx_depth, timeout = run.tx_depth, run.timeout
     qps, cq, mr, region = target.qps, target.cq, target.mr, target.region
     stats = dev.nic.stats
     retx0 = stats.retransmits
@@ -408,9 +617,13 @@ def _measure(
     ok = True
     stamps: list[float] = []
     t0 = time.perf_counter()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout + (run.duration or 0.0)
+    until = None if run.duration is None else time.monotonic() + run.duration
     while done < n:
         failure.poll()
+        if until is not None and posted < n and time.monotonic() >= until:
+            n = posted  # the time is up: wait for what is in flight
+            continue
         while posted < n and posted - done < tx_depth:
             k = posted % len(qps)
             wr = SendWR(
@@ -430,10 +643,16 @@ def _measure(
             stamps.append(time.perf_counter())
             if wc.status is not WcStatus.SUCCESS:
                 ok = False
+            elif ticker is not None:
+                ticker.completed(size)
+        if ticker is not None:
+            ticker.poll()
         if time.monotonic() > deadline:
             raise PerfError(f"{size} B: {done} of {n} Writes completed in {timeout:.0f} s")
         if not ok:
             raise PerfError(f"{size} B: a Write failed ({wc.status.name})")
+    if ticker is not None:
+        ticker.poll(final=True)
     secs = time.perf_counter() - t0
     total = size * n
     avg = total * 8 / secs / 1e9

@@ -71,7 +71,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from openmrc.ev import EVFormatMode
+from openmrc.ev import EVFormatMode, EVProfile
 from openmrc.provider.bringup import connect_qp
 from openmrc.provider.faults import Impairments, fates, flip_bit
 from openmrc.transport.config import NicConfig
@@ -89,7 +89,7 @@ from openmrc.transport.types import (
     TrimMark,
     WorkCompletion,
 )
-from openmrc.wire import MRC_UDP_PORT, Addressing, WireError, seal_parts, trim_datagram
+from openmrc.wire import MRC_UDP_PORT, Addressing, WireError, seal_parts, trim_datagram, usid_final_address
 from openmrc.wire.constants import is_data_opcode
 
 __all__ = ["DeviceStats", "Peer", "UdpDevice", "parse_endpoint"]
@@ -235,7 +235,9 @@ class UdpDevice:
     ``config``: the transport's knobs (``link_bps`` is one port's rate; the default EV profile draws its
     source ports from the dynamic range); ``seed``: the NIC's random choices (QPNs, keys, EVs; None:
     from the OS); ``pace``: send no faster than the port rate; ``gso``/``gro``: use UDP segmentation
-    offload where packets allow; ``sockbuf``: socket buffer bytes asked for."""
+    offload where packets allow; ``sockbuf``: socket buffer bytes asked for; ``srv6_addresses``: per port,
+    the address uSID paths to it end at when that is not the port's own (a host-port uSID address, see
+    `openmrc.fabric.linux`): the port receives there too."""
 
     def __init__(
         self,
@@ -248,6 +250,7 @@ class UdpDevice:
         gso: bool = True,
         gro: bool = True,
         sockbuf: int = 16 << 20,
+        srv6_addresses: Sequence[str | None] | None = None,
         trim_dscp: int = TRIM_DSCP,
         trim_lasthop_dscp: int = TRIM_LASTHOP_DSCP,
         clock: Callable[[], int] = time.monotonic_ns,
@@ -269,6 +272,7 @@ class UdpDevice:
         self.stats = DeviceStats()
         self.pace = pace
         self.gso = gso
+        self._no_gso: set[socket.socket] = set()  # sockets the kernel will not segment for (no checksum)
         self.sockbuf = sockbuf
         self._trim_dscp = {trim_dscp: TrimMark.TRIMMED, trim_lasthop_dscp: TrimMark.TRIMMED_LASTHOP}
         self._trim_tos = {TrimMark.TRIMMED: trim_dscp << 2, TrimMark.TRIMMED_LASTHOP: trim_lasthop_dscp << 2}
@@ -276,6 +280,7 @@ class UdpDevice:
         self._closed = False
         self._sel = selectors.DefaultSelector()
         self._ports: list[_Port] = []
+        self._rx_ports: list[_Port] = []  # the ports, then the sockets of their SRv6 addresses
         self._txsocks: dict[tuple[int, int, bool], socket.socket | None] = {}
         self._routes: dict[tuple[int, object, int, bytes], _Route] = {}
         self._rx_addrs: dict[tuple[int, str, int], tuple[Addressing, object]] = {}
@@ -298,9 +303,19 @@ class UdpDevice:
         self._cq_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._cq_signalled = False
         try:
+            extra = list(srv6_addresses or ())
+            if len(extra) > len(eps):
+                raise LocalProtocolError(
+                    errno.EINVAL, f"srv6_addresses: {len(extra)} given for {len(eps)} ports"
+                )
             for i, ep in enumerate(eps, 1):
-                port = _Port(i, ep, self._open_port_socket(i, ep, gro))
-                self._ports.append(port)
+                self._ports.append(_Port(i, ep, self._open_port_socket(i, ep, gro)))
+            self._rx_ports = list(self._ports)
+            for i, addr in enumerate(extra, 1):
+                if addr is not None:
+                    ep = (parse_endpoint(addr, eps[i - 1][1])[0], eps[i - 1][1])
+                    self._rx_ports.append(_Port(i, ep, self._open_port_socket(i, ep, gro)))
+            for port in self._rx_ports:
                 self._sel.register(port.sock, selectors.EVENT_READ)
             self._sel.register(self._wake_fd, selectors.EVENT_READ)
         except BaseException:
@@ -370,6 +385,7 @@ class UdpDevice:
                         s.setsockopt(socket.IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0)
                     if srv6:
                         s.setsockopt(SOL_UDP, UDP_NO_CHECK6_TX, 1)
+                        self._no_gso.add(s)  # UDP GSO needs the checksum (the kernel says EINVAL)
                 s.bind((port.ip, sport))
             except OSError:
                 s.close()
@@ -418,6 +434,13 @@ class UdpDevice:
         with self._lock:
             self._check_open()
             return self.nic.create_qp(init or QpInitAttr(send_cq=self.create_cq(), recv_cq=self.create_cq()))
+
+    def add_ev_profile(self, profile_id: int, profile: EVProfile, ports: Sequence[int] | None = None) -> None:
+        """Install an EV profile for QPs to bind at `connect` (``ports``: the port of each EV, as
+        `Nic.add_ev_profile` takes them)."""
+        with self._lock:
+            self._check_open()
+            self.nic.add_ev_profile(profile_id, profile, ports)
 
     def destroy_qp(self, qp: Qp) -> None:
         with self._lock:
@@ -651,7 +674,7 @@ class UdpDevice:
         # Ports are drained in turns of a few datagrams, so that packets sprayed over the planes are handed
         # to the NIC about in the order they were sent (draining one socket before the next would make the
         # others' packets look reordered by hundreds, i.e. lost).
-        ports = self._ports
+        ports = self._rx_ports
         for _ in range(_RX_BUDGET // _RX_TURN):
             got = 0
             for port in ports:
@@ -794,7 +817,8 @@ class UdpDevice:
         if sock is None:
             self.stats.tx_unbound += 1
             sock, sport = port.sock, port.udp_port
-        addr = Addressing(port.ip, ip, sport, dport)  # the ICRC covers the final destination
+        # the ICRC covers the final destination: for a uSID address, where its last shift leaves it
+        addr = Addressing(port.ip, usid_final_address(t.ev) if srv6 else ip, sport, dport)
         dst_ip = str(ipaddress.IPv6Address(t.ev[:16])) if srv6 else ip
         dest: tuple[Any, ...] = (
             (dst_ip, dport, (t.entropy >> 16) & 0xFFFF, 0) if port.family == socket.AF_INET6 else (ip, dport)
@@ -814,7 +838,7 @@ class UdpDevice:
         while i < n:
             sock, dest, parts, size = pending[i]
             j = i + 1
-            if self.gso:
+            if self.gso and sock not in self._no_gso:
                 limit = min(n, i + _GSO_MAX_SEGS, i + max(1, _GSO_MAX_BYTES // size))
                 while j < limit and pending[j][0] is sock and pending[j][1] == dest and pending[j][3] == size:
                     j += 1
@@ -828,10 +852,11 @@ class UdpDevice:
                 stats.tx_datagrams += j - i
                 stats.tx_bytes += size * (j - i)
             except OSError as exc:
-                if (
-                    exc.errno == errno.EIO and j - i > 1
-                ):  # GSO refused (e.g. no checksum offload): stop using it
+                if j - i > 1 and exc.errno == errno.EIO:  # no checksum offload: no GSO on this host
                     self.gso = False
+                    continue
+                if j - i > 1 and exc.errno == errno.EINVAL:  # this socket cannot segment: one by one
+                    self._no_gso.add(sock)
                     continue
                 stats.tx_errors += j - i
             i = j
@@ -954,11 +979,12 @@ class UdpDevice:
     def _close_fds(self) -> None:
         with contextlib.suppress(Exception):
             self._sel.close()
-        socks = {id(p.sock): p.sock for p in self._ports}
+        socks = {id(p.sock): p.sock for p in self._ports + self._rx_ports}
         socks.update({id(s): s for s in self._txsocks.values() if s is not None})
         for s in socks.values():
             s.close()
         self._txsocks.clear()
+        self._no_gso.clear()
         self._routes.clear()
         self._held.clear()
         for fd in (self._wake_fd, self._cq_fd):
@@ -975,7 +1001,7 @@ class UdpDevice:
 
     def open_sockets(self) -> int:
         """How many sockets the device holds open (ports and sending sockets)."""
-        socks = {id(p.sock) for p in self._ports if p.sock.fileno() >= 0}
+        socks = {id(p.sock) for p in self._rx_ports if p.sock.fileno() >= 0}
         socks |= {id(s) for s in self._txsocks.values() if s is not None and s.fileno() >= 0}
         return len(socks)
 

@@ -15,7 +15,7 @@ from openmrc.wire.constants import (
     SackM,
 )
 from openmrc.wire.datagram import Addressing, datagram_icrc, icrc_ok, seal, seal_parts, trim_datagram
-from openmrc.wire.framing import Frame, SRv6Encap, encapsulate, parse_frame
+from openmrc.wire.framing import Frame, SRv6Encap, encapsulate, parse_frame, usid_final_address
 from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
 from openmrc.wire.icrc import compute_icrc
 from openmrc.wire.packet import Packet, parse
@@ -59,4 +59,5 @@ __all__ = [
     "seal",
     "seal_parts",
     "trim_datagram",
+    "usid_final_address",
 ]

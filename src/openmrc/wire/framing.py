@@ -35,6 +35,7 @@ __all__ = [
     "parse_frame",
     "srh",
     "udp_header",
+    "usid_final_address",
 ]
 
 ETH_P_IPV4 = 0x0800
@@ -62,6 +63,28 @@ def internet_checksum(data: bytes | bytearray | memoryview) -> int:
     if s == 0 and x:
         s = 0xFFFF
     return ~s & 0xFFFF
+
+
+def usid_final_address(
+    addr: str | bytes | int | ipaddress.IPv6Address, lblen: int = 32, nflen: int = 16
+) -> str:
+    """The address a uSID destination ends as after every NEXT-CSID shift: the locator block followed by
+    its last non-zero uSID (RFC 9800 §6.5: the address an upper-layer checksum, and openmrc's ICRC, cover)."""
+    if isinstance(addr, int):
+        a = addr
+    elif isinstance(addr, (str, ipaddress.IPv6Address)):
+        a = int(ipaddress.IPv6Address(addr))
+    else:
+        a = int.from_bytes(addr[:16], "big")
+    rest = 128 - lblen
+    block, carrier = a >> rest, a & ((1 << rest) - 1)
+    last = 0
+    for shift in range(rest - nflen, -1, -nflen):
+        u = (carrier >> shift) & ((1 << nflen) - 1)
+        if u == 0:
+            break
+        last = u
+    return str(ipaddress.IPv6Address((block << rest) | (last << (rest - nflen))))
 
 
 def _addr(a: str | bytes, version: int) -> bytes:
