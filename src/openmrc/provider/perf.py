@@ -39,7 +39,7 @@ from typing import Any
 from openmrc import __version__
 from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, EVState
 from openmrc.fabric.linux import LinuxFabric, load_export
-from openmrc.provider.udp import Peer, UdpDevice
+from openmrc.provider.udp import Peer, UdpDevice, parse_endpoint
 from openmrc.transport import (
     Access,
     LocalProtocolError,
@@ -194,7 +194,7 @@ class PerfFabric:
         fab = load_export(directory)
         n = fab.topo.num_hosts
         if binds:
-            ip = binds[0].rsplit("]", 1)[0].lstrip("[") if binds[0].startswith("[") else binds[0]
+            ip = parse_endpoint(binds[0])[0]
             for h in range(n):
                 if fab.host_address(h, 0) == ip:
                     return cls(fab, h)
@@ -499,7 +499,7 @@ def _client_session(
     for size in sizes:
         n = run.iters or default_iters(size)
         if run.duration is not None:  # as many as the time allows at the ports' rate
-            n = run.iters or max(16, int(run.duration * dev.num_ports * _port_bps(dev) / 8 / size))
+            n = run.iters or max(16, int(run.duration * dev.num_ports * dev.config.link_bps / 8 / size))
         if imm:
             ch.call({"op": "recvs", "n": n})
         res = _measure(dev, target, size, n, imm, run, failure, ticker)
@@ -521,11 +521,6 @@ def _client_session(
         run.ev_mode,
         intervals,
     )
-
-
-def _port_bps(dev: UdpDevice) -> float:
-    """One port's configured rate in bit/s."""
-    return float(dev.config.link_bps)
 
 
 class _Ticker:

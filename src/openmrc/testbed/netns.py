@@ -40,9 +40,12 @@ def missing() -> str | None:
     return None
 
 
-def _run(args: Sequence[str], *, stdin: str | None = None) -> str:
+def _run(args: Sequence[str], *, stdin: str | None = None, check: bool = True) -> str:
+    """The command's output; on failure `TestbedError` with its message (``check``) or ""."""
     r = subprocess.run(list(args), input=stdin, capture_output=True, text=True, check=False)
     if r.returncode:
+        if not check:
+            return ""
         why = (r.stderr or r.stdout).strip() or f"exit status {r.returncode}"
         raise TestbedError(f"{shlex.join(args)}: {why}")
     return r.stdout
@@ -145,13 +148,7 @@ class Testbed:
         many namespaces there were. Safe to call at any time."""
         there = self.namespaces() if shutil.which("ip") else []
         if there:
-            subprocess.run(
-                ["ip", "-batch", "-"],
-                input="".join(f"netns del {n}\n" for n in there),
-                capture_output=True,
-                text=True,
-                check=False,
-            )
+            _run(["ip", "-batch", "-"], stdin="".join(f"netns del {n}\n" for n in there), check=False)
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return len(there)
 
@@ -190,15 +187,11 @@ class Testbed:
         raise TestbedError(f"no link {name!r}; links are named A--B, e.g. {links[-1]['name']}")
 
     def host_ns(self, host: str) -> str:
-        names = {ln["a"] for ln in self.links()} | {ln["b"] for ln in self.links()}
+        names = {n for ln in self.links() for n in (ln["a"], ln["b"])}
         if host not in names:
-            raise TestbedError(
-                f"no node {host!r} in the testbed (hosts are host0 .. host{self._hosts() - 1})"
-            )
+            hosts = sum(1 for n in names if n.startswith("host"))
+            raise TestbedError(f"no node {host!r} in the testbed (hosts are host0 .. host{hosts - 1})")
         return self.ns(host)
-
-    def _hosts(self) -> int:
-        return len(json.loads((self.export_dir / "hosts.json").read_text()))
 
     # -- faults --------------------------------------------------------------------------------------------
     def fail(self, name: str) -> None:
@@ -261,16 +254,10 @@ class Testbed:
 
     def drops(self, node: str) -> dict[str, int]:
         """Packets the fault rules dropped, per interface of ``node``."""
-        r = subprocess.run(
-            ["ip", "netns", "exec", self.ns(node), "nft", "-j", "list", "table", "netdev", _TABLE],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        cmd = ["ip", "netns", "exec", self.ns(node), "nft", "-j", "list", "table", "netdev", _TABLE]
+        out = _run(cmd, check=False)  # fails when no fault was ever set on this node
         res: dict[str, int] = {}
-        if r.returncode:
-            return res  # no fault was ever set on this node
-        for item in json.loads(r.stdout).get("nftables", []):
+        for item in json.loads(out).get("nftables", []) if out else ():
             rule = item.get("rule")
             if rule:
                 for expr in rule.get("expr", []):
