@@ -3,7 +3,8 @@
 In one run, on this machine:
 
 * ``goodput_gbps_1port`` / ``goodput_gbps_4port``: ``openmrc perf`` (a server process and a client
-  process, one QP, 4 KiB MTU, ``--mib`` MiB Writes) over 1 and 4 planes (127.0.x.y addresses);
+  process, one QP, 4 KiB MTU, ``--iters`` Writes of ``--mib`` MiB each, steady state rather than the
+  first window's ramp) over 1 and 4 planes (127.0.x.y addresses);
 * ``goodput_gbps_loss1``: 4 planes with 1 % random loss both ways;
 * ``goodput_gbps_portfail``: 4 planes, one plane blackholed both ways once the run has started;
 * ``sendto_blast_gbps``: one process blasting 4 KiB datagrams with plain ``sendto`` at another that
@@ -11,7 +12,7 @@ In one run, on this machine:
 * ``sendmmsg_blast_gbps``: the same with ``sendmmsg`` (64 datagrams per call, through ctypes);
 * ``ratio_vs_sendto``: ``goodput_gbps_4port / sendto_blast_gbps``.
 
-    python benchmarks/perf_bench.py [--json] [--mib 64] [--seconds 3]
+    python benchmarks/perf_bench.py [--json] [--mib 64] [--iters 8] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _server(binds: list[str], q: Any) -> None:
     serve(binds, oob=("127.0.0.1", 0), once=False, log=lambda s: None, ready=q.put)
 
 
-def perf_goodput(planes: int, mib: int, base: int, **kw: Any) -> dict[str, Any]:
+def perf_goodput(planes: int, mib: int, base: int, iters: int = 1, **kw: Any) -> dict[str, Any]:
     """One ``openmrc perf`` run between two processes; the result of its single message size."""
     binds_s = [f"127.{base}.1.{p}" for p in range(1, planes + 1)]
     binds_c = [f"127.{base}.2.{p}" for p in range(1, planes + 1)]
@@ -47,7 +48,7 @@ def perf_goodput(planes: int, mib: int, base: int, **kw: Any) -> dict[str, Any]:
     srv.start()
     try:
         addr = q.get(timeout=30)
-        rep = run_client(addr, binds_c, [mib << 20], iters=1, **kw)
+        rep = run_client(addr, binds_c, [mib << 20], iters=iters, **kw)
     finally:
         srv.terminate()
         srv.join(10)
@@ -149,17 +150,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--mib", type=int, default=64, help="size of the Write, MiB")
+    ap.add_argument("--iters", type=int, default=8, help="Writes per run")
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each blast")
     a = ap.parse_args()
     base = 100 + os.getpid() % 100
-    out: dict[str, Any] = {"build": "compiled" if _native.compiled else "interpreted", "mib": a.mib}
+    out: dict[str, Any] = {
+        "build": "compiled" if _native.compiled else "interpreted",
+        "mib": a.mib,
+        "iters": a.iters,
+    }
     out["sendto_blast_gbps"] = round(blast("sendto", a.seconds, base), 3)
     out["sendmmsg_blast_gbps"] = round(blast("sendmmsg", a.seconds, base + 1), 3)
     runs = {
-        "1port": perf_goodput(1, a.mib, base + 2),
-        "4port": perf_goodput(4, a.mib, base + 3),
-        "loss1": perf_goodput(4, a.mib, base + 4, loss=0.01),
-        "portfail": perf_goodput(4, a.mib, base + 5, fail_port=(2, 0.2)),
+        "1port": perf_goodput(1, a.mib, base + 2, a.iters),
+        "4port": perf_goodput(4, a.mib, base + 3, a.iters),
+        "loss1": perf_goodput(4, a.mib, base + 4, a.iters, loss=0.01),
+        "portfail": perf_goodput(4, a.mib, base + 5, a.iters, fail_port=(2, 0.2)),
     }
     for name, r in runs.items():
         out[f"goodput_gbps_{name}"] = round(r["gbps"], 3)
@@ -170,9 +176,12 @@ def main() -> None:
     if a.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"software MRC NIC over UDP on loopback ({out['build']} core), {a.mib} MiB Writes, 4 KiB MTU")
+    print(
+        f"software MRC NIC over UDP on loopback ({out['build']} core), {a.iters} x {a.mib} MiB Writes, "
+        "4 KiB MTU"
+    )
     for k, v in out.items():
-        if k not in ("build", "mib"):
+        if k not in ("build", "mib", "iters"):
             print(f"  {k:28s} {v}")
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, EVState
 from openmrc.provider import Peer, UdpDevice, parse_endpoint
+from openmrc.provider.udp import gso_burst
 from openmrc.transport import Access, LocalProtocolError, NicConfig, RecvWR, SendWR, Sge, WcStatus, WrOpcode
 from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, seal
 from openmrc.wire.packet import data_packet
@@ -112,11 +113,28 @@ def test_a_write_over_four_planes_arrives_bit_exact_sprayed_over_every_port() ->
         assert link.dst == link.src
         ports = Counter(p for p, _ in seen.elements())
         assert set(ports) == {1, 2, 3, 4}
-        # spraying: the data came from many EVs (source ports), each within the dynamic range
+        # spraying: the data came from many EVs (source ports), each within the dynamic range; the device
+        # sprays in bursts of one GSO datagram, so 256 packets take at least 256 / burst EVs
+        burst = a.config.spray_burst
+        assert burst == gso_burst(4096) > 1
         sports = {s for _, s in seen}
-        assert len(sports) > 50 and min(sports) >= 0xC000
+        assert len(sports) >= 256 // burst and min(sports) >= 0xC000
+        assert a.stats.tx_gso_batches >= 256 // burst // 2
         assert a.nic.stats.rx_bad_icrc == b.nic.stats.rx_bad_icrc == 0
         assert all(s.state is EVState.GOOD for s in link.qa.ev_states())
+
+
+def test_per_packet_spraying_when_bursts_are_off() -> None:
+    cfg = NicConfig(default_ev_sports=(0xC000, 0x10000), spray_burst=1)
+    with devices(4, config=cfg) as (a, b):
+        link = Link(a, b, 1 << 20)
+        sports: set[int] = set()
+        b.rx_tap = lambda port, src, flow, tos, data: sports.add(src[1])
+        link.write()
+        (wc,) = link.run()
+        assert wc.status is WcStatus.SUCCESS and link.dst == link.src
+        assert len(sports) > 50  # 256 packets over the 96 EVs of the rotation: each one used
+        assert a.stats.tx_gso_batches == 0  # no two consecutive packets share a source port
 
 
 def test_write_with_immediate_completes_on_the_receiver() -> None:
@@ -141,7 +159,7 @@ def _stev_profile(n: int = 16) -> EVProfile:
 @needs_ipv6
 def test_stev_evs_carry_their_high_half_in_the_ipv6_flow_label() -> None:
     with devices(2, v6=True) as (a, b):
-        link = Link(a, b, 256 << 10, profile=_stev_profile())
+        link = Link(a, b, 1 << 20, profile=_stev_profile())
         seen: set[tuple[int, int]] = set()
         b.rx_tap = lambda port, src, flow, tos, data: seen.add((flow, src[1]))
         link.write()
@@ -263,7 +281,7 @@ def test_close_flushes_pending_work_and_leaks_nothing() -> None:
         link.write(1)
         link.write(2)
         assert a.open_sockets() > 2
-    assert a.closed and a.open_sockets() == 0 and a._thread is None
+    assert a.closed and a.open_sockets() == 0 and a._progress is None
     wcs = link.qa.send_cq.poll(8)
     assert [w.status for w in wcs] == [WcStatus.WR_FLUSH_ERR] * 2
     assert len(os.listdir("/proc/self/fd")) == fds_before
@@ -328,7 +346,7 @@ def test_srv6_evs_go_to_their_usid_address_with_the_icrc_of_the_final_one() -> N
         a.progress(0)  # zero-length Write: one packet, sent towards its uSID address (unroutable here)
         routes = [r for k, r in a._routes.items() if k[0] in (1, 2)]
         assert routes
-        for sock, dest, addr in routes:
+        for sock, dest, addr, _peer in routes:
             assert dest[0].startswith("fc00:0:e00")  # the uSID path
             # the ICRC: the address the last shift leaves (the last uSID), not the first hop's
             assert addr.dst == socket.inet_pton(socket.AF_INET6, "fc00:0:f001::")

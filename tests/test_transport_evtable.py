@@ -94,6 +94,35 @@ def test_rotation_visits_every_active_ev_once_per_epoch(reshuffle: int) -> None:
     assert changes and all(i % reshuffle == 0 for i in changes)  # re-shuffled exactly at epoch multiples
 
 
+def test_bursts_keep_new_data_on_one_ev_and_still_visit_the_whole_rotation() -> None:
+    t, _ = table(seed=5, burst=4)
+    n = len(t.rotation)
+    picks = [t.pick() for _ in range(4 * n)]
+    runs = [picks[i : i + 4] for i in range(0, len(picks), 4)]
+    assert all(r[0] is not None and r.count(r[0]) == 4 for r in runs)  # four in a row on each EV
+    assert {r[0] for r in runs} == set(t.rotation)  # one burst per EV of the rotation
+    assert t.epoch == 0
+
+
+def test_a_burst_ends_when_its_ev_turns_unusable_and_retransmissions_leave_it() -> None:
+    t, _ = table(seed=6, burst=8)
+    first = t.pick()
+    assert first is not None and t.pick() is first
+    retx = t.pick(first)  # a retransmission avoids its old EV and does not end the burst
+    assert retx is not None and retx is not first and t.pick() is first
+    ctrl = t.pick(None, port=first.port % 4 + 1)  # a control packet on another plane: nor does it
+    assert ctrl is not None and t.pick() is first
+    t.skip(first)  # ECN on the burst's EV: the next packet takes the next EV
+    nxt = t.pick()
+    assert nxt is not None and nxt is not first and t.pick() is nxt
+    t.mark_bad(nxt, 0)
+    after = t.pick()
+    assert after is not None and after is not nxt and after.state is GOOD
+    t.port_mask = ~(1 << (after.port - 1)) & 0xF  # its plane goes down
+    last = t.pick()
+    assert last is not None and last.port != after.port
+
+
 def test_active_set_is_drawn_equally_from_every_plane() -> None:
     t, _ = table(ports=4, per_port=16, active_fraction=0.75)
     assert Counter(e.port for e in t.rotation) == {1: 12, 2: 12, 3: 12, 4: 12}

@@ -39,7 +39,7 @@ from typing import Any
 from openmrc import __version__
 from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, EVState
 from openmrc.fabric.linux import LinuxFabric, load_export
-from openmrc.provider.udp import Peer, UdpDevice, parse_endpoint
+from openmrc.provider.udp import Peer, UdpDevice, gso_burst, parse_endpoint
 from openmrc.transport import (
     Access,
     LocalProtocolError,
@@ -83,9 +83,10 @@ def perf_config(link_gbps: float = 25.0) -> NicConfig:
         link_bps=int(link_gbps * 1e9),
         base_rtt_ns=200_000,
         sack_delay_ns=20_000,
-        sack_every=8,
+        sack_every=16,
         reorder_allowance=128,
         default_ev_sports=(0xC000, 0x10000),
+        spray_burst=gso_burst(4096),
         max_send_wr=8192,
         max_recv_wr=8192,
     )

@@ -48,7 +48,13 @@ work requests complete with ``WR_FLUSH_ERR``) and closes every socket and descri
 *Fast path.* Socket buffers as large as the host allows (``SO_RCVBUFFORCE`` as root), receives into one
 preallocated buffer, UDP GRO on receive (a burst of datagrams from one source arrives as one) and UDP GSO
 on send when consecutive packets share socket, destination and size. Sends are paced to the port rate
-(``NicConfig.link_bps`` per port).
+(``NicConfig.link_bps`` per port). **[openmrc]** A kernel call costs a software NIC far more than a
+packet's worth of work, and packets of different EVs leave from different sockets, so no two of them can
+share a call: the device's default configuration sprays new data in bursts of `gso_burst` packets per EV
+(``NicConfig.spray_burst``; 15 at a 4 KiB MTU), which leave as one GSO datagram and arrive as one GRO
+batch. Every EV of the rotation still carries its share, retransmissions and probes still take a fresh
+EV, and ``spray_burst=1`` sprays every packet on its own EV as a hardware NIC does (one call per packet).
+This module is compiled with the transport core (``make native``).
 
 Everything the device does is counted in `DeviceStats`; the transport's own counters are ``nic.stats``.
 """
@@ -92,7 +98,7 @@ from openmrc.transport.types import (
 from openmrc.wire import MRC_UDP_PORT, Addressing, WireError, seal_parts, trim_datagram, usid_final_address
 from openmrc.wire.constants import is_data_opcode
 
-__all__ = ["DeviceStats", "Peer", "UdpDevice", "parse_endpoint"]
+__all__ = ["DeviceStats", "Peer", "UdpDevice", "gso_burst", "parse_endpoint"]
 
 # Linux socket options the socket module does not name
 SO_SNDBUFFORCE: Final = 32
@@ -116,9 +122,16 @@ _GSO_MAX_SEGS: Final = 64
 _RX_BUDGET: Final = 1024  # datagrams (or GRO batches) per port per round
 _RX_TURN: Final = 4  # taken from one port before the next port's turn
 _HEADER_BYTES: Final = 100  # IP + UDP + MRC headers of a data packet, for pacing
+_MRC_OVERHEAD: Final = 64  # MRC headers and ICRC of a data packet (at most), past its payload
 _INT: Final = struct.Struct("i")
 
 Endpoint = tuple[str, int]
+
+
+def gso_burst(mtu: int) -> int:
+    """How many ``mtu``-byte MRC packets fit in one UDP segmentation-offload datagram: the
+    `NicConfig.spray_burst` that lets a software NIC send a burst on one EV with one system call."""
+    return max(1, min(_GSO_MAX_SEGS, _GSO_MAX_BYTES // (mtu + _MRC_OVERHEAD)))
 
 
 def parse_endpoint(text: str | Endpoint, default_port: int = MRC_UDP_PORT) -> Endpoint:
@@ -218,8 +231,8 @@ class _Port:
         self.free_at = 0
 
 
-# (socket, destination sockaddr, ICRC addressing) for one (port, peer, entropy, SRv6 destination)
-_Route = tuple[socket.socket, tuple[Any, ...], Addressing]
+# (socket, destination sockaddr, ICRC addressing, the peer) for one (port, entropy, peer, SRv6 destination)
+_Route = tuple[socket.socket, tuple[Any, ...], Addressing, object]
 # a datagram ready to go: (socket, destination, scatter/gather parts, bytes)
 _Pending = tuple[socket.socket, tuple[Any, ...], list[bytes | memoryview], int]
 # a datagram the fault injector delays: (release time, sequence, socket, data, (destination, TOS cmsg))
@@ -263,7 +276,7 @@ class UdpDevice:
         for name, d in (("trim_dscp", trim_dscp), ("trim_lasthop_dscp", trim_lasthop_dscp)):
             if not 0 < d < 64:
                 raise LocalProtocolError(errno.EINVAL, f"{name}: {d} is not a DSCP (1..63)")
-        cfg = config or NicConfig(default_ev_sports=(0xC000, 0x10000))
+        cfg = config or NicConfig(default_ev_sports=(0xC000, 0x10000), spray_burst=gso_burst(4096))
         self.config = cfg
         self._clock = clock
         self._t0 = clock()
@@ -282,7 +295,7 @@ class UdpDevice:
         self._ports: list[_Port] = []
         self._rx_ports: list[_Port] = []  # the ports, then the sockets of their SRv6 addresses
         self._txsocks: dict[tuple[int, int, bool], socket.socket | None] = {}
-        self._routes: dict[tuple[int, object, int, bytes], _Route] = {}
+        self._routes: dict[tuple[int, int, int, bytes], _Route] = {}
         self._rx_addrs: dict[tuple[int, str, int], tuple[Addressing, object]] = {}
         self._peers_by_ip: dict[str, Peer] = {}
         self._srv6_qps: set[int] = set()
@@ -297,7 +310,7 @@ class UdpDevice:
         before the NIC sees it (tests and tools: what really arrived on the wire)."""
         self._rxbuf = bytearray(1 << 16)
         self._rxview = memoryview(self._rxbuf)
-        self._thread: threading.Thread | None = None
+        self._progress: threading.Thread | None = None
         self._stop = False
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._cq_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -545,7 +558,7 @@ class UdpDevice:
 
     def poll_cq(self, cq: CompletionQueue, n: int = 1) -> list[WorkCompletion]:
         """Up to ``n`` completions of ``cq``; without a progress thread, one progress round first."""
-        if self._thread is None and not self._closed:
+        if self._progress is None and not self._closed:
             self.progress(0)
         with self._lock:
             return cq.poll(n)
@@ -588,7 +601,7 @@ class UdpDevice:
         sent. If nothing happened and ``timeout`` is not 0, waits (up to ``timeout`` s; None: until
         something happens) for a datagram, a timer or a paced send, then runs another round. Returns the
         datagrams handled. Not to be called while a progress thread runs (`start`)."""
-        if self._thread is not None:
+        if self._progress is not None:
             raise LocalProtocolError(errno.EBUSY, "a progress thread drives this device (see stop())")
         with self._lock:
             self._check_open()
@@ -614,21 +627,21 @@ class UdpDevice:
         """Run progress in a background thread (daemon) until `stop` or `close`."""
         with self._lock:
             self._check_open()
-            if self._thread is not None:
+            if self._progress is not None:
                 return
             self._stop = False
-            self._thread = threading.Thread(target=self._loop, name="openmrc-udp-progress", daemon=True)
-            self._thread.start()
+            self._progress = threading.Thread(target=self._loop, name="openmrc-udp-progress", daemon=True)
+            self._progress.start()
 
     def stop(self) -> None:
         """Stop the background progress thread (if any) and wait for it."""
-        t = self._thread
+        t = self._progress
         if t is None:
             return
         self._stop = True
         self._kick()
         t.join()
-        self._thread = None
+        self._progress = None
 
     def _loop(self) -> None:
         while not self._stop:
@@ -640,7 +653,7 @@ class UdpDevice:
                 self._wait(0.1)
 
     def _kick(self) -> None:
-        if self._thread is not None:
+        if self._progress is not None:
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._wake_fd, 1)
 
@@ -761,7 +774,7 @@ class UdpDevice:
         if not self.pace:
             return None
         ns = (self.config.mtu + _HEADER_BYTES) * 8 * 1_000_000_000 // self.config.link_bps
-        horizon = 8 * ns  # a burst of up to 8 packets per port
+        horizon = max(8, self.config.spray_burst) * ns  # a burst of up to 8 packets (or a GSO burst) per port
         room = 0
         for p in self._ports:
             free = p.free_at if p.free_at > now else now  # an idle port does not save up a burst
@@ -776,17 +789,23 @@ class UdpDevice:
             return 0
         link = self.config.link_bps
         faults = self.faults
+        routes, srv6_qps = self._routes, self._srv6_qps
         pending: list[_Pending] = []
         for t in out:
             port = self._ports[t.port - 1]
-            route = self._route(t, port)
-            sock, dest, addr = route
+            peer = t.peer
+            r = routes.get(
+                (t.port, t.entropy, id(peer), t.ev[:16] if srv6_qps and t.qp_num in srv6_qps else b"")
+            )
+            if r is None or r[3] is not peer:
+                r = self._route(t, port)
+            sock, dest, addr = r[0], r[1], r[2]
             try:
                 parts = seal_parts(t.packet, addr)
             except WireError:  # the core never emits one; counted, never raised into a progress thread
                 self.stats.tx_errors += 1
                 continue
-            size = sum(len(p) for p in parts)
+            size = sum(map(len, parts))
             if t.size:
                 start = port.free_at if port.free_at > now else now
                 port.free_at = start + (size + _HEADER_BYTES) * 8 * 1_000_000_000 // link
@@ -800,12 +819,11 @@ class UdpDevice:
         return len(out)
 
     def _route(self, t: Transmit, port: _Port) -> _Route:
+        """The route of ``t``, made and cached (`_send` looks it up first, keyed by the peer object's
+        identity, which the route holds so that a new object at the same address is not taken for it)."""
         srv6 = t.qp_num in self._srv6_qps
-        key = (t.port, t.peer, t.entropy, t.ev[:16] if srv6 else b"")
-        r = self._routes.get(key)
-        if r is not None:
-            return r
         peer = t.peer
+        key = (t.port, t.entropy, id(peer), t.ev[:16] if srv6 else b"")
         if isinstance(peer, Peer):
             ip, dport = peer.endpoint(t.port)
         elif isinstance(peer, str):  # an endpoint request from an address no QP knows: answer it there
@@ -825,7 +843,7 @@ class UdpDevice:
         )
         if len(self._routes) > 1 << 16:
             self._routes.clear()
-        r = self._routes[key] = (sock, dest, addr)
+        r = self._routes[key] = (sock, dest, addr, peer)
         return r
 
     def _flush_pending(
@@ -941,7 +959,7 @@ class UdpDevice:
     async def wait_completions(self, cq: CompletionQueue, n: int = 1) -> list[WorkCompletion]:
         """Up to ``n`` completions of ``cq``, waiting on `completion_fd` in the running asyncio loop until
         there is one. Needs the progress thread (`start`)."""
-        if self._thread is None:
+        if self._progress is None:
             raise LocalProtocolError(errno.EINVAL, "wait_completions needs the progress thread: call start()")
         loop = asyncio.get_running_loop()
         while True:
@@ -955,9 +973,9 @@ class UdpDevice:
             try:
                 self.ack_completion_fd()
                 with self._lock:
-                    if len(cq):
-                        continue
-                await ready
+                    pending = len(cq) > 0
+                if not pending:  # else a completion arrived between the poll and the re-arm: poll again
+                    await ready
             finally:
                 loop.remove_reader(self._cq_fd)
 

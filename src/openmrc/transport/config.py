@@ -29,6 +29,11 @@ class NicConfig:
     """A packet is declared lost once more than this many packets sent after it have been acknowledged."""
     reshuffle_rotations: int = 1
     """Re-shuffle a QP's EV rotation after this many complete rotations."""
+    spray_burst: int = 1
+    """New data packets sent in a row on one EV before the rotation moves on (1: every packet on the next
+    EV, as a hardware NIC sprays). A software NIC sends a burst as one segmentation-offload datagram, which
+    only works for packets of one UDP source port and destination (`openmrc.provider.udp`).
+    Retransmissions and probes always take a fresh EV."""
     active_ev_fraction: float = 0.75
     """Share of a QP's EVs (per plane) in the spraying set; the rest are backups of the same plane."""
     probe_interval_ns: int = 50_000
@@ -56,6 +61,7 @@ class NicConfig:
             "sack_delay_ns": self.sack_delay_ns >= 0,
             "reorder_allowance": self.reorder_allowance >= 0,
             "reshuffle_rotations": self.reshuffle_rotations >= 1,
+            "spray_burst": 1 <= self.spray_burst <= 1024,
             "active_ev_fraction": 0 < self.active_ev_fraction <= 1,
             "probe_interval_ns": self.probe_interval_ns > 0,
             "probes_to_restore": self.probes_to_restore >= 1,

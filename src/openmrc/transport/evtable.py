@@ -4,8 +4,10 @@ Theory of operation (MRC-SPEC-NOTES §2)
 ---------------------------------------
 A QP sprays each packet on the next usable EV of a pseudo-random *rotation* over its active EV set, which
 is drawn equally from all planes (NIC ports); the rotation is re-shuffled every ``reshuffle_rotations``
-complete passes (an *epoch* is one pass). An EV is usable when it is GOOD (or SKIP from an earlier epoch)
-and both its local port and the peer's port of that plane are up.
+complete passes (an *epoch* is one pass). With a ``burst`` above 1, new data stays on the EV it took for
+that many packets before the rotation moves on (a software NIC's segmentation offload needs runs of
+packets with one addressing); retransmissions and probes still take the next EV. An EV is usable when it
+is GOOD (or SKIP from an earlier epoch) and both its local port and the peer's port of that plane are up.
 
 * ECN echo (SACK M=SKIP_ONCE) or a trim NACK that is not last-hop → SKIP: not used for the rest of the
   current rotation.
@@ -145,6 +147,7 @@ class EvTable:
         min_active: int,
         active_fraction: float = 0.75,
         reshuffle_rotations: int = 1,
+        burst: int = 1,
         probe_interval: int = 50_000,
         probes_to_restore: int = 2,
         emit: Callable[[EvEvent], None] | None = None,
@@ -179,6 +182,9 @@ class EvTable:
             e.slot = i
         self._pos = 0
         self.epoch = 0
+        self.burst = burst
+        self._burst_ev: EvEntry | None = None
+        self._burst_left = 0
         self._port_mask = (1 << 32) - 1  # bit p-1: port p usable (local and peer side up)
         self._local_mask = (1 << 32) - 1  # bit p-1: the local port p is up
         self.doubted: list[int] = []  # ports up locally that the peer says are down
@@ -239,9 +245,17 @@ class EvTable:
     # -- spraying ------------------------------------------------------------------------------------------
     def pick(self, avoid: EvEntry | None = None, port: int = 0) -> EvEntry | None:
         """The next usable EV of the rotation (not ``avoid`` if another exists; on ``port`` if non-zero)."""
+        mask = self._port_mask
+        if self._burst_left:  # the rest of a burst: the same EV while it stays usable
+            e = self._burst_ev
+            if avoid is None and not port:
+                if e is not None and e.state is _GOOD and (mask >> (e.port - 1)) & 1:
+                    self._burst_left -= 1
+                    e.uses += 1
+                    return e
+                self._burst_left = 0
         rot = self.rotation
         pos = self._pos
-        mask = self._port_mask
         n = len(rot)
         # Per-packet fast path: while spraying, the next slot almost always holds a GOOD EV of a usable plane.
         if pos < n:
@@ -254,6 +268,8 @@ class EvTable:
             ):
                 self._pos = pos + 1
                 e.uses += 1
+                if self.burst > 1 and avoid is None and not port:
+                    self._burst_ev, self._burst_left = e, self.burst - 1
                 return e
         fallback = None
         for _ in range(n):
@@ -275,6 +291,8 @@ class EvTable:
                     e.state = _GOOD
                 e.uses += 1
                 self._pos = pos
+                if self.burst > 1 and avoid is None and not port:
+                    self._burst_ev, self._burst_left = e, self.burst - 1
                 return e
         self._pos = pos
         return fallback

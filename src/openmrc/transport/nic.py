@@ -299,6 +299,7 @@ class Nic:
             min_active=b.min_active,
             active_fraction=cfg.active_ev_fraction,
             reshuffle_rotations=cfg.reshuffle_rotations,
+            burst=cfg.spray_burst,
             probe_interval=cfg.probe_interval_ns,
             probes_to_restore=cfg.probes_to_restore,
             emit=emit,
@@ -480,7 +481,7 @@ class Nic:
         data: bytes | bytearray | memoryview,
         port: int,
         now: int,
-        addr: Addressing,
+        addr: Addressing | object,  # checked below: misuse gets a reason, not the compiled build's TypeError
         *,
         ecn: bool = False,
         flow_label: int = 0,

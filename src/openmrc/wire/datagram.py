@@ -35,7 +35,7 @@ from openmrc.wire.constants import (
     is_data_opcode,
 )
 from openmrc.wire.headers import BTH
-from openmrc.wire.icrc import crc32, icrc_over
+from openmrc.wire.icrc import LRH_CRC, crc32
 from openmrc.wire.packet import ICRC_SIZE, Packet
 
 __all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "seal_parts", "trim_datagram"]
@@ -44,6 +44,8 @@ _MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP head
 _MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
 _ICRC: Final = struct.Struct("<I")
 _UDP: Final = 17
+_FF: Final = b"\xff"
+_ZERO_PAD: Final = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
 
 
 class Addressing:
@@ -52,7 +54,7 @@ class Addressing:
     ``src``/``dst`` are IPv4 or IPv6 addresses (text, `ipaddress` objects or packed bytes), both of one
     family. Raises `ValueError` naming the argument that is wrong."""
 
-    __slots__ = ("dport", "dst", "sport", "src", "version")
+    __slots__ = ("_pseudo", "dport", "dst", "sport", "src", "version")
 
     def __init__(
         self,
@@ -72,6 +74,18 @@ class Addressing:
         self.sport = sport
         self.dport = dport
         self.version = 4 if len(s) == 4 else 6
+        self._pseudo: dict[int, int] = {}  # UDP length -> CRC of the LRH stand-in and masked IP/UDP headers
+
+    def pseudo_crc(self, udp_length: int) -> int:
+        """The ICRC's running CRC after the 8 bytes standing for the LRH and the masked IP and UDP headers of
+        a datagram of ``udp_length`` bytes with this addressing (computed once per length: a flow's data
+        packets have one length, so the per-packet ICRC starts at BTH)."""
+        crc = self._pseudo.get(udp_length)
+        if crc is None:
+            if len(self._pseudo) >= 64:
+                self._pseudo.clear()
+            crc = self._pseudo[udp_length] = crc32(_masked_headers(self, udp_length), LRH_CRC)
+        return crc
 
     def reply(self, sport: int | None = None) -> Addressing:
         """The addressing of a datagram going back: addresses and ports swapped (source port ``sport``)."""
@@ -106,17 +120,10 @@ def _packed(a: object, name: str) -> bytes:
         raise ValueError(f"{name}: {a!r} is not an IPv4 or IPv6 address") from None
 
 
-def datagram_icrc(
-    body: bytes | bytearray | memoryview, addr: Addressing, *more: bytes | bytearray | memoryview
-) -> int:
-    """The ICRC of an MRC UDP payload whose bytes before the ICRC trailer are ``body`` (at least BTH)
-    followed by the parts ``more`` (e.g. a payload straight from registered memory, and its pad: a
-    driver that sends scatter/gather never joins them)."""
-    n = len(body) + ICRC_SIZE + 8  # UDP length
-    for part in more:
-        n += len(part)
+def _masked_headers(addr: Addressing, n: int) -> bytes:
+    """The IP and UDP headers of a datagram of UDP length ``n``, variant fields masked as the ICRC wants."""
     if addr.version == 4:
-        pseudo = _MASKED_V4.pack(
+        return _MASKED_V4.pack(
             0x45,
             0xFF,
             20 + n,
@@ -132,11 +139,21 @@ def datagram_icrc(
             n,
             0xFFFF,
         )
-    else:
-        pseudo = _MASKED_V6.pack(
-            0x6FFFFFFF, n, _UDP, 0xFF, addr.src, addr.dst, addr.sport, addr.dport, n, 0xFFFF
-        )
-    crc = icrc_over(pseudo, body)
+    return _MASKED_V6.pack(0x6FFFFFFF, n, _UDP, 0xFF, addr.src, addr.dst, addr.sport, addr.dport, n, 0xFFFF)
+
+
+def datagram_icrc(
+    body: bytes | bytearray | memoryview, addr: Addressing, *more: bytes | bytearray | memoryview
+) -> int:
+    """The ICRC of an MRC UDP payload whose bytes before the ICRC trailer are ``body`` (at least BTH)
+    followed by the parts ``more`` (e.g. a payload straight from registered memory, and its pad: a
+    driver that sends scatter/gather never joins them)."""
+    n = len(body) + ICRC_SIZE + 8  # UDP length
+    for part in more:
+        n += len(part)
+    crc = crc32(body[:4], addr.pseudo_crc(n))
+    crc = crc32(_FF, crc)  # BTH byte 4 (FECN, BECN, reserved)
+    crc = crc32(body[5:], crc)
     for part in more:
         crc = crc32(part, crc)
     return crc & 0xFFFFFFFF
@@ -156,15 +173,19 @@ def seal_parts(pkt: Packet, addr: Addressing) -> list[bytes | memoryview]:
     """`seal` as scatter/gather parts for ``sendmsg``: headers, the payload as the packet holds it (a view
     of registered memory is never copied), the pad if any, and the ICRC for ``addr``."""
     hdr = pkt.encode_headers()
-    parts: list[bytes | memoryview] = [hdr]
     payload = pkt.payload
-    if len(payload):
-        parts.append(payload)
-        pad = pkt.bth.pad
-        if pad:
-            parts.append(bytes(pad))
-    parts.append(_ICRC.pack(datagram_icrc(hdr, addr, *parts[1:])))
-    return parts
+    size = len(payload)
+    pad = pkt.bth.pad if size else 0
+    masked = bytearray(hdr)
+    masked[4] = 0xFF  # BTH byte 4 (FECN, BECN, reserved)
+    crc = crc32(masked, addr.pseudo_crc(len(hdr) + size + pad + ICRC_SIZE + 8))
+    if not size:
+        return [hdr, _ICRC.pack(crc & 0xFFFFFFFF)]
+    crc = crc32(payload, crc)
+    if pad:
+        crc = crc32(_ZERO_PAD[pad], crc)
+        return [hdr, payload, _ZERO_PAD[pad], _ICRC.pack(crc & 0xFFFFFFFF)]
+    return [hdr, payload, _ICRC.pack(crc & 0xFFFFFFFF)]
 
 
 def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:
@@ -172,10 +193,14 @@ def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:
     view = memoryview(data)
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
-    if len(view) < BTH.SIZE + ICRC_SIZE:
+    total = len(view)
+    if total < BTH.SIZE + ICRC_SIZE:
         return False
-    carried: int = _ICRC.unpack_from(view, len(view) - ICRC_SIZE)[0]
-    return carried == datagram_icrc(view[:-ICRC_SIZE], addr)
+    carried: int = _ICRC.unpack_from(view, total - ICRC_SIZE)[0]
+    crc = crc32(view[:4], addr.pseudo_crc(total + 8))  # `datagram_icrc` without slicing the body first
+    crc = crc32(_FF, crc)
+    crc = crc32(view[5 : total - ICRC_SIZE], crc)
+    return carried == crc & 0xFFFFFFFF
 
 
 def trim_datagram(data: bytes | bytearray | memoryview) -> bytes:

@@ -214,8 +214,9 @@ class BTH(_BTHLayout):
 
     @classmethod
     def from_words(cls, op: int, b1: int, pkey: int, w4: int, w8: int) -> BTH:
-        """Build from the values `ST` unpacks to (the inverse of `words`)."""
-        return cls(
+        """Build from the values `ST` unpacks to (the inverse of `words`). Every ``pull`` names its class
+        rather than ``cls``: compiled, that is a direct native constructor call on the per-packet path."""
+        return BTH(
             op,
             bool(b1 & 0x80),
             bool(b1 & 0x40),
@@ -229,6 +230,25 @@ class BTH(_BTHLayout):
             bool(w8 & 0x20000000),
             bool(w8 & 0x10000000),
             w8 & 0xFFFFFF,
+        )
+
+    def out_of_range(self) -> int:
+        """Non-zero when a field does not fit its width: `range_test` written out, so that the compiled build
+        runs the per-packet test natively."""
+        return (
+            self.opcode >> 8
+            | self.se >> 1
+            | self.m >> 1
+            | self.pad >> 2
+            | self.tver >> 4
+            | self.p_key >> 16
+            | self.fecn >> 1
+            | self.becn >> 1
+            | self.dest_qp >> 24
+            | self.ack_req >> 1
+            | self.rtx >> 1
+            | self.ts >> 1
+            | self.psn >> 24
         )
 
     def words(self, base: int = 0) -> tuple[int, int, int, int, int]:
@@ -277,10 +297,14 @@ class METH(_METHLayout):
         self.rqmsn = rqmsn
         self.msn = msn
 
+    def out_of_range(self) -> int:
+        """Non-zero when a field does not fit its width (`range_test`, written out)."""
+        return self.rqmsn >> 16 | self.msn >> 16
+
     @classmethod
     def pull(cls, buf: Buffer) -> METH:
         rqmsn, msn = buf.pull_struct(cls.ST, "METH", "rqmsn")
-        return cls(rqmsn, msn)
+        return METH(rqmsn, msn)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -317,7 +341,7 @@ class TSETH(_TSETHLayout):
     @classmethod
     def pull(cls, buf: Buffer) -> TSETH:
         ts, w = buf.pull_struct(cls.ST, "TSETH", "tx_timestamp")
-        return cls(ts, w >> 15, w & 0xF)
+        return TSETH(ts, w >> 15, w & 0xF)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -347,10 +371,14 @@ class RETH(_RETHLayout):
         self.rkey = rkey
         self.dma_len = dma_len
 
+    def out_of_range(self) -> int:
+        """Non-zero when a field does not fit its width (`range_test`, written out)."""
+        return self.va >> 64 | self.rkey >> 32 | self.dma_len >> 32
+
     @classmethod
     def pull(cls, buf: Buffer) -> RETH:
         va, rkey, dma_len = buf.pull_struct(cls.ST, "RETH", "va")
-        return cls(va, rkey, dma_len)
+        return RETH(va, rkey, dma_len)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -378,7 +406,7 @@ class ImmDt(_ImmDtLayout):
 
     @classmethod
     def pull(cls, buf: Buffer) -> ImmDt:
-        return cls(buf.pull_struct(cls.ST, "ImmDt", "imm_data")[0])
+        return ImmDt(buf.pull_struct(cls.ST, "ImmDt", "imm_data")[0])
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -409,7 +437,7 @@ class AETH(_AETHLayout):
     @classmethod
     def pull(cls, buf: Buffer) -> AETH:
         w = buf.pull_struct(cls.ST, "AETH", "syndrome")[0]
-        return cls(w >> 24, w & 0xFFFFFF)
+        return AETH(w >> 24, w & 0xFFFFFF)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -499,7 +527,7 @@ class SETH(_SETHLayout):
         m = b1 >> 6
         if m == 3:
             raise WireError("SETH", "m", start + 1, "reserved M value 3")
-        return cls(
+        return SETH(
             b0 >> 4,
             b0 & 0xF,
             SackM(m),
@@ -579,7 +607,7 @@ class CcState(_CcStateLayout):
     @classmethod
     def pull(cls, buf: Buffer) -> CcState:
         ts, w2, w4 = buf.pull_struct(cls.ST, "CC_STATE", "ts_echo")
-        return cls(ts, w2 & 0x7FFF, bool(w4 & 0x80000000), (w4 >> 24) & 0x7F, w4 & 0xFFFFFF)
+        return CcState(ts, w2 & 0x7FFF, bool(w4 & 0x80000000), (w4 >> 24) & 0x7F, w4 & 0xFFFFFF)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -631,7 +659,7 @@ class NETH(_NETHLayout):
     @classmethod
     def pull(cls, buf: Buffer) -> NETH:
         b0, _b1, reason, vend, ent, sqp, dqp, w12, cc, _r17, ts = buf.pull_struct(cls.ST, "NETH", "hdr_type")
-        return cls(b0 >> 4, b0 & 0xF, reason, vend, ent, sqp, dqp, w12 & 0xFFFFFF, cc >> 4, cc & 0xF, ts)
+        return NETH(b0 >> 4, b0 & 0xF, reason, vend, ent, sqp, dqp, w12 & 0xFFFFFF, cc >> 4, cc & 0xF, ts)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -687,7 +715,7 @@ class PETH(_PETHLayout):
     @classmethod
     def pull(cls, buf: Buffer) -> PETH:
         b0, _b1, _b2, vend, pid, _r6, sqp, dqp, ts, w14 = buf.pull_struct(cls.ST, "PETH", "hdr_type")
-        return cls(b0 >> 4, b0 & 0xF, vend, pid, sqp, dqp, ts, w14 >> 15, w14 & 0xF)
+        return PETH(b0 >> 4, b0 & 0xF, vend, pid, sqp, dqp, ts, w14 >> 15, w14 & 0xF)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -740,7 +768,7 @@ class ERTH(_ERTHLayout):
     @classmethod
     def pull(cls, buf: Buffer) -> ERTH:
         b0, b1, _b2, vend, ps, _r8, ts, w14 = buf.pull_struct(cls.ST, "ERTH", "hdr_type")
-        return cls(b0 >> 4, b0 & 0xF, b1 & 3, vend, ps, ts, w14 >> 15, w14 & 0xF)
+        return ERTH(b0 >> 4, b0 & 0xF, b1 & 3, vend, ps, ts, w14 >> 15, w14 & 0xF)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
@@ -795,7 +823,7 @@ class EETH(_EETHLayout):
     @classmethod
     def pull(cls, buf: Buffer) -> EETH:
         b0, b1, _b2, vend, svc, ps, rxp, ts, w30 = buf.pull_struct(cls.ST, "EETH", "hdr_type")
-        return cls(b0 >> 4, b0 & 0xF, (b1 >> 4) & 3, vend, svc, ps, rxp, ts, w30 >> 15, w30 & 0xF)
+        return EETH(b0 >> 4, b0 & 0xF, (b1 >> 4) & 3, vend, svc, ps, rxp, ts, w30 >> 15, w30 & 0xF)
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from typing import Final
 
 from openmrc.wire.buffer import WireError
 
@@ -30,9 +31,10 @@ try:
 except ImportError:  # pragma: no cover - the accelerator is optional
     crc32 = zlib.crc32
 
-__all__ = ["compute_icrc", "crc32", "icrc_bytes", "icrc_over"]
+__all__ = ["LRH_CRC", "compute_icrc", "crc32", "icrc_bytes", "icrc_over"]
 
-_LRH_CRC = zlib.crc32(b"\xff" * 8)  # the CRC so far after the 8 bytes standing for the LRH
+LRH_CRC: Final = zlib.crc32(b"\xff" * 8)
+"""The CRC so far after the 8 bytes of all ones standing for the LRH (where every ICRC starts)."""
 _UDP = 17
 
 
@@ -40,7 +42,7 @@ def icrc_over(masked_ip_udp: bytes | bytearray, transport: bytes | bytearray | m
     """The ICRC given the IP and UDP headers with their variant fields already masked, and the bytes from
     BTH up to (not including) the ICRC (at least BTH's 12 bytes); BTH byte 4 is masked here."""
     view = memoryview(transport)
-    crc = crc32(masked_ip_udp, _LRH_CRC)
+    crc = crc32(masked_ip_udp, LRH_CRC)
     crc = crc32(view[:4], crc)
     crc = crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved)
     return crc32(view[5:], crc) & 0xFFFFFFFF

@@ -43,7 +43,6 @@ from openmrc.wire.headers import (
     TSETH,
     CcState,
     ImmDt,
-    range_test,
 )
 
 __all__ = ["HEADER_ATTRS", "Packet", "data_packet", "parse"]
@@ -54,7 +53,6 @@ _ZERO_PAD: Final = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
 _EMPTY: Final = memoryview(b"")
 _ONLY: Final = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_WITH_IMM})
 _OPCODE_VALUES: Final = frozenset(int(o) for o in Opcode)
-_BTH_OOR, _METH_OOR, _RETH_OOR = range_test(BTH), range_test(METH), range_test(RETH)
 _DATA_INTS: Final = frozenset(int(o) for o in DATA_OPCODES)
 _IMM_INTS: Final = frozenset(int(o) for o in IMM_OPCODES)
 _ONLY_INTS: Final = frozenset(int(o) for o in _ONLY)
@@ -65,6 +63,8 @@ _DATA_ST: Final = {
     for ts in (False, True)
     for imm in (False, True)
 }
+_PLAIN_DATA_ST: Final = _DATA_ST[False, False]
+_PLAIN_DATA_SIZE: Final = _PLAIN_DATA_ST.size
 
 # Non-data opcodes: which optional attributes each one carries, in wire order.
 _ControlChain = tuple[tuple[str, type[AETH | SETH | CcState | NETH | PETH | ERTH | EETH]], ...]
@@ -223,7 +223,7 @@ class Packet:
             meth is None
             or reth is None
             or bth.ts != (tseth is not None)
-            or (bth.opcode in IMM_OPCODES) != (imm is not None)
+            or (bth.opcode in _IMM_INTS) != (imm is not None)
             or self.aeth is not None
             or self.seth is not None
             or self.cc_state is not None
@@ -237,7 +237,7 @@ class Packet:
         n = len(self.payload)
         bth.pad = -n & 3
         try:
-            bad = _BTH_OOR(bth) | _METH_OOR(meth) | _RETH_OOR(reth)
+            bad = bth.out_of_range() | meth.out_of_range() | reth.out_of_range()
         except TypeError:
             bad = 1
         if bad:  # name the first offending field
@@ -246,6 +246,20 @@ class Packet:
                 if h is not None:
                     h.check(off)
                     off += h.SIZE
+        if tseth is None and imm is None:  # the common layout, packed without building a tuple
+            _check_payload(bth, reth, n, _PLAIN_DATA_SIZE, trimmed)
+            return _PLAIN_DATA_ST.pack(
+                bth.opcode,
+                (bth.se << 7) | (bth.m << 6) | (bth.pad << 4) | bth.tver,
+                bth.p_key,
+                (bth.fecn << 31) | (bth.becn << 30) | bth.dest_qp,
+                (bth.ack_req << 31) | (bth.rtx << 29) | (bth.ts << 28) | bth.psn,
+                meth.rqmsn,
+                meth.msn,
+                reth.va,
+                reth.rkey,
+                reth.dma_len,
+            )
         head: tuple[int, ...] = (
             *bth.unchecked_words(),
             meth.rqmsn,
@@ -328,13 +342,13 @@ def _check_payload(bth: BTH, reth: RETH, n: int, off: int, trimmed: bool) -> Non
     if (n + bth.pad) & 3:
         raise WireError("BTH", "pad", 1, f"payload {n} B + pad {bth.pad} B is not a multiple of 4")
     dma = reth.dma_len
-    if op in _ONLY:
+    if op in _ONLY_INTS:
         if n != dma:
             raise WireError(
                 "RETH", "dma_len", off - 4, f"{Opcode(op).name} carries {n} B but DMA length is {dma}"
             )
         return
-    if op in (Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE) and bth.pad:
+    if op in _FM_INTS and bth.pad:
         raise WireError("BTH", "pad", 1, f"{Opcode(op).name} must be a whole number of words (pad {bth.pad})")
     if not 0 < n < dma:
         raise WireError(
