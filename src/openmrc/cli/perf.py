@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -182,13 +183,15 @@ def client(
                 f" {r.msg_rate_mpps:>14.4f} {r.retransmits:>6} {r.ev_state_changes:>10}"
             )
 
-    def tick(r: IntervalReport) -> None:
+    started = time.time()
+
+    def tick(r: IntervalReport) -> None:  # the table shows seconds since the start, JSON the wall clock
         if json_out:
             sys.stdout.write(json.dumps({"interval": r.__dict__}) + "\n")
             sys.stdout.flush()
         else:
             console.print(
-                f"  {r.t:.3f}  {r.gbps:8.3f} Gb/s  retx {r.retransmits:<5} "
+                f"  {r.t - started:7.3f} s  {r.gbps:8.3f} Gb/s  retx {r.retransmits:<5} "
                 f"EVs good {r.evs_good} bad {r.evs_bad}"
             )
 
