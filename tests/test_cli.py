@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import typer
 from typer.testing import CliRunner
 
 from openmrc.cli.main import app
@@ -83,3 +85,15 @@ def test_demo_runs_small(tmp_path: Path) -> None:
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
     data = json.loads((tmp_path / "results.json").read_text())
     assert [r["completed"] for r in data["runs"]] == [r["flows"] for r in data["runs"]] == [2 * 15 * 16] * 2
+
+
+def test_an_interrupted_testbed_command_says_so_and_exits_130(capsys: pytest.CaptureFixture[str]) -> None:
+    from openmrc.cli.testbed import _do
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as exc:
+        _do("testbed up", interrupted)
+    assert exc.value.exit_code == 130
+    assert "interrupted: testbed up (what it had made is removed)" in capsys.readouterr().out

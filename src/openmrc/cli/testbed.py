@@ -31,12 +31,17 @@ def _bed() -> Testbed:
 
 
 def _do(what: str, fn: Callable[[], object]) -> None:
-    """Run ``fn`` and turn the testbed's and the user's errors into one line and exit status 1."""
+    """Run ``fn`` and turn the testbed's and the user's errors into one line and exit status 1 (Ctrl-C: a
+    line and 130; an interrupted ``up`` has removed what it made)."""
     try:
         fn()
     except (TestbedError, ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {what}: {exc}")
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        undone = " (what it had made is removed)" if what == "testbed up" else ""
+        console.print(f"interrupted: {what}{undone}")
+        raise typer.Exit(130) from None
 
 
 @app.command()
