@@ -30,17 +30,16 @@ def _bed() -> Testbed:
     return Testbed()
 
 
-def _do(what: str, fn: Callable[[], object]) -> None:
+def _do(what: str, fn: Callable[[], object], undone: str = "") -> None:
     """Run ``fn`` and turn the testbed's and the user's errors into one line and exit status 1 (Ctrl-C: a
-    line and 130; an interrupted ``up`` has removed what it made)."""
+    line, with ``undone`` saying what the interrupted step cleaned up, and 130)."""
     try:
         fn()
     except (TestbedError, ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {what}: {exc}")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        undone = " (what it had made is removed)" if what == "testbed up" else ""
-        console.print(f"interrupted: {what}{undone}")
+        console.print(f"interrupted: {what}" + (f" ({undone})" if undone else ""))
         raise typer.Exit(130) from None
 
 
@@ -77,7 +76,7 @@ def up(
             f"--fabric {bed.export_dir} --ev-mode {'srv6' if fab.srv6 else 'stev'}"
         )
 
-    _do("testbed up", build)
+    _do("testbed up", build, undone="what it had made is removed")
 
 
 @app.command()

@@ -794,11 +794,11 @@ class UdpDevice:
         for t in out:
             port = self._ports[t.port - 1]
             peer = t.peer
-            r = routes.get(
-                (t.port, t.entropy, id(peer), t.ev[:16] if srv6_qps and t.qp_num in srv6_qps else b"")
-            )
+            srv6 = bool(srv6_qps) and t.qp_num in srv6_qps
+            key = (t.port, t.entropy, id(peer), t.ev[:16] if srv6 else b"")
+            r = routes.get(key)
             if r is None or r[3] is not peer:
-                r = self._route(t, port)
+                r = self._route(t, port, key, srv6)
             sock, dest, addr = r[0], r[1], r[2]
             try:
                 parts = seal_parts(t.packet, addr)
@@ -818,12 +818,11 @@ class UdpDevice:
         self._flush_pending(pending)
         return len(out)
 
-    def _route(self, t: Transmit, port: _Port) -> _Route:
-        """The route of ``t``, made and cached (`_send` looks it up first, keyed by the peer object's
-        identity, which the route holds so that a new object at the same address is not taken for it)."""
-        srv6 = t.qp_num in self._srv6_qps
+    def _route(self, t: Transmit, port: _Port, key: tuple[int, int, int, bytes], srv6: bool) -> _Route:
+        """The route of ``t``, made and cached under ``key`` (`_send` looks it up first, keyed by the peer
+        object's identity, which the route holds so that a new object at the same address is not taken for
+        it)."""
         peer = t.peer
-        key = (t.port, t.entropy, id(peer), t.ev[:16] if srv6 else b"")
         if isinstance(peer, Peer):
             ip, dport = peer.endpoint(t.port)
         elif isinstance(peer, str):  # an endpoint request from an address no QP knows: answer it there

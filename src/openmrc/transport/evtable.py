@@ -246,14 +246,14 @@ class EvTable:
     def pick(self, avoid: EvEntry | None = None, port: int = 0) -> EvEntry | None:
         """The next usable EV of the rotation (not ``avoid`` if another exists; on ``port`` if non-zero)."""
         mask = self._port_mask
-        if self._burst_left:  # the rest of a burst: the same EV while it stays usable
+        new_data = avoid is None and not port
+        if self._burst_left and new_data:  # the rest of a burst: the same EV while it stays usable
             e = self._burst_ev
-            if avoid is None and not port:
-                if e is not None and e.state is _GOOD and (mask >> (e.port - 1)) & 1:
-                    self._burst_left -= 1
-                    e.uses += 1
-                    return e
-                self._burst_left = 0
+            if e is not None and e.state is _GOOD and (mask >> (e.port - 1)) & 1:
+                self._burst_left -= 1
+                e.uses += 1
+                return e
+            self._burst_left = 0
         rot = self.rotation
         pos = self._pos
         n = len(rot)
@@ -267,10 +267,7 @@ class EvTable:
                 and (not port or e.port == port)
             ):
                 self._pos = pos + 1
-                e.uses += 1
-                if self.burst > 1 and avoid is None and not port:
-                    self._burst_ev, self._burst_left = e, self.burst - 1
-                return e
+                return self._take(e, new_data)
         fallback = None
         for _ in range(n):
             if pos >= n:  # wrap lazily, so `epoch` is the rotation of the EV read below
@@ -289,13 +286,17 @@ class EvTable:
                     continue
                 if st is _SKIP:
                     e.state = _GOOD
-                e.uses += 1
                 self._pos = pos
-                if self.burst > 1 and avoid is None and not port:
-                    self._burst_ev, self._burst_left = e, self.burst - 1
-                return e
+                return self._take(e, new_data)
         self._pos = pos
         return fallback
+
+    def _take(self, e: EvEntry, new_data: bool) -> EvEntry:
+        """``e`` is the pick: count it, and start a burst on it for new data."""
+        e.uses += 1
+        if new_data and self.burst > 1:
+            self._burst_ev, self._burst_left = e, self.burst - 1
+        return e
 
     def _new_epoch(self) -> None:
         self._pos = 0

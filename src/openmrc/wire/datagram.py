@@ -35,8 +35,8 @@ from openmrc.wire.constants import (
     is_data_opcode,
 )
 from openmrc.wire.headers import BTH
-from openmrc.wire.icrc import LRH_CRC, crc32
-from openmrc.wire.packet import ICRC_SIZE, Packet
+from openmrc.wire.icrc import LRH_CRC, crc32, crc_from_bth
+from openmrc.wire.packet import _ZERO_PAD, ICRC_SIZE, Packet
 
 __all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "seal_parts", "trim_datagram"]
 
@@ -44,8 +44,6 @@ _MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP head
 _MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
 _ICRC: Final = struct.Struct("<I")
 _UDP: Final = 17
-_FF: Final = b"\xff"
-_ZERO_PAD: Final = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
 
 
 class Addressing:
@@ -151,9 +149,7 @@ def datagram_icrc(
     n = len(body) + ICRC_SIZE + 8  # UDP length
     for part in more:
         n += len(part)
-    crc = crc32(body[:4], addr.pseudo_crc(n))
-    crc = crc32(_FF, crc)  # BTH byte 4 (FECN, BECN, reserved)
-    crc = crc32(body[5:], crc)
+    crc = crc_from_bth(addr.pseudo_crc(n), body, len(body))
     for part in more:
         crc = crc32(part, crc)
     return crc & 0xFFFFFFFF
@@ -176,9 +172,7 @@ def seal_parts(pkt: Packet, addr: Addressing) -> list[bytes | memoryview]:
     payload = pkt.payload
     size = len(payload)
     pad = pkt.bth.pad if size else 0
-    masked = bytearray(hdr)
-    masked[4] = 0xFF  # BTH byte 4 (FECN, BECN, reserved)
-    crc = crc32(masked, addr.pseudo_crc(len(hdr) + size + pad + ICRC_SIZE + 8))
+    crc = crc_from_bth(addr.pseudo_crc(len(hdr) + size + pad + ICRC_SIZE + 8), hdr, len(hdr))
     if not size:
         return [hdr, _ICRC.pack(crc & 0xFFFFFFFF)]
     crc = crc32(payload, crc)
@@ -197,9 +191,7 @@ def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:
     if total < BTH.SIZE + ICRC_SIZE:
         return False
     carried: int = _ICRC.unpack_from(view, total - ICRC_SIZE)[0]
-    crc = crc32(view[:4], addr.pseudo_crc(total + 8))  # `datagram_icrc` without slicing the body first
-    crc = crc32(_FF, crc)
-    crc = crc32(view[5 : total - ICRC_SIZE], crc)
+    crc = crc_from_bth(addr.pseudo_crc(total + 8), view, total - ICRC_SIZE)
     return carried == crc & 0xFFFFFFFF
 
 

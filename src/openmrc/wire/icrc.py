@@ -31,21 +31,27 @@ try:
 except ImportError:  # pragma: no cover - the accelerator is optional
     crc32 = zlib.crc32
 
-__all__ = ["LRH_CRC", "compute_icrc", "crc32", "icrc_bytes", "icrc_over"]
+__all__ = ["LRH_CRC", "compute_icrc", "crc32", "crc_from_bth", "icrc_bytes", "icrc_over"]
 
 LRH_CRC: Final = zlib.crc32(b"\xff" * 8)
 """The CRC so far after the 8 bytes of all ones standing for the LRH (where every ICRC starts)."""
 _UDP = 17
+_FF: Final = b"\xff"
+
+
+def crc_from_bth(crc: int, transport: bytes | bytearray | memoryview, end: int) -> int:
+    """Continue the ICRC's running ``crc`` over ``transport[:end]``, which starts at BTH (at least its 12
+    bytes), with BTH byte 4 (FECN, BECN, reserved) masked to all ones."""
+    crc = crc32(transport[:4], crc)
+    crc = crc32(_FF, crc)
+    return crc32(transport[5:end], crc)
 
 
 def icrc_over(masked_ip_udp: bytes | bytearray, transport: bytes | bytearray | memoryview) -> int:
     """The ICRC given the IP and UDP headers with their variant fields already masked, and the bytes from
     BTH up to (not including) the ICRC (at least BTH's 12 bytes); BTH byte 4 is masked here."""
     view = memoryview(transport)
-    crc = crc32(masked_ip_udp, LRH_CRC)
-    crc = crc32(view[:4], crc)
-    crc = crc32(b"\xff", crc)  # BTH byte 4 (FECN, BECN, reserved)
-    return crc32(view[5:], crc) & 0xFFFFFFFF
+    return crc_from_bth(crc32(masked_ip_udp, LRH_CRC), view, len(view)) & 0xFFFFFFFF
 
 
 def compute_icrc(ip_packet: bytes | bytearray | memoryview) -> int:

@@ -246,14 +246,15 @@ class Packet:
                 if h is not None:
                     h.check(off)
                     off += h.SIZE
-        if tseth is None and imm is None:  # the common layout, packed without building a tuple
+        if tseth is None and imm is None:  # the common layout, packed without a star-call
             _check_payload(bth, reth, n, _PLAIN_DATA_SIZE, trimmed)
+            w = bth.unchecked_words()
             return _PLAIN_DATA_ST.pack(
-                bth.opcode,
-                (bth.se << 7) | (bth.m << 6) | (bth.pad << 4) | bth.tver,
-                bth.p_key,
-                (bth.fecn << 31) | (bth.becn << 30) | bth.dest_qp,
-                (bth.ack_req << 31) | (bth.rtx << 29) | (bth.ts << 28) | bth.psn,
+                w[0],
+                w[1],
+                w[2],
+                w[3],
+                w[4],
                 meth.rqmsn,
                 meth.msn,
                 reth.va,
