@@ -6,12 +6,13 @@ from __future__ import annotations
 import errno
 import random
 from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from openmrc.ev import EVState
-from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, WcStatus
+from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, NicConfig, WcStatus
 from openmrc.transport.evtable import shuffle
 from openmrc.wire import EpOp, Opcode
 
@@ -243,6 +244,18 @@ def test_probes_are_scheduled_every_interval() -> None:
     assert t.next_probe_time() == 100 + 2 * PROBE_INTERVAL
 
 
+def test_probes_are_not_repeated_before_an_answer_can_come() -> None:
+    t, _ = table()
+    e = t.rotation[0]
+    t.mark_bad(e, 0)
+    slow = 7 * PROBE_INTERVAL  # the QP's probe timeout, longer than the interval
+    assert t.due_probes(PROBE_INTERVAL, slow) == [e]
+    assert t.next_probe_time() == PROBE_INTERVAL + slow
+    assert t.due_probes(PROBE_INTERVAL + slow - 1, slow) == []
+    assert t.due_probes(PROBE_INTERVAL + slow, PROBE_INTERVAL // 2) == [e]  # a shorter one: the interval
+    assert t.next_probe_time() == 2 * PROBE_INTERVAL + slow
+
+
 @pytest.mark.parametrize("restore", [1, 2, 4])
 def test_probe_answered_n_times_restores_good(restore: int) -> None:
     t, events = table(probes_to_restore=restore)
@@ -416,6 +429,27 @@ def test_failed_ev_returns_to_good_once_probes_succeed() -> None:
     assert len(answered) >= p.a.config.probes_to_restore and history[1][0] > answered[-1]
     p.run(max_steps=10_000)  # nothing left to probe: the pair goes idle
     assert p.a.get_timer() is None
+
+
+def test_a_slow_path_is_probed_once_per_probe_timeout_and_every_answer_counts() -> None:
+    """RTTs far above the probe interval (a software NIC, a loaded peer): a bad EV's next probe waits for
+    the answer to its last one, so probes do not pile up on a slow path nor go unmatched."""
+    cfg = NicConfig(probe_interval_ns=50_000, base_rtt_ns=400_000)
+    p = Pair(seed=3, buf_size=4 * MiB, config=cfg, latency_ns=200_000)  # RTT 0.4 ms: 8 probe intervals
+    hook = install(p)
+    assert p.qp_a.evs is not None
+    fail = [p.qp_a.evs.rotation[i].entropy for i in (1, 4, 9)]
+    p.fabric.imp.ev_fail = {e: (T_FAIL, 3_000_000) for e in fail}
+    ids = write_all(p)
+    run_until_completions(p, 4)
+    check_done(p, ids)
+    p.run(lambda: all(len(ev_history(p, e)) >= 2 for e in fail), max_time=p.now + 10**8, max_steps=200_000)
+    for e in fail:
+        assert [s for _, s in ev_history(p, e)] == [BAD, GOOD]
+        probes = [s.time for s in hook.select(src="a", entropy=e) if s.opcode == Opcode.PROBE]
+        assert len(probes) >= cfg.probes_to_restore
+        assert min(b - a for a, b in pairwise(probes)) >= 2 * cfg.base_rtt_ns
+    assert p.a.stats.rx_bogus_ack == 0  # every answer matched the probe it answers
 
 
 def test_denied_evs_never_carry_a_packet() -> None:

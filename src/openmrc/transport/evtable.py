@@ -15,7 +15,9 @@ is GOOD (or SKIP from an earlier epoch) and both its local port and the peer's p
   rotation and a GOOD backup *of the same plane* takes its slot, so planes stay balanced. If no backup is
   left, the EV stays in its slot but is skipped. Never below ``min_active`` usable EVs: at the floor a bad
   EV is only skipped for the rotation.
-* ASSUMED_BAD EVs are probed every ``probe_interval``; ``probes_to_restore`` successful probes in a row
+* ASSUMED_BAD EVs are probed every ``probe_interval``, or every probe timeout of the QP when that is longer
+  (`due_probes`' ``spacing``: a probe is not repeated while its answer can still come, so a slow path or a
+  slow peer is not flooded with probes); ``probes_to_restore`` successful probes in a row
   restore them to GOOD (they return to their slot if it is still theirs, else to the backups).
 * DENIED is set and cleared only by the controller; a denied EV is never used nor probed.
 * A plane the local port has up but the peer says is down (a port status update) is *doubted*, not
@@ -356,13 +358,15 @@ class EvTable:
             self._emit(EvEvent(now, self.qp_num, self.profile_id, e.port, e.expanded, e.entropy, state))
 
     # -- probing -------------------------------------------------------------------------------------------
-    def due_probes(self, now: int) -> list[EvEntry]:
-        """ASSUMED_BAD EVs whose probe is due (and whose port is usable); schedules their next probe."""
+    def due_probes(self, now: int, spacing: int = 0) -> list[EvEntry]:
+        """ASSUMED_BAD EVs whose probe is due (and whose port is usable); schedules their next probe
+        ``max(probe_interval, spacing)`` later (``spacing``: how long an answer may take)."""
         out = []
         mask = self.port_mask
+        every = max(self.probe_interval, spacing)
         for e in self.bad:
             if e.next_probe <= now and (mask >> (e.port - 1)) & 1:
-                e.next_probe = now + self.probe_interval
+                e.next_probe = now + every
                 out.append(e)
         if out:
             self._probe_dirty = True

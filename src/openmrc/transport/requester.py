@@ -37,7 +37,8 @@ with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
 A QP with work but no usable path (every plane down locally, or said down by the peer, or every EV
 denied) and nothing in flight keeps the retransmission timer all the same: each expiry counts against the
 retry budget, and when it runs out the QP goes to ERROR with RETRY_EXC_ERR and every WR is flushed. While
-it has work, a QP probes each *doubted* plane (up locally, down by the peer's word) every probe interval,
+it has work, a QP probes each *doubted* plane (up locally, down by the peer's word) every probe interval
+(or PTO, when longer: a probe is not repeated while its answer can still come),
 so a wrong or stale port status update is found out by the first answer; a port coming back resumes it.
 Probes of ASSUMED_BAD EVs and of doubted planes that the timer finds due are queued and leave with the
 next `emit`, so the timer always moves past ``now``.
@@ -281,7 +282,7 @@ class Requester:
         cc = self.cc
         assert evs is not None and cc is not None
         if evs.bad:
-            for bad in evs.due_probes(now):  # probes are tiny and not window-limited
+            for bad in evs.due_probes(now, self._pto()):  # probes are tiny and not window-limited
                 self._probe(bad, now, out)
         if self.pending_probes:
             for e in self.pending_probes:
@@ -291,7 +292,7 @@ class Requester:
             if self.plane_probe_at is None or now >= self.plane_probe_at:
                 for e in evs.plane_probes():
                     self._probe(e, now, out)
-                self.plane_probe_at = now + self.probe_interval
+                self.plane_probe_at = now + max(self.probe_interval, self._pto())
         elif self.plane_probe_at is not None:
             self.plane_probe_at = None
         if budget <= 0:  # a pacing driver polls often with no room left: nothing more to do but stay polled
@@ -671,11 +672,11 @@ class Requester:
         evs = qp.evs
         assert evs is not None
         if evs.bad:  # due probes leave with the next emit(); their schedule moves on now
-            self.pending_probes.extend(evs.due_probes(now))
+            self.pending_probes.extend(evs.due_probes(now, self._pto()))
         if self.plane_probe_at is not None and now >= self.plane_probe_at:
             if evs.doubted and self.wrs:
                 self.pending_probes.extend(evs.plane_probes())
-                self.plane_probe_at = now + self.probe_interval
+                self.plane_probe_at = now + max(self.probe_interval, self._pto())
             else:
                 self.plane_probe_at = None
         if self.check_deadline is not None and now >= self.check_deadline:
