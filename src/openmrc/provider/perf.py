@@ -39,7 +39,7 @@ from typing import Any
 from openmrc import __version__
 from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, EVState
 from openmrc.fabric.linux import LinuxFabric, load_export
-from openmrc.provider.udp import Peer, UdpDevice, gso_burst, parse_endpoint
+from openmrc.provider.udp import Peer, UdpDevice, parse_endpoint, software_config
 from openmrc.transport import (
     Access,
     LocalProtocolError,
@@ -78,18 +78,9 @@ class PerfError(RuntimeError):
 
 
 def perf_config(link_gbps: float = 25.0) -> NicConfig:
-    """Transport settings for a software NIC: ``link_gbps`` per port, the RTT of a user-space stack."""
-    return NicConfig(
-        link_bps=int(link_gbps * 1e9),
-        base_rtt_ns=200_000,
-        sack_delay_ns=20_000,
-        sack_every=16,
-        reorder_allowance=128,
-        default_ev_sports=(0xC000, 0x10000),
-        spray_burst=gso_burst(4096),
-        max_send_wr=8192,
-        max_recv_wr=8192,
-    )
+    """Transport settings for a software NIC: ``link_gbps`` per port, the RTT of a user-space stack
+    (`openmrc.provider.udp.software_config`)."""
+    return software_config(link_gbps)
 
 
 def sweep_sizes(max_size: int = 8 << 20) -> list[int]:

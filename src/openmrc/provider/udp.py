@@ -50,10 +50,11 @@ preallocated buffer, UDP GRO on receive (a burst of datagrams from one source ar
 on send when consecutive packets share socket, destination and size. Sends are paced to the port rate
 (``NicConfig.link_bps`` per port). **[openmrc]** A kernel call costs a software NIC far more than a
 packet's worth of work, and packets of different EVs leave from different sockets, so no two of them can
-share a call: the device's default configuration sprays new data in bursts of `gso_burst` packets per EV
-(``NicConfig.spray_burst``; 15 at a 4 KiB MTU), which leave as one GSO datagram and arrive as one GRO
-batch. Every EV of the rotation still carries its share, retransmissions and probes still take a fresh
-EV, and ``spray_burst=1`` sprays every packet on its own EV as a hardware NIC does (one call per packet).
+share a call: the device's default configuration (`software_config`, with timers for a user-space
+stack's RTT) sprays new data in bursts of `gso_burst` packets per EV (``NicConfig.spray_burst``; 15 at a
+4 KiB MTU), which leave as one GSO datagram and arrive as one GRO batch. Every EV of the rotation still
+carries its share, retransmissions and probes still take a fresh EV, and ``spray_burst=1`` sprays every
+packet on its own EV as a hardware NIC does (one call per packet).
 This module is compiled with the transport core (``make native``).
 
 Everything the device does is counted in `DeviceStats`; the transport's own counters are ``nic.stats``.
@@ -98,7 +99,7 @@ from openmrc.transport.types import (
 from openmrc.wire import MRC_UDP_PORT, Addressing, WireError, seal_parts, trim_datagram, usid_final_address
 from openmrc.wire.constants import is_data_opcode
 
-__all__ = ["DeviceStats", "Peer", "UdpDevice", "gso_burst", "parse_endpoint"]
+__all__ = ["DeviceStats", "Peer", "UdpDevice", "gso_burst", "parse_endpoint", "software_config"]
 
 # Linux socket options the socket module does not name
 SO_SNDBUFFORCE: Final = 32
@@ -132,6 +133,26 @@ def gso_burst(mtu: int) -> int:
     """How many ``mtu``-byte MRC packets fit in one UDP segmentation-offload datagram: the
     `NicConfig.spray_burst` that lets a software NIC send a burst on one EV with one system call."""
     return max(1, min(_GSO_MAX_SEGS, _GSO_MAX_BYTES // (mtu + _MRC_OVERHEAD)))
+
+
+def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
+    """Transport settings for a software NIC (the device's default): ``link_gbps`` per port; timers for the
+    RTT of a user-space stack (a base RTT of 200 µs, SACKs coalesced over 16 packets or 20 µs), a
+    reordering allowance of 128 packets (sockets are drained in turns, so sprayed packets arrive less in
+    order than through a NIC's ring), spray bursts of `gso_burst` packets and EVs from the dynamic UDP port
+    range."""
+    return NicConfig(
+        mtu=mtu,
+        link_bps=int(link_gbps * 1e9),
+        base_rtt_ns=200_000,
+        sack_delay_ns=20_000,
+        sack_every=16,
+        reorder_allowance=128,
+        default_ev_sports=(0xC000, 0x10000),
+        spray_burst=gso_burst(mtu),
+        max_send_wr=8192,
+        max_recv_wr=8192,
+    )
 
 
 def parse_endpoint(text: str | Endpoint, default_port: int = MRC_UDP_PORT) -> Endpoint:
@@ -276,7 +297,7 @@ class UdpDevice:
         for name, d in (("trim_dscp", trim_dscp), ("trim_lasthop_dscp", trim_lasthop_dscp)):
             if not 0 < d < 64:
                 raise LocalProtocolError(errno.EINVAL, f"{name}: {d} is not a DSCP (1..63)")
-        cfg = config or NicConfig(default_ev_sports=(0xC000, 0x10000), spray_burst=gso_burst(4096))
+        cfg = config or software_config()
         self.config = cfg
         self._clock = clock
         self._t0 = clock()
