@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import random
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +18,7 @@ from scapy.packet import Raw
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet, SRv6Encap, WireError, compute_icrc, parse_frame
 from openmrc.wire.examples import example_conversation
 from openmrc.wire.framing import _parse_frame, encapsulate, internet_checksum
+from openmrc.wire.icrc import crc32, crc_from_bth, mask_correction
 
 from .wire_strategies import packets
 
@@ -83,6 +85,20 @@ def test_icrc_ignores_variant_fields() -> None:
     fecn = bytearray(a)
     fecn[40 + 8 + 4] |= 0x80  # FECN is masked out of the ICRC, and not covered by the UDP checksum check here
     assert parse_frame(bytes(fecn), check_udp=False).packet.bth.fecn
+
+
+@given(st.binary(min_size=12, max_size=600), st.integers(0, 0xFFFFFFFF), st.data())
+def test_one_pass_icrc_equals_masking_byte_4(transport: bytes, start: int, data: st.DataObject) -> None:
+    """The ICRC runs one CRC pass over BTH as it is and corrects for byte 4 (`mask_correction`): the same
+    value as masking the byte first, for every length, byte 4, starting CRC and split into parts."""
+    masked = transport[:4] + b"\xff" + transport[5:]
+    want = zlib.crc32(masked, start)
+    assert crc_from_bth(start, transport, len(transport)) == want
+    end = data.draw(st.integers(12, len(transport)))
+    assert crc_from_bth(start, memoryview(transport), end) == zlib.crc32(masked[:end], start)
+    cut = data.draw(st.integers(0, len(transport)))  # parts, as seal_parts feeds headers then payload
+    two = crc32(transport[cut:], crc32(transport[:cut], start))
+    assert two ^ mask_correction(len(transport), transport[4]) == want
 
 
 def test_srv6_frame_round_trip_and_layout() -> None:

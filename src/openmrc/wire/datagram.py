@@ -35,7 +35,7 @@ from openmrc.wire.constants import (
     is_data_opcode,
 )
 from openmrc.wire.headers import BTH
-from openmrc.wire.icrc import LRH_CRC, crc32, crc_from_bth
+from openmrc.wire.icrc import LRH_CRC, crc32, crc_from_bth, mask_correction
 from openmrc.wire.packet import _ZERO_PAD, ICRC_SIZE, Packet
 
 __all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "seal_parts", "trim_datagram"]
@@ -172,14 +172,15 @@ def seal_parts(pkt: Packet, addr: Addressing) -> list[bytes | memoryview]:
     payload = pkt.payload
     size = len(payload)
     pad = pkt.bth.pad if size else 0
-    crc = crc_from_bth(addr.pseudo_crc(len(hdr) + size + pad + ICRC_SIZE + 8), hdr, len(hdr))
+    length = len(hdr) + size + pad  # BTH up to the ICRC
+    crc = crc32(hdr, addr.pseudo_crc(length + ICRC_SIZE + 8))
     if not size:
-        return [hdr, _ICRC.pack(crc & 0xFFFFFFFF)]
+        return [hdr, _ICRC.pack((crc ^ mask_correction(length, hdr[4])) & 0xFFFFFFFF)]
     crc = crc32(payload, crc)
     if pad:
-        crc = crc32(_ZERO_PAD[pad], crc)
+        crc = crc32(_ZERO_PAD[pad], crc) ^ mask_correction(length, hdr[4])
         return [hdr, payload, _ZERO_PAD[pad], _ICRC.pack(crc & 0xFFFFFFFF)]
-    return [hdr, payload, _ICRC.pack(crc & 0xFFFFFFFF)]
+    return [hdr, payload, _ICRC.pack((crc ^ mask_correction(length, hdr[4])) & 0xFFFFFFFF)]
 
 
 def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:

@@ -31,20 +31,44 @@ try:
 except ImportError:  # pragma: no cover - the accelerator is optional
     crc32 = zlib.crc32
 
-__all__ = ["LRH_CRC", "compute_icrc", "crc32", "crc_from_bth", "icrc_bytes", "icrc_over"]
+__all__ = ["LRH_CRC", "compute_icrc", "crc32", "crc_from_bth", "icrc_bytes", "icrc_over", "mask_correction"]
 
 LRH_CRC: Final = zlib.crc32(b"\xff" * 8)
 """The CRC so far after the 8 bytes of all ones standing for the LRH (where every ICRC starts)."""
 _UDP = 17
-_FF: Final = b"\xff"
 
 
 def crc_from_bth(crc: int, transport: bytes | bytearray | memoryview, end: int) -> int:
     """Continue the ICRC's running ``crc`` over ``transport[:end]``, which starts at BTH (at least its 12
     bytes), with BTH byte 4 (FECN, BECN, reserved) masked to all ones."""
-    crc = crc32(transport[:4], crc)
-    crc = crc32(_FF, crc)
-    return crc32(transport[5:end], crc)
+    body = transport if end == len(transport) else memoryview(transport)[:end]
+    return crc32(body, crc) ^ mask_correction(end, transport[4])
+
+
+_CORRECTIONS: dict[int, int] = {}
+
+
+def mask_correction(length: int, byte4: int) -> int:
+    """What to XOR into ``crc32(T, c)`` of ``length`` bytes ``T`` starting at BTH whose byte 4 is ``byte4``
+    to get the CRC of ``T`` with that byte masked to all ones (any ``c``).
+
+    CRC-32 is affine: for messages of one length from one starting value, ``crc32(A, c) ^ crc32(B, c)``
+    is ``crc32(A ^ B, 0) ^ crc32(zeros, 0)``. The masked and the real message differ only in byte 4, so
+    the difference depends on the length and that byte alone, and it is cached: the per-packet ICRC is
+    one pass of the SIMD CRC over the bytes as they are (several parts in a row), not a pass broken up
+    around byte 4."""
+    key = length << 8 | byte4
+    corr = _CORRECTIONS.get(key)
+    if corr is None:
+        if length < 5:
+            raise WireError("BTH", "length", length, "shorter than BTH's first 5 bytes")
+        diff = bytearray(length)
+        diff[4] = byte4 ^ 0xFF
+        corr = zlib.crc32(diff, 0) ^ zlib.crc32(bytes(length), 0)
+        if len(_CORRECTIONS) >= 1024:
+            _CORRECTIONS.clear()
+        _CORRECTIONS[key] = corr
+    return corr
 
 
 def icrc_over(masked_ip_udp: bytes | bytearray, transport: bytes | bytearray | memoryview) -> int:
