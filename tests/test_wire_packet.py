@@ -461,12 +461,12 @@ def test_written_out_init_matches_the_dataclass_fields(cls: type) -> None:
             assert getattr(defaults, f.name) == f.default, f.name
 
 
-@pytest.mark.parametrize("cls", [BTH, METH, RETH], ids=lambda c: c.NAME)
+@pytest.mark.parametrize("cls", [BTH, METH, RETH, SETH, CcState], ids=lambda c: c.NAME)
 @settings(max_examples=300)
 @given(data=st.data())
 def test_written_out_range_test_agrees_with_the_field_layout(cls: type[Header], data: st.DataObject) -> None:
-    """The per-packet `out_of_range` of the data headers flags exactly the values `Header.check` rejects,
-    for values in range, just past either end, and far off."""
+    """The per-packet `out_of_range` of the data and SACK headers flags exactly the values `Header.check`
+    rejects, for values in range, just past either end, and far off."""
     values: dict[str, object] = {}
     for name, _off, bits, _signed in cls.SPEC:
         if bits == 1:  # a flag: a bool, which the compiled classes insist on

@@ -99,11 +99,16 @@ class Header:
     def validate(self, base: int = 0) -> None:
         """Fast range test of every field; on failure `check` names the field. ``base``: header offset."""
         try:
-            bad = range_test(type(self))(self)
+            bad = self.out_of_range()
         except TypeError:
             bad = True
         if bad:
             self.check(base)
+
+    def out_of_range(self) -> int:
+        """Non-zero when a field does not fit its width (`range_test`; the headers of the per-packet path
+        write theirs out, so that the compiled build runs them natively)."""
+        return range_test(type(self))(self)
 
     def check(self, base: int = 0) -> None:
         """Raise `WireError` if any field does not fit its width. ``base`` is the header's offset."""
@@ -129,6 +134,9 @@ class Header:
         buf = Buffer()
         self.push(buf)
         return buf.data()
+
+
+_SACK_M: Final = (SackM.NONE, SackM.SKIP_ONCE, SackM.ALWAYS_SKIP)
 
 
 def _prefix(hdr_type: int, next_hdr: int) -> int:
@@ -524,13 +532,31 @@ class SETH(_SETHLayout):
     def pull(cls, buf: Buffer) -> SETH:
         start = buf.pos
         b0, b1, apo, ent, sqp, dqp, w12, cc, mpr, so, bm = buf.pull_struct(cls.ST, "SETH", "hdr_type")
+        return SETH.from_words(b0, b1, apo, ent, sqp, dqp, w12, cc, mpr, so, bm, start)
+
+    @staticmethod
+    def from_words(
+        b0: int,
+        b1: int,
+        apo: int,
+        ent: int,
+        sqp: int,
+        dqp: int,
+        w12: int,
+        cc: int,
+        mpr: int,
+        so: int,
+        bm: int,
+        at: int,
+    ) -> SETH:
+        """Build from the values `ST` unpacks to (``at``: SETH's offset, for the error of a reserved M)."""
         m = b1 >> 6
         if m == 3:
-            raise WireError("SETH", "m", start + 1, "reserved M value 3")
+            raise WireError("SETH", "m", at + 1, "reserved M value 3")
         return SETH(
             b0 >> 4,
             b0 & 0xF,
-            SackM(m),
+            _SACK_M[m],
             bool(b1 & 0x20),
             apo,
             ent,
@@ -542,6 +568,41 @@ class SETH(_SETHLayout):
             mpr,
             so,
             bm,
+        )
+
+    def out_of_range(self) -> int:
+        """`range_test` written out (a SACK answers every few data packets: compiled, it runs natively)."""
+        return (
+            self.hdr_type >> 4
+            | self.next_hdr >> 4
+            | self.m >> 2
+            | self.pr >> 1
+            | (self.ack_psn_offset + 0x8000) >> 16
+            | self.entropy >> 32
+            | self.src_qp >> 16
+            | self.dst_qp >> 16
+            | self.cack_psn >> 24
+            | self.cc_type >> 4
+            | self.cc_flags >> 4
+            | self.mpr >> 8
+            | (self.sack_offset + 0x8000) >> 16
+            | self.bitmap >> 64
+        )
+
+    def words(self) -> tuple[int, int, int, int, int, int, int, int, int, int, int]:
+        """The values of `ST`, unchecked (the caller has range-tested)."""
+        return (
+            (self.hdr_type << 4) | self.next_hdr,
+            (self.m << 6) | (self.pr << 5),
+            self.ack_psn_offset,
+            self.entropy,
+            self.src_qp,
+            self.dst_qp,
+            self.cack_psn,
+            (self.cc_type << 4) | self.cc_flags,
+            self.mpr,
+            self.sack_offset,
+            self.bitmap,
         )
 
     def push(self, buf: Buffer) -> None:
@@ -608,6 +669,20 @@ class CcState(_CcStateLayout):
     def pull(cls, buf: Buffer) -> CcState:
         ts, w2, w4 = buf.pull_struct(cls.ST, "CC_STATE", "ts_echo")
         return CcState(ts, w2 & 0x7FFF, bool(w4 & 0x80000000), (w4 >> 24) & 0x7F, w4 & 0xFFFFFF)
+
+    def out_of_range(self) -> int:
+        """`range_test` written out (see `SETH.out_of_range`)."""
+        return (
+            self.ts_echo >> 16
+            | self.ooo_count >> 15
+            | self.r_c >> 1
+            | self.rcv_cwnd_pen >> 7
+            | self.rcvd_256b >> 24
+        )
+
+    def word(self) -> int:
+        """The last value of `ST` (R_C, the penalty and the byte count), unchecked."""
+        return (self.r_c << 31) | (self.rcv_cwnd_pen << 24) | self.rcvd_256b
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))

@@ -65,6 +65,12 @@ _DATA_ST: Final = {
 }
 _PLAIN_DATA_ST: Final = _DATA_ST[False, False]
 _PLAIN_DATA_SIZE: Final = _PLAIN_DATA_ST.size
+# BTH + SETH + CC_STATE: a SACK, in one layout
+_SACK_ST: Final = struct.Struct(
+    "!" + BTH.ST.format.lstrip("!") + SETH.ST.format.lstrip("!") + CcState.ST.format.lstrip("!")
+)
+_SACK_SIZE: Final = _SACK_ST.size
+_OP_SACK: Final = int(Opcode.SACK)
 
 # Non-data opcodes: which optional attributes each one carries, in wire order.
 _ControlChain = tuple[tuple[str, type[AETH | SETH | CcState | NETH | PETH | ERTH | EETH]], ...]
@@ -194,6 +200,10 @@ class Packet:
             raise _opcode_error(op)
         if op in DATA_OPCODES:
             return self._encode_data_headers(bth, trimmed)
+        if op == _OP_SACK:
+            sack = self._encode_sack_headers(bth)
+            if sack is not None:
+                return sack
         chain = _CONTROL_CHAIN[op]
         if self._presence() != _CONTROL_PRESENCE[op]:
             self._check_control_chain(chain)
@@ -276,6 +286,57 @@ class Packet:
         st = _DATA_ST[tseth is not None, imm is not None]
         _check_payload(bth, reth, n, st.size, trimmed)
         return st.pack(*head)
+
+    def _encode_sack_headers(self, bth: BTH) -> bytes | None:
+        """A well-formed SACK's headers in one struct.pack (SACKs answer every few data packets); None sends
+        anything else down the generic path, which names what is wrong."""
+        seth, cc = self.seth, self.cc_state
+        if (
+            seth is None
+            or cc is None
+            or bth.ts
+            or len(self.payload)
+            or self.meth is not None
+            or self.tseth is not None
+            or self.reth is not None
+            or self.imm is not None
+            or self.aeth is not None
+            or self.neth is not None
+            or self.peth is not None
+            or self.erth is not None
+            or self.eeth is not None
+        ):
+            return None
+        bth.pad = 0
+        try:
+            bad = bth.out_of_range() | seth.out_of_range() | cc.out_of_range()
+        except TypeError:
+            bad = 1
+        if bad or seth.m == 3:
+            return None
+        w = bth.unchecked_words()
+        v = seth.words()
+        return _SACK_ST.pack(
+            w[0],
+            w[1],
+            w[2],
+            w[3],
+            w[4],
+            v[0],
+            v[1],
+            v[2],
+            v[3],
+            v[4],
+            v[5],
+            v[6],
+            v[7],
+            v[8],
+            v[9],
+            v[10],
+            cc.ts_echo,
+            cc.ooo_count,
+            cc.word(),
+        )
 
     def _check_data_chain(self) -> None:
         name = Opcode(self.bth.opcode).name
@@ -406,6 +467,18 @@ def _parse(data: bytes | bytearray | memoryview, trimmed: bool) -> Packet:
                 ):
                     _check_payload(bth, reth, n, hlen, False)  # raises with the precise reason
             return data_packet(bth, METH(v[5], v[6]), tseth, reth, imm, view[hlen : hlen + n], icrc)
+    if op == _OP_SACK and total - ICRC_SIZE == _SACK_SIZE:  # hot path: a SACK in one unpack
+        v = _SACK_ST.unpack_from(view, 0)
+        if not v[1] & 0x30 and not v[4] & 0x10000000 and v[6] >> 6 != 3:  # no pad, no TS, M not reserved
+            pkt = Packet(BTH.from_words(op, v[1], v[2], v[3], v[4]), icrc=icrc)
+            pkt.seth = SETH.from_words(
+                v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15], BTH.SIZE
+            )
+            w = v[18]
+            pkt.cc_state = CcState(
+                v[16], v[17] & 0x7FFF, bool(w & 0x80000000), (w >> 24) & 0x7F, w & 0xFFFFFF
+            )
+            return pkt
     buf = Buffer(view[: total - ICRC_SIZE])
     bth = BTH.pull(buf)
     if op in DATA_OPCODES:  # too short for its headers: pull them one by one to name the one cut off
