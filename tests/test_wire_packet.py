@@ -35,7 +35,7 @@ from openmrc.wire.buffer import Buffer
 from openmrc.wire.constants import DATA_OPCODES, is_data_opcode
 from openmrc.wire.examples import example_conversation
 from openmrc.wire.headers import Header, make_bth
-from openmrc.wire.packet import _parse, data_packet
+from openmrc.wire.packet import _parse, data_packet, plain_data_fields
 
 from .wire_strategies import HEADER_CLASSES, header, packets
 
@@ -486,3 +486,32 @@ def test_written_out_range_test_agrees_with_the_field_layout(cls: type[Header], 
     except WireError:
         rejected = True
     assert bool(h.out_of_range()) == rejected  # type: ignore[attr-defined]
+
+
+def _as_fields(pkt: Packet) -> tuple[object, ...] | None:
+    """What `plain_data_fields` must read from the bytes of ``pkt``: None unless a plain data packet."""
+    bth, reth = pkt.bth, pkt.reth
+    if reth is None or pkt.tseth is not None or pkt.imm is not None:
+        return None
+    payload = bytes(pkt.payload)
+    return (bth.opcode, bth.dest_qp, bth.psn, bth.ack_req, reth.va, reth.rkey, reth.dma_len, payload)
+
+
+@settings(max_examples=300)
+@given(packets(), st.data())
+def test_plain_data_fields_read_what_parse_reads_and_reject_what_it_rejects(
+    pkt: Packet, data: st.DataObject
+) -> None:
+    """The NIC's object-free read of a plain data packet gives exactly `parse`'s fields, and declines (leaving
+    the packet to `parse`, which says why) every packet `parse` rejects: valid packets of every opcode,
+    and the same with a few bits flipped."""
+    raw = bytearray(pkt.encode())
+    for _ in range(data.draw(st.integers(0, 3), label="flips")):
+        bit = data.draw(st.integers(0, len(raw) * 8 - 1), label="bit")
+        raw[bit >> 3] ^= 1 << (bit & 7)
+    try:
+        want = _as_fields(_parse(bytes(raw), False))
+    except WireError:
+        want = None
+    got = plain_data_fields(memoryview(raw))
+    assert (None if got is None else (*got[:7], bytes(got[7]))) == want

@@ -60,6 +60,7 @@ from openmrc.wire.constants import (
     OP_SACK,
     is_data_opcode,
 )
+from openmrc.wire.packet import plain_data_fields
 
 __all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 
@@ -504,9 +505,23 @@ class Nic:
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        if not trim and not icrc_ok(data, addr):
-            stats.rx_bad_icrc += 1
-            return
+        if not trim:
+            view = data if type(data) is memoryview else memoryview(data)
+            if not icrc_ok(view, addr):
+                stats.rx_bad_icrc += 1
+                return
+            f = plain_data_fields(view) if view.ndim == 1 and view.itemsize == 1 else None
+            if f is not None and f[1] != RESERVED_QP_ENDPOINT:  # a plain data packet: no header objects
+                qp = self.qps.get(f[1])
+                if qp is None:
+                    stats.rx_dropped_no_qp += 1
+                    return
+                entropy = ((flow_label & 0xFFFF) << 16) | addr.sport
+                qp.responder.on_fields(
+                    f[0], f[2], f[3], f[4], f[5], f[6], f[7], 0, 0, now, port, ecn, entropy, TrimMark.NONE
+                )
+                self.wake(qp)
+                return
         try:
             pkt = parse(data, trimmed=bool(trim))
         except WireError:

@@ -108,6 +108,44 @@ class Responder:
 
     # -- data ----------------------------------------------------------------------------------------------
     def on_data(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int, trim: TrimMark) -> None:
+        bth, reth, imm, tseth = pkt.bth, pkt.reth, pkt.imm, pkt.tseth
+        assert reth is not None
+        self.on_fields(
+            bth.opcode,
+            bth.psn,
+            bth.ack_req,
+            reth.va,
+            reth.rkey,
+            reth.dma_len,
+            pkt.payload,
+            imm.imm_data if imm is not None else 0,
+            tseth.tx_timestamp if tseth is not None else 0,
+            now,
+            port,
+            ecn,
+            entropy,
+            trim,
+        )
+
+    def on_fields(
+        self,
+        op: int,
+        psn: int,
+        ack_req: bool,
+        va: int,
+        rkey: int,
+        dma: int,
+        payload: memoryview,
+        imm_data: int,
+        ts: int,
+        now: int,
+        port: int,
+        ecn: bool,
+        entropy: int,
+        trim: TrimMark,
+    ) -> None:
+        """A data packet, by its fields (`on_data` takes them from a `Packet`; the NIC's byte path reads a
+        plain data packet's straight from the datagram, `openmrc.wire.plain_data_fields`)."""
         qp = self.qp
         nic = qp.nic
         stats = nic.stats
@@ -115,9 +153,8 @@ class Responder:
         if state is not _RTR and state is not _RTS:
             stats.rx_dropped_state += 1
             return
-        bth = pkt.bth
         cack = self.cack
-        seq = unwrap_psn(bth.psn, cack)
+        seq = unwrap_psn(psn, cack)
         d = seq - cack
         if d >= self.window:
             self._nack(NackReason.PSN_OOR_WINDOW, seq, entropy, port)
@@ -132,12 +169,8 @@ class Responder:
             reason = NackReason.TRIMMED_LASTHOP if trim is _TRIMMED_LASTHOP else NackReason.TRIMMED
             self._nack(reason, seq, entropy, port)
             return
-        reth = pkt.reth
-        assert reth is not None
-        n = len(pkt.payload)
-        op = bth.opcode
+        n = len(payload)
         mtu = self.mtu
-        dma = reth.dma_len
         if op in (OP_WRITE_FIRST, OP_WRITE_MIDDLE):
             ok = n == mtu and dma > mtu
         elif op in (OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM):
@@ -148,7 +181,7 @@ class Responder:
             stats.protocol_errors += 1
             self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
             return
-        if n and not nic.mrs.remote_write(reth.rkey, reth.va, pkt.payload):
+        if n and not nic.mrs.remote_write(rkey, va, payload):
             stats.access_errors += 1
             self._send(
                 Packet(
@@ -160,7 +193,7 @@ class Responder:
             return
         imm = op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM)
         if imm:
-            _heappush(self.pending_imm, (seq, pkt.imm.imm_data if pkt.imm else 0, dma))
+            _heappush(self.pending_imm, (seq, imm_data, dma))
             limit = qp.attr.max_wimm_dest or 0
             if limit and len(self.pending_imm) > limit:
                 stats.protocol_errors += 1
@@ -184,8 +217,7 @@ class Responder:
             self.bitmap = bitmap
             self.unreported |= bit
         self.unacked += 1
-        ts = pkt.tseth.tx_timestamp if pkt.tseth is not None else 0
-        if ecn or new_hole or bth.ack_req or imm or self.unacked >= self.sack_every:
+        if ecn or new_hole or ack_req or imm or self.unacked >= self.sack_every:
             self._sack(seq, entropy, port, ecn, now, ts)
         else:
             self._last_seq = seq

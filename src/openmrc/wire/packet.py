@@ -45,7 +45,7 @@ from openmrc.wire.headers import (
     ImmDt,
 )
 
-__all__ = ["HEADER_ATTRS", "Packet", "data_packet", "parse"]
+__all__ = ["HEADER_ATTRS", "Packet", "PlainData", "data_packet", "parse", "plain_data_fields"]
 
 ICRC_SIZE: Final = 4
 _ICRC: Final = struct.Struct("<I")
@@ -57,6 +57,7 @@ _DATA_INTS: Final = frozenset(int(o) for o in DATA_OPCODES)
 _IMM_INTS: Final = frozenset(int(o) for o in IMM_OPCODES)
 _ONLY_INTS: Final = frozenset(int(o) for o in _ONLY)
 _FM_INTS: Final = frozenset((int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)))
+_PLAIN_INTS: Final = _DATA_INTS - _IMM_INTS
 # BTH + METH + [TSETH] + RETH + [ImmDt] in one layout, keyed by (TSETH present, ImmDt present).
 _DATA_ST: Final = {
     (ts, imm): struct.Struct("!BBHIIHH" + ("HH" if ts else "") + "QII" + ("I" if imm else ""))
@@ -418,6 +419,51 @@ def _check_payload(bth: BTH, reth: RETH, n: int, off: int, trimmed: bool) -> Non
         )
 
 
+def _payload_fits(op: int, n: int, pad: int, dma: int) -> bool:
+    """Whether an untrimmed data packet's payload of ``n`` bytes agrees with its opcode, pad and DMA
+    length (`_check_payload` says what is wrong when it does not)."""
+    if (n + pad) & 3:
+        return False
+    if op in _ONLY_INTS:
+        return n == dma
+    return not (pad and op in _FM_INTS) and 0 < n < dma
+
+
+PlainData = tuple[int, int, int, bool, int, int, int, memoryview]
+"""(opcode, destination QP, PSN, AckReq, VA, R_Key, DMA length, payload) of a plain data packet."""
+
+
+def plain_data_fields(view: memoryview) -> PlainData | None:
+    """What a responder needs of an untrimmed data packet without TSETH or ImmDt (nearly every packet of a
+    transfer), read with one unpack and no header objects; ``view``: its bytes from BTH through the ICRC,
+    a one-dimensional byte view. None for any other packet, and for one that `parse` would reject: those
+    take the full decode, which says what is wrong."""
+    total = len(view)
+    if total < _PLAIN_DATA_SIZE + ICRC_SIZE or view[0] not in _PLAIN_INTS:
+        return None
+    v = _PLAIN_DATA_ST.unpack_from(view, 0)
+    w8 = v[4]
+    if w8 & 0x10000000:  # BTH.TS: a TSETH follows
+        return None
+    op = v[0]
+    pad = (v[1] >> 4) & 3
+    n = total - ICRC_SIZE - _PLAIN_DATA_SIZE - pad
+    dma = v[9]
+    if n < 0 or not _payload_fits(op, n, pad, dma):
+        return None
+    start = _PLAIN_DATA_SIZE
+    return (
+        op,
+        v[3] & 0xFFFFFF,
+        w8 & 0xFFFFFF,
+        bool(w8 & 0x80000000),
+        v[7],
+        v[8],
+        dma,
+        view[start : start + n],
+    )
+
+
 def parse(data: bytes | bytearray | memoryview, *, trimmed: bool = False) -> Packet:
     """Decode one MRC UDP payload (BTH through ICRC). Raises only `WireError`."""
     try:
@@ -459,12 +505,8 @@ def _parse(data: bytes | bytearray | memoryview, trimmed: bool) -> Packet:
             else:
                 if bth.pad > rest:
                     raise WireError("BTH", "pad", 1, f"pad {bth.pad} B but only {rest} B follow the headers")
-                pad = bth.pad
-                n = rest - pad
-                dma = reth.dma_len
-                if (n + pad) & 3 or (
-                    n != dma if op in _ONLY_INTS else (pad and op in _FM_INTS) or not 0 < n < dma
-                ):
+                n = rest - bth.pad
+                if not _payload_fits(op, n, bth.pad, reth.dma_len):
                     _check_payload(bth, reth, n, hlen, False)  # raises with the precise reason
             return data_packet(bth, METH(v[5], v[6]), tseth, reth, imm, view[hlen : hlen + n], icrc)
     if op == _OP_SACK and total - ICRC_SIZE == _SACK_SIZE:  # hot path: a SACK in one unpack
