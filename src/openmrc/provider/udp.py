@@ -69,6 +69,7 @@ import heapq
 import ipaddress
 import os
 import random
+import select
 import selectors
 import socket
 import struct
@@ -313,6 +314,10 @@ class UdpDevice:
         self._lock = threading.RLock()
         self._closed = False
         self._sel = selectors.DefaultSelector()
+        # which receive sockets have datagrams: one epoll call a pass instead of a failing recvmsg per socket
+        self._rx_poll: Any = select.epoll() if hasattr(select, "epoll") else None
+        self._rx_by_fd: dict[int, _Port] = {}
+        self._gso_cmsg: dict[int, list[tuple[int, int, bytes]]] = {}  # the UDP_SEGMENT message per size
         self._ports: list[_Port] = []
         self._rx_ports: list[_Port] = []  # the ports, then the sockets of their SRv6 addresses
         self._txsocks: dict[tuple[int, int, bool], socket.socket | None] = {}
@@ -351,6 +356,9 @@ class UdpDevice:
                     self._rx_ports.append(_Port(i, ep, self._open_port_socket(i, ep, gro)))
             for port in self._rx_ports:
                 self._sel.register(port.sock, selectors.EVENT_READ)
+                if self._rx_poll is not None:
+                    self._rx_poll.register(port.sock.fileno(), select.EPOLLIN)
+                    self._rx_by_fd[port.sock.fileno()] = port
             self._sel.register(self._wake_fd, selectors.EVENT_READ)
         except BaseException:
             self._close_fds()
@@ -709,10 +717,18 @@ class UdpDevice:
         # to the NIC about in the order they were sent (draining one socket before the next would make the
         # others' packets look reordered by hundreds, i.e. lost).
         ports = self._rx_ports
+        poll, by_fd = self._rx_poll, self._rx_by_fd
         for _ in range(_RX_BUDGET // _RX_TURN):
             got = 0
-            for port in ports:
-                got += self._receive(port, now)
+            if poll is not None:
+                ready = poll.poll(0)
+                if len(ready) > 1:
+                    ready.sort()  # sockets in the order they were opened: ports first, by index
+                for fd, _mask in ready:
+                    got += self._receive(by_fd[fd], now)
+            else:
+                for port in ports:
+                    got += self._receive(port, now)
             n += got
             if got == 0:
                 break
@@ -812,21 +828,37 @@ class UdpDevice:
         faults = self.faults
         routes, srv6_qps = self._routes, self._srv6_qps
         pending: list[_Pending] = []
+        ports = self._ports
+        port = ports[0]
+        r: _Route | None = None
+        last_ev: bytes | None = None  # a burst's packets share one EV (the same bytes object) and route
+        last_port = last_qp = -1
+        last_peer: object = None
         for t in out:
-            port = self._ports[t.port - 1]
-            peer = t.peer
-            srv6 = bool(srv6_qps) and t.qp_num in srv6_qps
-            key = (t.port, t.entropy, id(peer), t.ev[:16] if srv6 else b"")
-            r = routes.get(key)
-            if r is None or r[3] is not peer:
-                r = self._route(t, port, key, srv6)
+            if (
+                r is None
+                or t.ev is not last_ev
+                or t.port != last_port
+                or t.peer is not last_peer
+                or t.qp_num != last_qp
+            ):
+                port = ports[t.port - 1]
+                peer = t.peer
+                srv6 = bool(srv6_qps) and t.qp_num in srv6_qps
+                key = (t.port, t.entropy, id(peer), t.ev[:16] if srv6 else b"")
+                r = routes.get(key)
+                if r is None or r[3] is not peer:
+                    r = self._route(t, port, key, srv6)
+                last_ev, last_port, last_peer, last_qp = t.ev, t.port, peer, t.qp_num
             sock, dest, addr = r[0], r[1], r[2]
             try:
                 parts = seal_parts(t.packet, addr)
             except WireError:  # the core never emits one; counted, never raised into a progress thread
                 self.stats.tx_errors += 1
                 continue
-            size = sum(map(len, parts))
+            size = 0
+            for x in parts:
+                size += len(x)
             if t.size:
                 start = port.free_at if port.free_at > now else now
                 port.free_at = start + (size + _HEADER_BYTES) * 8 * 1_000_000_000 // link
@@ -883,7 +915,10 @@ class UdpDevice:
             try:
                 if j - i > 1:
                     allparts = [p for k in range(i, j) for p in pending[k][2]]
-                    sock.sendmsg(allparts, [(SOL_UDP, UDP_SEGMENT, struct.pack("H", size))], 0, dest)
+                    seg = self._gso_cmsg.get(size)
+                    if seg is None:
+                        seg = self._gso_cmsg[size] = [(SOL_UDP, UDP_SEGMENT, struct.pack("H", size))]
+                    sock.sendmsg(allparts, seg, 0, dest)
                     stats.tx_gso_batches += 1
                 else:
                     sock.sendmsg(parts, (), 0, dest)
@@ -1017,6 +1052,9 @@ class UdpDevice:
     def _close_fds(self) -> None:
         with contextlib.suppress(Exception):
             self._sel.close()
+        if self._rx_poll is not None:
+            self._rx_poll.close()
+        self._rx_by_fd.clear()
         socks = {id(p.sock): p.sock for p in self._ports + self._rx_ports}
         socks.update({id(s): s for s in self._txsocks.values() if s is not None})
         for s in socks.values():
