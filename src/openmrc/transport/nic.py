@@ -60,6 +60,7 @@ from openmrc.wire.constants import (
     OP_SACK,
     is_data_opcode,
 )
+from openmrc.wire.datagram import icrc_view_ok
 from openmrc.wire.packet import plain_data_fields
 
 __all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
@@ -507,10 +508,11 @@ class Nic:
             return
         if not trim:
             view = data if type(data) is memoryview else memoryview(data)
-            if not icrc_ok(view, addr):
+            plain = view.ndim == 1 and view.itemsize == 1  # bytes as they come from a socket
+            if not (icrc_view_ok(view, addr) if plain else icrc_ok(view, addr)):
                 stats.rx_bad_icrc += 1
                 return
-            f = plain_data_fields(view) if view.ndim == 1 and view.itemsize == 1 else None
+            f = plain_data_fields(view) if plain else None
             if f is not None and f[1] != RESERVED_QP_ENDPOINT:  # a plain data packet: no header objects
                 qp = self.qps.get(f[1])
                 if qp is None:

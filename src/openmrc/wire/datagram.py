@@ -38,7 +38,7 @@ from openmrc.wire.headers import BTH
 from openmrc.wire.icrc import LRH_CRC, crc32, crc_from_bth, mask_correction
 from openmrc.wire.packet import _ZERO_PAD, ICRC_SIZE, Packet
 
-__all__ = ["Addressing", "datagram_icrc", "icrc_ok", "seal", "seal_parts", "trim_datagram"]
+__all__ = ["Addressing", "datagram_icrc", "icrc_ok", "icrc_view_ok", "seal", "seal_parts", "trim_datagram"]
 
 _MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP header
 _MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
@@ -185,14 +185,20 @@ def seal_parts(pkt: Packet, addr: Addressing) -> list[bytes | memoryview]:
 
 def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:
     """Whether the MRC UDP payload ``data``, received with addressing ``addr``, carries the right ICRC."""
-    view = memoryview(data)
+    view = data if type(data) is memoryview else memoryview(data)
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
+    return icrc_view_ok(view, addr)
+
+
+def icrc_view_ok(view: memoryview, addr: Addressing) -> bool:
+    """`icrc_ok` of a one-dimensional byte view (a receive path has one already)."""
     total = len(view)
     if total < BTH.SIZE + ICRC_SIZE:
         return False
-    carried: int = _ICRC.unpack_from(view, total - ICRC_SIZE)[0]
-    crc = crc_from_bth(addr.pseudo_crc(total + 8), view, total - ICRC_SIZE)
+    end = total - ICRC_SIZE
+    carried: int = _ICRC.unpack_from(view, end)[0]
+    crc = crc32(view[:end], addr.pseudo_crc(total + 8)) ^ mask_correction(end, view[4])
     return carried == crc & 0xFFFFFFFF
 
 

@@ -58,6 +58,7 @@ _IMM_INTS: Final = frozenset(int(o) for o in IMM_OPCODES)
 _ONLY_INTS: Final = frozenset(int(o) for o in _ONLY)
 _FM_INTS: Final = frozenset((int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)))
 _PLAIN_INTS: Final = _DATA_INTS - _IMM_INTS
+_PLAIN_MASK: Final = sum(1 << o for o in _PLAIN_INTS)  # bit ``op`` set for a data opcode without ImmDt
 # BTH + METH + [TSETH] + RETH + [ImmDt] in one layout, keyed by (TSETH present, ImmDt present).
 _DATA_ST: Final = {
     (ts, imm): struct.Struct("!BBHIIHH" + ("HH" if ts else "") + "QII" + ("I" if imm else ""))
@@ -439,7 +440,7 @@ def plain_data_fields(view: memoryview) -> PlainData | None:
     a one-dimensional byte view. None for any other packet, and for one that `parse` would reject: those
     take the full decode, which says what is wrong."""
     total = len(view)
-    if total < _PLAIN_DATA_SIZE + ICRC_SIZE or view[0] not in _PLAIN_INTS:
+    if total < _PLAIN_DATA_SIZE + ICRC_SIZE or not (_PLAIN_MASK >> view[0]) & 1:
         return None
     v = _PLAIN_DATA_ST.unpack_from(view, 0)
     w8 = v[4]
