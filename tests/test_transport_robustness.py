@@ -123,7 +123,7 @@ def captured(seed: int) -> list[tuple[str, Packet]]:
     p.write(0, 5 * MTU + 7)
     p.write(6 * MTU, 100, imm=1)
     p.write(7 * MTU, 3 * MTU, imm=2)
-    p.a.ep_request(EpOp.EV_PROBE, "b", now=p.now)
+    p.a.endpoint.request(EpOp.EV_PROBE, "b", now=p.now)
     run_until_completions(p, 3)
     assert [s for _, s in statuses(p.completions())] == [WcStatus.SUCCESS] * 3
     ops = {s.opcode for s in hook.log}
@@ -314,7 +314,7 @@ def test_malformed_datagrams_leave_the_transfer_intact() -> None:
 
 def test_ev_probe_round_trip() -> None:
     p = Pair()
-    rid = p.a.ep_request(EpOp.EV_PROBE, "b", now=p.now)
+    rid = p.a.endpoint.request(EpOp.EV_PROBE, "b", now=p.now)
     p.run(max_steps=1_000)
     assert [(r.req_id, r.op, r.peer) for r in p.a.ep_responses] == [(rid, EpOp.EV_PROBE, "b")]
     resp = p.a.ep_responses[0]
@@ -327,7 +327,7 @@ def test_ev_probe_on_a_chosen_port_and_ev() -> None:
     p = Pair()
     hook = install(p)
     ev = (0x4321).to_bytes(2, "big") + bytes(30)
-    rid = p.a.ep_request(EpOp.EV_PROBE, "b", now=p.now, port=3, ev=ev, entropy=0x4321)
+    rid = p.a.endpoint.request(EpOp.EV_PROBE, "b", now=p.now, port=3, ev=ev, entropy=0x4321)
     p.run(max_steps=1_000)
     (resp,) = p.a.ep_responses
     assert resp.req_id == rid and resp.port == 3
@@ -336,11 +336,11 @@ def test_ev_probe_on_a_chosen_port_and_ev() -> None:
 
 def test_unsolicited_ep_response_is_ignored() -> None:
     p = Pair()
-    rid = p.b.ep_request(EpOp.EV_PROBE, "a", now=p.now)
+    rid = p.b.endpoint.request(EpOp.EV_PROBE, "a", now=p.now)
     p.run(max_steps=1_000)
     (resp,) = p.b.ep_responses
     assert resp.req_id == rid and not p.a.ep_responses
-    p.b.ep_request(EpOp.EV_PROBE, "a", now=p.now)
+    p.b.endpoint.request(EpOp.EV_PROBE, "a", now=p.now)
     p.fabric.imp.loss = 1.0  # the answer is lost; a replayed old answer must not match
     p.run(max_steps=1_000)
     assert len(p.b.ep_responses) == 1

@@ -3,11 +3,14 @@
 from openmrc.transport.cc import CongestionControl, cc_algorithms, create_cc, register_cc
 from openmrc.transport.config import NicConfig
 from openmrc.transport.cq import CompletionQueue
+from openmrc.transport.endpoint import Endpoint, EpResponse
 from openmrc.transport.evtable import EvEntry, EvEvent, EvStatus, EvTable
 from openmrc.transport.mr import MemoryRegion
-from openmrc.transport.nic import Arrival, EpResponse, Nic, NicStats
+from openmrc.transport.nic import Arrival, Nic
 from openmrc.transport.nscc import Nscc, NsccConfig
+from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import TRANSITIONS, Qp, QpAttr, QpInitAttr
+from openmrc.transport.stats import NicStats
 from openmrc.transport.types import (
     Access,
     LocalProtocolError,
@@ -33,9 +36,11 @@ __all__ = [
     "Arrival",
     "CompletionQueue",
     "CongestionControl",
+    "Endpoint",
     "EpResponse",
     "EvEntry",
     "EvEvent",
+    "EvProfileBinding",
     "EvStatus",
     "EvTable",
     "LocalProtocolError",
@@ -45,6 +50,7 @@ __all__ = [
     "NicStats",
     "Nscc",
     "NsccConfig",
+    "ProfileTable",
     "Qp",
     "QpAttr",
     "QpCapFlags",

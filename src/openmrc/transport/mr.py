@@ -75,8 +75,10 @@ class MrTable:
             raise LocalProtocolError(
                 errno.EINVAL, f"buffer does not support the buffer protocol: {exc}"
             ) from exc
-        if view.readonly:
-            raise LocalProtocolError(errno.EINVAL, "buffer is read-only; register a writable buffer")
+        if view.readonly and access & (Access.LOCAL_WRITE | Access.REMOTE_WRITE):
+            raise LocalProtocolError(
+                errno.EINVAL, "buffer is read-only: register it without LOCAL_WRITE and REMOTE_WRITE"
+            )
         if not view.c_contiguous:
             raise LocalProtocolError(errno.EINVAL, "buffer is not C-contiguous")
         view = view.cast("B")

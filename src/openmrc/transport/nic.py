@@ -1,4 +1,8 @@
-"""The sans-IO MRC NIC: ports (planes), QPs, memory regions, EV/CC profiles, demux, timers, endpoint ops.
+"""The sans-IO MRC NIC: the data path. QPs, memory regions, demux, timers, the driver interface.
+
+The controller's side lives in its own objects, which the NIC holds and reaches through narrow methods:
+`openmrc.transport.profiles` (EV and CC profiles, EV tables, EV events) and
+`openmrc.transport.endpoint` (port states here and at peers, EV probes and port status updates).
 
 Drivers (the pair harness, the simulator's hosts, the UDP device) follow one contract, written down in
 `openmrc.provider`: feed arrivals and the time (`receive_datagram` / `receive`), drain
@@ -17,36 +21,23 @@ import errno
 import heapq
 import random
 import socket
-from array import array
-from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from openmrc.ev import (
-    EVENT_MASK_ALLOWED,
-    EVFormatMode,
-    EVProfile,
-    EVProfileMode,
-    EVState,
-    ev_echo32,
-)
-from openmrc.transport.cc import CongestionControl, create_cc
+from openmrc.ev import EVProfile, EVState
+from openmrc.transport.cc import CongestionControl
 from openmrc.transport.config import NicConfig
 from openmrc.transport.cq import CompletionQueue
+from openmrc.transport.endpoint import Endpoint, EpResponse
 from openmrc.transport.evtable import EvEvent, EvTable
 from openmrc.transport.mr import MemoryRegion, MrTable
-from openmrc.transport.nscc import NsccConfig
+from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import Qp, QpInitAttr
+from openmrc.transport.stats import NicStats
 from openmrc.transport.types import Access, LocalProtocolError, QpState, Transmit, TrimMark
 from openmrc.wire import (
-    BTH,
-    EETH,
-    ERTH,
     RESERVED_QP_ENDPOINT,
     Addressing,
-    EpOp,
-    Opcode,
     Packet,
     WireError,
     icrc_ok,
@@ -79,76 +70,6 @@ _LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 _RTS: Final = QpState.RTS
 
 
-@dataclass(slots=True)
-class NicStats:
-    """Counters of everything the NIC did or refused.
-
-    ``rx_bad_icrc``: datagrams whose ICRC did not match their bytes and addressing (dropped);
-    ``rx_bogus_ack``: SACK/NACK/ACK/probe answers that match nothing this QP has outstanding (stale,
-    duplicated or forged; dropped, never acted upon); ``ep_unsent``: endpoint requests (port status
-    updates) that could not leave because no port was up; ``tx_dropped_port``: control packets queued for
-    a port that went down before the driver took them."""
-
-    rx_packets: int = 0
-    rx_data: int = 0
-    rx_malformed: int = 0
-    rx_bad_icrc: int = 0
-    rx_dropped_no_qp: int = 0
-    rx_dropped_state: int = 0
-    rx_dropped_port: int = 0
-    rx_bogus_ack: int = 0
-    tx_packets: int = 0
-    tx_data: int = 0
-    retransmits: int = 0
-    losses_inferred: int = 0
-    tail_probes: int = 0
-    timeouts: int = 0
-    duplicates: int = 0
-    sacks_sent: int = 0
-    nacks_sent: int = 0
-    nacks_received: int = 0
-    trims_seen: int = 0
-    trims_received: int = 0
-    probes_sent: int = 0
-    probes_answered: int = 0
-    access_errors: int = 0
-    protocol_errors: int = 0
-    qp_errors: int = 0
-    ep_requests: int = 0
-    ep_responses: int = 0
-    ep_unsent: int = 0
-    tx_dropped_port: int = 0
-    ev_events_dropped: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-@dataclass(frozen=True, slots=True)
-class EvProfileBinding:
-    """An EV profile as the NIC holds it: every EV expanded, with its port and 32-bit echo value."""
-
-    profile_id: int
-    mode: EVFormatMode
-    entries: tuple[tuple[bytes, int, int], ...]
-    min_active: int
-    event_mask: int
-
-
-@dataclass(frozen=True, slots=True)
-class EpResponse:
-    """The answer to an endpoint request (mrc_ctl_ep_rsp): RTT corrected for the responder's service time."""
-
-    req_id: int
-    op: EpOp
-    port: int
-    rtt: int
-    adj_svc_time: bool
-    service_time: int
-    port_status: int
-    peer: Hashable
-
-
 class Nic:
     """A software MRC NIC with ``num_ports`` ports, one per plane (ports are 1-based, as in verbs)."""
 
@@ -159,17 +80,9 @@ class Nic:
         self.rng = rng
         self.config = config or NicConfig()
         self._validate = self.config.validate_wire  # read per packet; NicConfig is frozen
-        self.stats = NicStats()
-        self.ports_up = [False] + [True] * num_ports
-        self._ports_down = False  # some port is down (control packets queued for it are dropped)
+        self.stats = stats = NicStats()
         self.mrs = MrTable(rng)
         self.qps: dict[int, Qp] = {}
-        self.ev_profiles: dict[int, EvProfileBinding] = {}
-        self._default_ev_values: array[int] | None = None
-        self.cc_profiles: dict[int, tuple[str, object | None]] = {}
-        self.ev_events: deque[EvEvent] = deque(maxlen=1 << 16)
-        self.ep_responses: deque[EpResponse] = deque()
-        self.peer_ports: dict[Hashable, int] = {}
         self._ctrl: list[Transmit] = []
         self._active: dict[Qp, None] = {}
         self._timers: list[tuple[int, int, Qp]] = []
@@ -177,10 +90,16 @@ class Nic:
         self._next_timer: int | None = None  # get_timer()'s answer while _timer_known (asked per poll)
         self._timer_known = False
         self._seq = 0  # tie-breaker of timer heap entries
-        self._ep_pending: dict[int, tuple[int, EpOp]] = {}
-        self._ep_arrivals: dict[int, int] = {}
-        self._ep_next = 0
-        self._add_default_profiles()
+        # The controller's side, in its own objects (the data path reads only ``ports_up`` per packet):
+        self.profiles = ProfileTable(num_ports, rng, self.config, stats)
+        self.endpoint = ep = Endpoint(num_ports, stats, self._queue_control, self._refresh_port_masks)
+        # Views of their state under the names drivers and tests use (the same objects, never copies).
+        self.ports_up = ep.ports_up
+        self.peer_ports = ep.peer_ports
+        self.ep_responses = ep.responses
+        self.ev_profiles = self.profiles.ev
+        self.cc_profiles = self.profiles.cc
+        self.ev_events = self.profiles.events
 
     # -- resources -----------------------------------------------------------------------------------------
     def register(
@@ -194,6 +113,13 @@ class Nic:
 
     def create_cq(self, depth: int = 65536) -> CompletionQueue:
         return CompletionQueue(depth)
+
+    def destroy_cq(self, cq: CompletionQueue) -> None:
+        """Check that no QP uses ``cq`` any more (`LocalProtocolError` EBUSY naming how many do); a CQ
+        holds nothing else of the NIC's."""
+        users = sum(1 for qp in self.qps.values() if cq is qp.send_cq or cq is qp.recv_cq)
+        if users:
+            raise LocalProtocolError(errno.EBUSY, f"the CQ is in use by {users} QP(s)")
 
     def create_qp(self, init: QpInitAttr) -> Qp:
         while True:
@@ -212,110 +138,35 @@ class Nic:
         qp.timer_at = -1
         self._timer_known = False
 
-    # -- profiles ------------------------------------------------------------------------------------------
-    def _add_default_profiles(self) -> None:
-        # The values are drawn now (the rng sequence must not depend on whether profile 0 is used), the
-        # profile itself is built on first use: a simulated fabric of 100K+ NICs mostly never needs it.
-        cfg = self.config
-        values = array("H", self.rng.sample(range(*cfg.default_ev_sports), cfg.default_ev_count))
-        self._default_ev_values = values
-        self.cc_profiles[0] = (
-            "uet-1.0-nscc",
-            NsccConfig.defaults(
-                cfg.link_bps * self.num_ports, cfg.base_rtt_ns, cfg.mtu, trimming=cfg.trimming
-            ),
-        )
-
+    # -- profiles (transport.profiles) ---------------------------------------------------------------------
     def has_ev_profile(self, profile_id: int) -> bool:
-        return profile_id in self.ev_profiles or (profile_id == 0 and self._default_ev_values is not None)
+        return self.profiles.has_ev_profile(profile_id)
+
+    def has_cc_profile(self, profile_id: int) -> bool:
+        return self.profiles.has_cc_profile(profile_id)
 
     def ev_profile(self, profile_id: int) -> EvProfileBinding:
-        """The installed EV profile ``profile_id`` (`LocalProtocolError` ENOENT if none); profile 0 is built
-        on first use."""
-        b = self.ev_profiles.get(profile_id)
-        if b is None:
-            values = self._default_ev_values
-            if profile_id != 0 or values is None:
-                raise LocalProtocolError(errno.ENOENT, f"no EV profile {profile_id}")
-            b = self.ev_profiles[0] = self._default_profile(values)
-        return b
-
-    def _default_profile(self, values: array[int]) -> EvProfileBinding:
-        entries = []
-        for i, v in enumerate(values):
-            ev = v.to_bytes(2, "big") + bytes(30)
-            entries.append((ev, 1 + i % self.num_ports, ev_echo32(ev, EVFormatMode.UDP)))
-        n = len(values)
-        return EvProfileBinding(0, EVFormatMode.UDP, tuple(entries), max(1, n // 8), int(EVENT_MASK_ALLOWED))
+        return self.profiles.ev_profile(profile_id)
 
     def add_ev_profile(
         self, profile_id: int, profile: EVProfile, ports: Sequence[int] | None = None
     ) -> EvProfileBinding:
-        """Install an EV profile. EXP EVs take ``ports`` (one per EV) or round-robin over the ports; GEN EVs
-        are drawn with the NIC's rng and spread round-robin, so planes get equal shares."""
-        if profile.mode is EVProfileMode.AUTO:
-            raise LocalProtocolError(
-                errno.EINVAL, "AUTO EV profiles are vendor-managed; the NIC's default profile 0 is one"
-            )
-        assert profile.fmt is not None
-        compact = list(profile.evs or ()) if profile.mode is EVProfileMode.EXP else profile.generate(self.rng)
-        if ports is not None and len(ports) != len(compact):
-            raise LocalProtocolError(errno.EINVAL, f"ports: {len(ports)} given for {len(compact)} EVs")
-        entries = []
-        for i, c in enumerate(compact):
-            port = ports[i] if ports is not None else 1 + i % self.num_ports
-            if not 1 <= port <= self.num_ports:
-                raise LocalProtocolError(errno.EINVAL, f"ports[{i}]: port {port} outside 1..{self.num_ports}")
-            ev = profile.expand(c)
-            entries.append((ev, port, ev_echo32(ev, profile.fmt.mode)))
-        b = EvProfileBinding(
-            profile_id, profile.fmt.mode, tuple(entries), profile.ev_min_active, profile.event_mask
-        )
-        self.ev_profiles[profile_id] = b
-        return b
+        return self.profiles.add_ev_profile(profile_id, profile, ports)
 
     def add_cc_profile(self, profile_id: int, algorithm: str, config: object | None = None) -> None:
-        try:  # validates name and config type now
-            create_cc(algorithm, mtu=self.config.mtu, config=config)
-        except (TypeError, ValueError, KeyError) as exc:  # KeyError: an unknown algorithm name
-            raise LocalProtocolError(errno.EINVAL, f"CC profile {profile_id}: {exc}") from None
-        self.cc_profiles[profile_id] = (algorithm, config)
+        self.profiles.add_cc_profile(profile_id, algorithm, config)
 
     def make_cc(self, profile_id: int, now: int) -> CongestionControl:
-        name, cfg = self.cc_profiles[profile_id]
-        return create_cc(name, mtu=self.config.mtu, config=cfg, now=now)
+        return self.profiles.make_cc(profile_id, now)
 
-    def build_ev_table(self, qp: Qp) -> EvTable:
-        b = self.ev_profile(qp.attr.ev_profile_id or 0)
-        cfg = self.config
-
-        def emit(ev: EvEvent) -> None:
-            if ev.state & b.event_mask:
-                if len(self.ev_events) == self.ev_events.maxlen:
-                    self.stats.ev_events_dropped += 1
-                self.ev_events.append(ev)
-
-        t = EvTable(
-            b.entries,
-            rng=self.rng,
-            min_active=b.min_active,
-            active_fraction=cfg.active_ev_fraction,
-            reshuffle_rotations=cfg.reshuffle_rotations,
-            burst=cfg.spray_burst,
-            probe_interval=cfg.probe_interval_ns,
-            probes_to_restore=cfg.probes_to_restore,
-            emit=emit,
-            qp_num=qp.qp_num,
-            profile_id=b.profile_id,
+    def build_ev_table(self, qp: Qp, now: int = 0) -> EvTable:
+        ep = self.endpoint
+        return self.profiles.build_ev_table(
+            qp.qp_num, qp.attr.ev_profile_id or 0, ep.local_status(), ep.port_mask(qp.attr.peer), now
         )
-        t.set_port_masks(self.local_port_status(), self._port_mask(qp.attr.peer))
-        return t
 
     def poll_ev_events(self, n: int = 64) -> list[EvEvent]:
-        out: list[EvEvent] = []
-        while self.ev_events and len(out) < n:
-            out.append(self.ev_events.popleft())
-        return out
+        return self.profiles.poll_events(n)
 
     def modify_ev_state(self, qp: Qp, entropy: int, state: EVState, *, now: int) -> None:
         """Controller MODIFY_EV_STATE on one QP's EV (found by its 32-bit echo value)."""
@@ -327,29 +178,22 @@ class Nic:
         qp.requester.blocked = False
         self.wake(qp)
 
-    # -- ports ---------------------------------------------------------------------------------------------
-    def _port_mask(self, peer: Hashable | None) -> int:
-        local = sum(1 << (p - 1) for p in range(1, self.num_ports + 1) if self.ports_up[p])
-        return local & self.peer_ports.get(peer, (1 << 32) - 1)
-
+    # -- ports and endpoint operations (transport.endpoint) -------------------------------------------------
     def local_port_status(self) -> int:
-        return self._port_mask(None)
+        return self.endpoint.local_status()
 
     def _refresh_port_masks(self) -> None:
-        local = self.local_port_status()
+        ep = self.endpoint
+        local = ep.local_status()
         for qp in self.qps.values():
             if qp.evs is not None:
-                qp.evs.set_port_masks(local, self._port_mask(qp.attr.peer))
+                qp.evs.set_port_masks(local, ep.port_mask(qp.attr.peer))
                 qp.requester.blocked = False
                 self.wake(qp)
 
     def peer_port_alive(self, peer: Hashable, port: int) -> None:
-        """A probe across ``port``'s plane was answered: ``peer``'s port there is up, whatever its last
-        port status update said (the update may have been lost, stale or wrong)."""
-        mask = self.peer_ports.get(peer)
-        if mask is not None and not (mask >> (port - 1)) & 1:
-            self.peer_ports[peer] = mask | 1 << (port - 1)
-            self._refresh_port_masks()
+        """A probe across ``port``'s plane was answered: ``peer``'s port there is up."""
+        self.endpoint.peer_alive(peer, port)
 
     def port_down(self, port: int, *, now: int) -> None:
         """NIC port ``port`` (plane) went down: stop using its EVs and tell every peer."""
@@ -359,79 +203,11 @@ class Nic:
         self._set_port(port, True, now)
 
     def _set_port(self, port: int, up: bool, now: int) -> None:
-        if not 1 <= port <= self.num_ports:
-            raise LocalProtocolError(errno.EINVAL, f"port {port} outside 1..{self.num_ports}")
-        if self.ports_up[port] == up:
-            return
-        self.ports_up[port] = up
-        self._ports_down = not all(self.ports_up[1:])
-        self._refresh_port_masks()
-        peers = {qp.attr.peer for qp in self.qps.values() if qp.attr.peer is not None}
-        status = self.local_port_status()
-        for peer in sorted(peers, key=repr):
-            if status:
-                self.ep_request(EpOp.PORT_STATUS_UPDATE, peer, now=now, port_status=status)
-            else:  # the last port went down: nothing can leave; peers notice by their probes
-                self.stats.ep_unsent += 1
+        peers = (qp.attr.peer for qp in self.qps.values() if qp.attr.peer is not None)
+        self.endpoint.set_port(port, up, now, peers)
 
-    # -- endpoint operations (reserved QP 0x2) -------------------------------------------------------------
-    def ep_request(
-        self,
-        op: EpOp,
-        peer: Hashable,
-        *,
-        now: int,
-        port: int = 0,
-        ev: bytes | None = None,
-        entropy: int = 0,
-        port_status: int | None = None,
-    ) -> int:
-        """Send an EV probe or a port status update to ``peer``; returns the request id (BTH PSN[15:0])."""
-        if port == 0:
-            port = next((p for p in range(1, self.num_ports + 1) if self.ports_up[p]), 0)
-            if port == 0:
-                raise LocalProtocolError(errno.ENETDOWN, "no port is up")
-        self._ep_next = (self._ep_next + 1) & 0xFFFF
-        rid = self._ep_next
-        status = self.local_port_status() if port_status is None else port_status
-        pkt = Packet(
-            BTH(Opcode.EP_REQUEST, dest_qp=RESERVED_QP_ENDPOINT, psn=rid),
-            erth=ERTH(op=op, port_status=status, tx_timestamp=(now >> 7) & 0xFFFF),
-        )
-        self._ep_pending[rid] = (now, op)
-        self.stats.ep_requests += 1
-        self._ctrl.append(Transmit(port, peer, ev or bytes(32), entropy, pkt, RESERVED_QP_ENDPOINT, 0))
-        return rid
-
-    def _on_endpoint(self, pkt: Packet, now: int, port: int, entropy: int, src: Hashable) -> None:
-        rid = pkt.bth.psn & 0xFFFF
-        if pkt.erth is not None:
-            op = pkt.erth.op
-            if op == EpOp.PORT_STATUS_UPDATE and src is not None:
-                self.peer_ports[src] = pkt.erth.port_status
-                self._refresh_port_masks()
-            resp = Packet(
-                BTH(Opcode.EP_RESPONSE, dest_qp=RESERVED_QP_ENDPOINT, psn=rid),
-                eeth=EETH(
-                    op=op,
-                    service_time=0,
-                    port_status=self.local_port_status(),
-                    rx_port=port,
-                    ts_echo=pkt.erth.tx_timestamp,
-                ),
-            )
-            self.stats.ep_responses += 1
-            self._ep_arrivals[id(resp)] = now  # service time is filled in when the response leaves
-            self._ctrl.append(Transmit(port, src, bytes(32), entropy, resp, RESERVED_QP_ENDPOINT, 0))
-        elif pkt.eeth is not None:
-            pending = self._ep_pending.pop(rid, None)
-            if pending is None:
-                return
-            sent, op = pending
-            svc = pkt.eeth.service_time
-            self.ep_responses.append(
-                EpResponse(rid, EpOp(op), port, now - sent - svc, True, svc, pkt.eeth.port_status, src)
-            )
+    def _queue_control(self, t: Transmit) -> None:
+        self._ctrl.append(t)
 
     # -- the driver interface ------------------------------------------------------------------------------
     def receive(
@@ -506,6 +282,7 @@ class Nic:
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
+        entropy = ((flow_label & 0xFFFF) << 16) | addr.sport  # the EV echo: flow label high, source port low
         if not trim:
             view = data if type(data) is memoryview else memoryview(data)
             plain = view.ndim == 1 and view.itemsize == 1  # bytes as they come from a socket
@@ -518,7 +295,6 @@ class Nic:
                 if qp is None:
                     stats.rx_dropped_no_qp += 1
                     return
-                entropy = ((flow_label & 0xFFFF) << 16) | addr.sport
                 qp.responder.on_fields(
                     f[0], f[2], f[3], f[4], f[5], f[6], f[7], 0, 0, now, port, ecn, entropy, TrimMark.NONE
                 )
@@ -531,7 +307,7 @@ class Nic:
             return
         if src is None and pkt.bth.dest_qp == RESERVED_QP_ENDPOINT:
             src = socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
-        self._deliver(pkt, port, now, ecn, ((flow_label & 0xFFFF) << 16) | addr.sport, trim, src)
+        self._deliver(pkt, port, now, ecn, entropy, trim, src)
 
     def _deliver(
         self, pkt: Packet, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
@@ -544,7 +320,7 @@ class Nic:
             stats.rx_malformed += 1  # control traffic is never trimmed
             return
         if bth.dest_qp == RESERVED_QP_ENDPOINT:
-            self._on_endpoint(pkt, now, port, entropy, src)
+            self.endpoint.on_packet(pkt, now, port, entropy, src)
             return
         qp = self.qps.get(bth.dest_qp)
         if qp is None:
@@ -609,21 +385,8 @@ class Nic:
         can take; the rest waits for the next call)."""
         out = self._ctrl
         self._ctrl = []
-        if out and self._ports_down:  # queued before their port went down: they cannot leave
-            up = self.ports_up
-            kept = []
-            for t in out:
-                if up[t.port]:
-                    kept.append(t)
-                else:
-                    self.stats.tx_dropped_port += 1
-                    self._ep_arrivals.pop(id(t.packet), None)
-            out = kept
-        if self._ep_arrivals:
-            for t in out:
-                arrived = self._ep_arrivals.pop(id(t.packet), None)
-                if arrived is not None and t.packet.eeth is not None:
-                    t.packet.eeth.service_time = min(now - arrived, 0xFFFFFFFF)
+        if out:
+            out = self.endpoint.leaving(out, now)
         if not out and not self._active:
             return out
         if self._active:

@@ -178,13 +178,13 @@ class Qp:
                 raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo_hi[0]}, {lo_hi[1]}]")
         if "ev_profile_id" in given and not self.nic.has_ev_profile(attrs["ev_profile_id"]):
             raise LocalProtocolError(errno.EINVAL, f"no EV profile {attrs['ev_profile_id']}")
-        if "cc_profile_id" in given and attrs["cc_profile_id"] not in self.nic.cc_profiles:
+        if "cc_profile_id" in given and not self.nic.has_cc_profile(attrs["cc_profile_id"]):
             raise LocalProtocolError(errno.EINVAL, f"no CC profile {attrs['cc_profile_id']}")
         for name in given:
             setattr(self.attr, name, attrs[name])
         old, self.state = self.state, state
         if state is QpState.RTR and old is QpState.INIT:
-            self.evs = self.nic.build_ev_table(self)
+            self.evs = self.nic.build_ev_table(self, now)
             self.responder.start(now)
         elif state is QpState.RTS and old is QpState.RTR:
             self.requester.start(now)

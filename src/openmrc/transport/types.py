@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from openmrc.wire import PSN_MASK, Packet
 
 __all__ = [
@@ -43,6 +45,7 @@ def unwrap_psn(psn: int, near: int) -> int:
     return near + ((psn - near + _HALF) & PSN_MASK) - _HALF
 
 
+@mypyc_attr(native_class=False)  # plain Python: openmrc.verbs.VerbsError extends it
 class LocalProtocolError(ValueError):
     """API misuse (illegal transition, missing attribute, bad work request, bad argument), raised at once
     with nothing changed. ``errno`` as in verbs (EINVAL, ENOENT, ENOMEM ...); ``reason`` says what is wrong.

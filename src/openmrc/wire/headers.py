@@ -609,20 +609,7 @@ class SETH(_SETHLayout):
         self.validate(len(buf))
         if self.m == 3:
             raise WireError("SETH", "m", len(buf) + 1, "reserved M value 3")
-        buf.push_struct(
-            self.ST,
-            _prefix(self.hdr_type, self.next_hdr),
-            (self.m << 6) | (self.pr << 5),
-            self.ack_psn_offset,
-            self.entropy,
-            self.src_qp,
-            self.dst_qp,
-            self.cack_psn,
-            (self.cc_type << 4) | self.cc_flags,
-            self.mpr,
-            self.sack_offset,
-            self.bitmap,
-        )
+        buf.push_struct(self.ST, *self.words())
 
 
 class _CcStateLayout(Header):
@@ -686,12 +673,7 @@ class CcState(_CcStateLayout):
 
     def push(self, buf: Buffer) -> None:
         self.validate(len(buf))
-        buf.push_struct(
-            self.ST,
-            self.ts_echo,
-            self.ooo_count,
-            (self.r_c << 31) | (self.rcv_cwnd_pen << 24) | self.rcvd_256b,
-        )
+        buf.push_struct(self.ST, self.ts_echo, self.ooo_count, self.word())
 
 
 class _NETHLayout(Header):

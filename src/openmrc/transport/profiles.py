@@ -1,0 +1,242 @@
+"""The NIC's EV and CC profiles: the node-local state a controller edits and QPs bind to by id.
+
+`ProfileTable` holds the installed EV profiles (each EV expanded once, with its port and 32-bit echo
+value: `EvProfileBinding`), the CC profiles (an algorithm name and its configuration), builds a QP's
+`EvTable` from the profile it binds in INIT, and queues the EV state changes that the profile's event mask
+selects (the controller's EV event queue). Profile 0 of each kind is the NIC's own: EV profile 0 is an
+AUTO profile of ``NicConfig.default_ev_count`` UDP source ports spread over the ports, CC profile 0 is
+UET NSCC sized for the NIC's aggregate rate. The data path (`openmrc.transport.nic`) never looks here
+per packet.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+from array import array
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from openmrc.ev import EVENT_MASK_ALLOWED, EVFormatMode, EVProfile, EVProfileMode, EVState, ev_echo32
+from openmrc.transport.cc import CongestionControl, create_cc
+from openmrc.transport.config import NicConfig
+from openmrc.transport.evtable import EvEvent, EvTable
+from openmrc.transport.nscc import NsccConfig
+from openmrc.transport.stats import NicStats
+from openmrc.transport.types import LocalProtocolError
+
+__all__ = ["EvProfileBinding", "ProfileTable"]
+
+EVENT_QUEUE_DEPTH = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class EvProfileBinding:
+    """An EV profile as the NIC holds it: every EV expanded, with its port and 32-bit echo value."""
+
+    profile_id: int
+    mode: EVFormatMode
+    entries: tuple[tuple[bytes, int, int], ...]
+    min_active: int
+    event_mask: int
+
+
+class ProfileTable:
+    """EV and CC profiles of a NIC with ``num_ports`` ports, and its EV event queue."""
+
+    def __init__(self, num_ports: int, rng: random.Random, config: NicConfig, stats: NicStats) -> None:
+        self.num_ports = num_ports
+        self.rng = rng
+        self.config = config
+        self.stats = stats
+        self.ev: dict[int, EvProfileBinding] = {}
+        self.cc: dict[int, tuple[str, object | None]] = {}
+        self.events: deque[EvEvent] = deque(maxlen=EVENT_QUEUE_DEPTH)
+        self.sinks: list[Callable[[EvEvent], None]] = []
+        """Called with every queued event as well (a controller's EV event queues)."""
+        self.resolver: Callable[[int, int], bool] | None = None
+        """Asked whether profile (kind 0: EV, 1: CC, id) may be bound, when profiles come from elsewhere
+        too (a node's shared store); it installs or removes them here and answers."""
+        self.ev_states: dict[int, dict[int, EVState]] = {}
+        """Per EV profile, the states a controller set (by EV echo value): a QP binding it later starts so."""
+        # The values are drawn now (the rng sequence must not depend on whether profile 0 is used), the
+        # profile itself is built on first use: a simulated fabric of 100K+ NICs mostly never needs it.
+        self._default_ev_values: array[int] | None = array(
+            "H", rng.sample(range(*config.default_ev_sports), config.default_ev_count)
+        )
+        self.cc[0] = (
+            "uet-1.0-nscc",
+            NsccConfig.defaults(
+                config.link_bps * num_ports, config.base_rtt_ns, config.mtu, trimming=config.trimming
+            ),
+        )
+
+    # -- EV profiles ---------------------------------------------------------------------------------------
+    def has_ev_profile(self, profile_id: int) -> bool:
+        """Whether a QP may bind EV profile ``profile_id`` (asked when one does: a ``resolver`` may bring
+        it in, or learn that it went away)."""
+        if self.resolver is not None and profile_id != 0:
+            return self.resolver(0, profile_id)
+        return profile_id in self.ev or (profile_id == 0 and self._default_ev_values is not None)
+
+    def has_cc_profile(self, profile_id: int) -> bool:
+        """Whether a QP may bind CC profile ``profile_id`` (see `has_ev_profile`)."""
+        if self.resolver is not None and profile_id != 0:
+            return self.resolver(1, profile_id)
+        return profile_id in self.cc
+
+    def ev_profile(self, profile_id: int) -> EvProfileBinding:
+        """The installed EV profile ``profile_id`` (`LocalProtocolError` ENOENT if none); profile 0 is built
+        on first use."""
+        b = self.ev.get(profile_id)
+        if b is None:
+            values = self._default_ev_values
+            if profile_id != 0 or values is None:
+                raise LocalProtocolError(errno.ENOENT, f"no EV profile {profile_id}")
+            b = self.ev[0] = self._default_profile(values)
+        return b
+
+    def _default_profile(
+        self, values: array[int], profile_id: int = 0, min_active: int = -1, event_mask: int = -1
+    ) -> EvProfileBinding:
+        entries = []
+        for i, v in enumerate(values):
+            ev = v.to_bytes(2, "big") + bytes(30)
+            entries.append((ev, 1 + i % self.num_ports, ev_echo32(ev, EVFormatMode.UDP)))
+        n = len(values)
+        return EvProfileBinding(
+            profile_id,
+            EVFormatMode.UDP,
+            tuple(entries),
+            max(1, n // 8) if min_active < 0 else min_active,
+            int(EVENT_MASK_ALLOWED) if event_mask < 0 else event_mask,
+        )
+
+    def add_auto_profile(self, profile_id: int, min_active: int, event_mask: int) -> EvProfileBinding:
+        """Install an AUTO (vendor-managed) EV profile: the NIC's own UDP source-port EVs, with the
+        controller's minimum of active EVs and event mask."""
+        values = self._default_ev_values
+        if values is None:
+            raise LocalProtocolError(errno.EOPNOTSUPP, "this NIC has no EVs of its own for AUTO profiles")
+        if not 0 <= min_active <= len(values):
+            raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(values)}")
+        b = self.ev[profile_id] = self._default_profile(values, profile_id, min_active, event_mask)
+        return b
+
+    def remove_ev_profile(self, profile_id: int) -> None:
+        """Uninstall EV profile ``profile_id`` (QPs that bound it keep their EV tables)."""
+        if self.ev.pop(profile_id, None) is None:
+            raise LocalProtocolError(errno.ENOENT, f"no EV profile {profile_id}")
+        self.ev_states.pop(profile_id, None)
+
+    def add_ev_profile(
+        self, profile_id: int, profile: EVProfile, ports: Sequence[int] | None = None
+    ) -> EvProfileBinding:
+        """Install an EV profile. EXP EVs take ``ports`` (one per EV) or round-robin over the ports; GEN EVs
+        are drawn with the NIC's rng and spread round-robin, so planes get equal shares."""
+        if profile.mode is EVProfileMode.AUTO:
+            raise LocalProtocolError(
+                errno.EINVAL, "AUTO EV profiles are vendor-managed; the NIC's default profile 0 is one"
+            )
+        assert profile.fmt is not None
+        compact = list(profile.evs or ()) if profile.mode is EVProfileMode.EXP else profile.generate(self.rng)
+        if ports is not None and len(ports) != len(compact):
+            raise LocalProtocolError(errno.EINVAL, f"ports: {len(ports)} given for {len(compact)} EVs")
+        entries = []
+        for i, c in enumerate(compact):
+            port = ports[i] if ports is not None else 1 + i % self.num_ports
+            if not 1 <= port <= self.num_ports:
+                raise LocalProtocolError(errno.EINVAL, f"ports[{i}]: port {port} outside 1..{self.num_ports}")
+            ev = profile.expand(c)
+            entries.append((ev, port, ev_echo32(ev, profile.fmt.mode)))
+        b = EvProfileBinding(
+            profile_id, profile.fmt.mode, tuple(entries), profile.ev_min_active, profile.event_mask
+        )
+        self.ev[profile_id] = b
+        return b
+
+    def add_expanded_profile(
+        self,
+        profile_id: int,
+        mode: EVFormatMode,
+        evs: Sequence[tuple[bytes, int]],
+        min_active: int,
+        event_mask: int,
+    ) -> EvProfileBinding:
+        """Install an EV profile of expanded EVs (32 bytes each, as a controller's EV array holds them),
+        each with its port."""
+        entries = []
+        for i, (ev, port) in enumerate(evs):
+            if len(ev) != 32:
+                raise LocalProtocolError(errno.EINVAL, f"EV {i}: {len(ev)} bytes, an expanded EV has 32")
+            if not 1 <= port <= self.num_ports:
+                raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{self.num_ports}")
+            entries.append((bytes(ev), port, ev_echo32(ev, mode)))
+        if not entries or not 0 <= min_active <= len(entries):
+            raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(entries)}")
+        b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, tuple(entries), min_active, event_mask)
+        return b
+
+    def build_ev_table(
+        self, qp_num: int, profile_id: int, local_mask: int, peer_mask: int, now: int = 0
+    ) -> EvTable:
+        """The EV table of QP ``qp_num`` bound to EV profile ``profile_id``, with the usable ports
+        ``local_mask & peer_mask`` and the EV states a controller set on the profile; its state changes
+        that the profile's event mask selects are queued."""
+        b = self.ev_profile(profile_id)
+        cfg = self.config
+        events, stats, sinks = self.events, self.stats, self.sinks
+
+        def emit(ev: EvEvent) -> None:
+            if ev.state & b.event_mask:
+                if len(events) == events.maxlen:
+                    stats.ev_events_dropped += 1
+                events.append(ev)
+                for sink in sinks:
+                    sink(ev)
+
+        t = EvTable(
+            b.entries,
+            rng=self.rng,
+            min_active=b.min_active,
+            active_fraction=cfg.active_ev_fraction,
+            reshuffle_rotations=cfg.reshuffle_rotations,
+            burst=cfg.spray_burst,
+            probe_interval=cfg.probe_interval_ns,
+            probes_to_restore=cfg.probes_to_restore,
+            emit=emit,
+            qp_num=qp_num,
+            profile_id=b.profile_id,
+        )
+        t.set_port_masks(local_mask, peer_mask)
+        for entropy, state in self.ev_states.get(profile_id, {}).items():
+            e = t.by_entropy.get(entropy)
+            if e is not None:
+                t.set_state(e, state, now)
+        return t
+
+    def poll_events(self, n: int = 64) -> list[EvEvent]:
+        """Up to ``n`` queued EV events, oldest first."""
+        events = self.events
+        out: list[EvEvent] = []
+        while events and len(out) < n:
+            out.append(events.popleft())
+        return out
+
+    # -- CC profiles ---------------------------------------------------------------------------------------
+    def add_cc_profile(self, profile_id: int, algorithm: str, config: object | None = None) -> None:
+        try:  # validates name and config type now
+            create_cc(algorithm, mtu=self.config.mtu, config=config)
+        except (TypeError, ValueError, KeyError) as exc:  # KeyError: an unknown algorithm name
+            raise LocalProtocolError(errno.EINVAL, f"CC profile {profile_id}: {exc}") from None
+        self.cc[profile_id] = (algorithm, config)
+
+    def remove_cc_profile(self, profile_id: int) -> None:
+        """Uninstall CC profile ``profile_id`` (QPs that bound it keep their congestion control)."""
+        if self.cc.pop(profile_id, None) is None:
+            raise LocalProtocolError(errno.ENOENT, f"no CC profile {profile_id}")
+
+    def make_cc(self, profile_id: int, now: int) -> CongestionControl:
+        name, cfg = self.cc[profile_id]
+        return create_cc(name, mtu=self.config.mtu, config=cfg, now=now)

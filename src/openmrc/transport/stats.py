@@ -1,0 +1,54 @@
+"""The NIC's counters (`NicStats`): what it did and what it refused, shared by the data path, the profile
+table and the endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["NicStats"]
+
+
+@dataclass(slots=True)
+class NicStats:
+    """Counters of everything the NIC did or refused.
+
+    ``rx_bad_icrc``: datagrams whose ICRC did not match their bytes and addressing (dropped);
+    ``rx_bogus_ack``: SACK/NACK/ACK/probe answers that match nothing this QP has outstanding (stale,
+    duplicated or forged; dropped, never acted upon); ``ep_unsent``: endpoint requests (port status
+    updates) that could not leave because no port was up; ``tx_dropped_port``: control packets queued for
+    a port that went down before the driver took them; ``ev_events_dropped``: EV events lost because the
+    event queue was full."""
+
+    rx_packets: int = 0
+    rx_data: int = 0
+    rx_malformed: int = 0
+    rx_bad_icrc: int = 0
+    rx_dropped_no_qp: int = 0
+    rx_dropped_state: int = 0
+    rx_dropped_port: int = 0
+    rx_bogus_ack: int = 0
+    tx_packets: int = 0
+    tx_data: int = 0
+    retransmits: int = 0
+    losses_inferred: int = 0
+    tail_probes: int = 0
+    timeouts: int = 0
+    duplicates: int = 0
+    sacks_sent: int = 0
+    nacks_sent: int = 0
+    nacks_received: int = 0
+    trims_seen: int = 0
+    trims_received: int = 0
+    probes_sent: int = 0
+    probes_answered: int = 0
+    access_errors: int = 0
+    protocol_errors: int = 0
+    qp_errors: int = 0
+    ep_requests: int = 0
+    ep_responses: int = 0
+    ep_unsent: int = 0
+    tx_dropped_port: int = 0
+    ev_events_dropped: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
