@@ -10,9 +10,13 @@ In one run, on this machine:
 * ``sendto_blast_gbps``: one process blasting 4 KiB datagrams with plain ``sendto`` at another that
   ``recv_into``s them (what arrives, per second of the sender's run);
 * ``sendmmsg_blast_gbps``: the same with ``sendmmsg`` (64 datagrams per call, through ctypes);
-* ``ratio_vs_sendto``: ``goodput_gbps_4port / sendto_blast_gbps``.
+* ``ratio_vs_sendto``: ``goodput_gbps_4port / sendto_blast_gbps``, measured as ``--pairs`` back-to-back
+  pairs (a blast, then the 4-port run) and reported as the median of the pairs' ratios: the machine is
+  shared and its speed drifts within seconds, so each ratio compares runs made moments apart;
+  ``sendto_blast_gbps`` and ``goodput_gbps_4port`` are the medians of the pairs, ``ratios_vs_sendto`` lists
+  every pair's ratio.
 
-    python benchmarks/perf_bench.py [--json] [--mib 64] [--iters 8] [--seconds 3]
+    python benchmarks/perf_bench.py [--json] [--mib 64] [--iters 8] [--seconds 3] [--pairs 3]
 """
 
 from __future__ import annotations
@@ -152,18 +156,28 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=64, help="size of the Write, MiB")
     ap.add_argument("--iters", type=int, default=8, help="Writes per run")
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each blast")
+    ap.add_argument("--pairs", type=int, default=3, help="blast + 4-port pairs for the ratio")
     a = ap.parse_args()
+    if a.pairs < 1:
+        ap.error("--pairs: at least 1")
     base = 100 + os.getpid() % 100
     out: dict[str, Any] = {
         "build": "compiled" if _native.compiled else "interpreted",
         "mib": a.mib,
         "iters": a.iters,
     }
-    out["sendto_blast_gbps"] = round(blast("sendto", a.seconds, base), 3)
+    pairs = []
+    for _ in range(a.pairs):
+        b = blast("sendto", a.seconds, base)
+        r4 = perf_goodput(4, a.mib, base + 3, a.iters)
+        pairs.append((r4["gbps"] / max(b, 1e-9), b, r4))
+    pairs.sort(key=lambda x: x[0])
+    ratio, sendto, run4 = pairs[len(pairs) // 2]
+    out["sendto_blast_gbps"] = round(sendto, 3)
     out["sendmmsg_blast_gbps"] = round(blast("sendmmsg", a.seconds, base + 1), 3)
     runs = {
         "1port": perf_goodput(1, a.mib, base + 2, a.iters),
-        "4port": perf_goodput(4, a.mib, base + 3, a.iters),
+        "4port": run4,
         "loss1": perf_goodput(4, a.mib, base + 4, a.iters, loss=0.01),
         "portfail": perf_goodput(4, a.mib, base + 5, a.iters, fail_port=(2, 0.2)),
     }
@@ -172,7 +186,9 @@ def main() -> None:
         out[f"retransmits_{name}"] = r["retransmits"]
         out[f"ev_changes_{name}"] = r["ev_changes"]
         out[f"intact_{name}"] = r["ok"]
-    out["ratio_vs_sendto"] = round(out["goodput_gbps_4port"] / max(out["sendto_blast_gbps"], 1e-9), 3)
+    out["intact_4port"] = all(r["ok"] for _, _, r in pairs)
+    out["ratio_vs_sendto"] = round(ratio, 3)
+    out["ratios_vs_sendto"] = [round(x[0], 3) for x in pairs]
     if a.json:
         print(json.dumps(out, indent=2))
         return

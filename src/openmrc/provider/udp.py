@@ -82,6 +82,7 @@ from typing import Any, Final
 from openmrc.ev import EVFormatMode, EVProfile
 from openmrc.provider.bringup import connect_qp
 from openmrc.provider.faults import Impairments, fates, flip_bit
+from openmrc.provider.profile_store import ProfileStore, StoreResolver
 from openmrc.transport.config import NicConfig
 from openmrc.transport.cq import CompletionQueue
 from openmrc.transport.mr import MemoryRegion
@@ -119,6 +120,8 @@ CE: Final = 0x03
 TRIM_DSCP: Final = 0x05
 TRIM_LASTHOP_DSCP: Final = 0x06
 _FLOW_MASK: Final = 0xFFFFF
+_MSG_TRUNC: Final = int(socket.MSG_TRUNC)  # a plain int: an IntFlag operation per datagram is a Python call
+_AF_INET6: Final = int(socket.AF_INET6)
 _GSO_MAX_BYTES: Final = 65000  # one UDP datagram before segmentation (IP length limit, headers aside)
 _GSO_MAX_SEGS: Final = 64
 _RX_BUDGET: Final = 1024  # datagrams (or GRO batches) per port per round
@@ -126,6 +129,7 @@ _RX_TURN: Final = 4  # taken from one port before the next port's turn
 _HEADER_BYTES: Final = 100  # IP + UDP + MRC headers of a data packet, for pacing
 _MRC_OVERHEAD: Final = 64  # MRC headers and ICRC of a data packet (at most), past its payload
 _INT: Final = struct.Struct("i")
+_STORE_POLL_NS: Final = 50_000_000  # how often a device using a profile store looks at it
 
 Endpoint = tuple[str, int]
 
@@ -327,6 +331,8 @@ class UdpDevice:
         self._srv6_qps: set[int] = set()
         self._cqs: list[CompletionQueue] = []
         self._held: list[_Held] = []
+        self._store: StoreResolver | None = None  # profiles shared through a node-local store
+        self._store_at = 0  # when to look at the store again (ns, device clock)
         self._held_seq = 0
         self.faults: dict[int, Impairments] = {}
         """Per-port impairments the fault injector applies to what that port sends (see `impair`)."""
@@ -471,11 +477,29 @@ class UdpDevice:
             self._cqs.append(cq)
             return cq
 
+    def destroy_cq(self, cq: CompletionQueue) -> None:
+        """Forget ``cq`` (`LocalProtocolError` EBUSY while a QP of this device uses it)."""
+        with self._lock:
+            self.nic.destroy_cq(cq)
+            if cq in self._cqs:
+                self._cqs.remove(cq)
+
     def create_qp(self, init: QpInitAttr | None = None) -> Qp:
         """A QP in RESET (with a send and a receive CQ of its own unless ``init`` names them)."""
         with self._lock:
             self._check_open()
             return self.nic.create_qp(init or QpInitAttr(send_cq=self.create_cq(), recv_cq=self.create_cq()))
+
+    def use_profile_store(self, path: str | os.PathLike[str]) -> None:
+        """Take EV and CC profiles from the node-local store at ``path`` as well
+        (`openmrc.provider.profile_store`): a QP may bind any profile the node's controller published there,
+        and the device follows the store's changes (every 50 ms, and whenever a QP binds a profile)."""
+        with self._lock:
+            self._check_open()
+            resolver = StoreResolver(ProfileStore(path), self.nic)
+            resolver.refresh(self.now())  # a store that cannot be read fails here, with its reason
+            self._store = resolver
+            self.nic.profiles.resolver = resolver.resolve
 
     def add_ev_profile(self, profile_id: int, profile: EVProfile, ports: Sequence[int] | None = None) -> None:
         """Install an EV profile for QPs to bind at `connect` (``ports``: the port of each EV, as
@@ -545,10 +569,13 @@ class UdpDevice:
                 timeout=timeout,
                 retry_linear=retry_linear,
                 retry_exp=retry_exp,
-                on_init=self._prepare,
+                on_init=self.prepare_qp,
             )
 
-    def _prepare(self, qp: Qp) -> None:
+    def prepare_qp(self, qp: Qp) -> None:
+        """Check that this device can carry every EV of the profile ``qp`` bound in INIT (raises
+        `LocalProtocolError` with the reason: an IPv4 port for STEV or SRv6 EVs, an SRH segment, a source
+        port that cannot be bound) and open what they need."""
         b = self.nic.ev_profile(qp.attr.ev_profile_id or 0)
         srv6 = b.mode is EVFormatMode.SRV6
         for i, (ev, port_no, echo) in enumerate(b.entries):
@@ -625,6 +652,11 @@ class UdpDevice:
         return port
 
     # -- progress ------------------------------------------------------------------------------------------
+    @property
+    def threaded(self) -> bool:
+        """Whether a background progress thread drives this device (`start`)."""
+        return self._progress is not None
+
     def progress(self, timeout: float | None = 0.0) -> int:
         """One progress round: every datagram waiting is received, due timers run, what pacing allows is
         sent. If nothing happened and ``timeout`` is not 0, waits (up to ``timeout`` s; None: until
@@ -734,6 +766,10 @@ class UdpDevice:
                 break
         if self._held:
             n += self._release(now)
+        if self._store is not None and now >= self._store_at:
+            self._store_at = now + _STORE_POLL_NS
+            with contextlib.suppress(LocalProtocolError):  # a store being rewritten: the next look
+                self._store.refresh(now)
         timer = nic.get_timer()
         if timer is not None and timer <= now:
             nic.handle_timer(now)
@@ -751,8 +787,9 @@ class UdpDevice:
         sock = port.sock
         buf, view = self._rxbuf, self._rxview
         nic, stats = self.nic, self.stats
-        v6 = port.family == socket.AF_INET6
+        v6 = port.family == _AF_INET6
         trim_of = self._trim_dscp
+        no_trim = TrimMark.NONE
         got = 0
         for _ in range(_RX_TURN):
             try:
@@ -770,7 +807,7 @@ class UdpDevice:
                     flow = int.from_bytes(data[:4], "big") & _FLOW_MASK
                 elif data:
                     tos = data[0] if len(data) == 1 else _INT.unpack_from(data)[0]
-            if flags & socket.MSG_TRUNC:
+            if flags & _MSG_TRUNC:
                 stats.rx_truncated += 1
                 continue
             key = (port.index, src[0], src[1])
@@ -786,7 +823,7 @@ class UdpDevice:
             if self.rx_tap is not None:
                 self.rx_tap(port.index, src, flow, tos, view[:nbytes])
             ecn = tos & 3 == CE
-            trim = trim_of.get(tos >> 2, TrimMark.NONE)
+            trim = trim_of.get(tos >> 2, no_trim) if tos > 3 else no_trim  # DSCP 0: not trimmed
             if not v6:
                 flow = 0
             if seg and seg < nbytes:
