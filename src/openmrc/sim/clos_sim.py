@@ -22,6 +22,7 @@ from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
 from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
+from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import (
     Access,
     CompletionQueue,
@@ -268,6 +269,16 @@ class FabricSim(Failures):
         node = self.nodes[h]
         assert isinstance(node, Host)
         return node
+
+    def verbs_device(self, host: int) -> SimHostDevice:
+        """Host ``host`` as a device for `openmrc.verbs` (register it with ``verbs.add_device``)."""
+        if not 0 <= host < self.topo.num_hosts or not isinstance(self.nodes[host], Host):
+            raise ValueError(f"host {host}: not an MRC host of this fabric (0..{self.topo.num_hosts - 1})")
+        return SimHostDevice(self, self._host(host))
+
+    def ev_profile_id(self, host: int, peer: int) -> int:
+        """The EV profile QPs of ``host`` towards ``peer`` bind (installed on first use)."""
+        return self._profile(host, peer)
 
     def _profile(self, host: int, peer: int) -> int:
         if self.plan is None:

@@ -1,0 +1,250 @@
+"""A node-local store of ONLINE EV and CC profiles, shared by a controller process and the application
+processes of one node (each of which runs its own software NIC).
+
+The store is one JSON file (by default under ``/run/openmrc/``, or ``$XDG_RUNTIME_DIR/openmrc/`` for a user):
+the controller (`openmrc.ctl.attach_store`) rewrites it whenever a profile goes ONLINE or OFFLINE or an EV
+is denied or allowed again; every write replaces the file atomically (a temporary file and ``rename``)
+under an exclusive ``flock`` of a lock file beside it, and readers take the shared lock. A device that uses
+the store (`UdpDevice.use_profile_store`) resolves a profile id it does not know from the file when a QP
+binds it, and re-reads the file when it changes: new profiles become bindable, profiles taken OFFLINE stop
+being bindable (QPs that bound them keep their EVs, as on a NIC), and denied EVs are denied in the running
+QPs too. Format (version 1)::
+
+    {"version": 1,
+     "ev": {"7": {"mode": "UDP", "min_active": 4, "event_mask": 3,
+                  "evs": [["c1000000...", 1], ...], "denied": ["c1000000...", ...]}},
+     "cc": {"0": {"algorithm": "uet-1.0-nscc", "config": {"base_rtt": 200000, ...}}}}
+
+EVs are the 32-byte expanded values in hex with their port; ``config`` is the algorithm's configuration
+dataclass as a mapping (null: the algorithm's defaults).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from openmrc.ev import EVFormatMode, EVState, ev_echo32
+from openmrc.transport import LocalProtocolError, Nic, NsccConfig
+from openmrc.transport.profiles import EvProfileBinding
+
+__all__ = ["FORMAT_VERSION", "ProfileStore", "default_store_path"]
+
+FORMAT_VERSION = 1
+_CONFIGS: dict[str, type[Any]] = {"uet-1.0-nscc": NsccConfig}
+
+
+def default_store_path(device: str = "default") -> Path:
+    """``/run/openmrc/<device>.json`` for root, ``$XDG_RUNTIME_DIR/openmrc/<device>.json`` (or the temporary
+    directory) otherwise."""
+    base = (
+        Path("/run")
+        if os.geteuid() == 0
+        else Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+    )
+    return base / "openmrc" / f"{device}.json"
+
+
+def _os_error(path: Path, exc: OSError) -> LocalProtocolError:
+    return LocalProtocolError(exc.errno or errno.EIO, f"profile store {path}: {exc.strerror or exc}")
+
+
+class ProfileStore:
+    """The store at ``path`` (its directory is made on first write)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._seen: int | None = None  # the file's mtime_ns when last read by `changed`
+
+    def __repr__(self) -> str:
+        return f"ProfileStore({str(self.path)!r})"
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool) -> Iterator[None]:
+        try:
+            self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _os_error(self.path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def read(self) -> dict[str, Any]:
+        """The store's content (empty when there is no file yet). A file that is not a version-1 store
+        raises `LocalProtocolError` EINVAL naming the path."""
+        with self._locked(False):
+            try:
+                text = self.path.read_text()
+                self._seen = self.path.stat().st_mtime_ns
+            except FileNotFoundError:
+                self._seen = None
+                return {"version": FORMAT_VERSION, "ev": {}, "cc": {}}
+            except OSError as exc:
+                raise _os_error(self.path, exc) from None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LocalProtocolError(errno.EINVAL, f"profile store {self.path}: not JSON ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
+            raise LocalProtocolError(
+                errno.EINVAL, f"profile store {self.path}: not a version-{FORMAT_VERSION} store"
+            )
+        doc.setdefault("ev", {})
+        doc.setdefault("cc", {})
+        return doc
+
+    def changed(self) -> bool:
+        """Whether the file changed since it was last read (cheap: one ``stat``)."""
+        try:
+            now = self.path.stat().st_mtime_ns
+        except OSError:
+            now = None
+        return now != self._seen
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def write(self, doc: dict[str, Any]) -> None:
+        """Replace the store's content atomically."""
+        doc = {"version": FORMAT_VERSION, "ev": doc.get("ev", {}), "cc": doc.get("cc", {})}
+        text = json.dumps(doc, indent=1, sort_keys=True)
+        with self._locked(True):
+            try:
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                with contextlib.suppress(OSError, UnboundLocalError):
+                    os.unlink(tmp)
+                raise _os_error(self.path, exc) from None
+
+    def publish(self, nic: Nic, ev_ids: list[int], cc_ids: list[int]) -> None:
+        """Write the NIC's EV profiles ``ev_ids`` and CC profiles ``cc_ids`` (and the EV states a
+        controller set on them) as the store's whole content."""
+        ev: dict[str, Any] = {}
+        for pid in ev_ids:
+            b = nic.ev_profiles.get(pid)
+            if b is None:
+                continue
+            states = nic.profiles.ev_states.get(pid, {})
+            ev[str(pid)] = {
+                "mode": b.mode.name,
+                "min_active": b.min_active,
+                "event_mask": b.event_mask,
+                "evs": [[e.hex(), port] for e, port, _ in b.entries],
+                "denied": [e.hex() for e, _, echo in b.entries if states.get(echo) is EVState.DENIED],
+            }
+        cc: dict[str, Any] = {}
+        for pid in cc_ids:
+            entry = nic.cc_profiles.get(pid)
+            if entry is None:
+                continue
+            algo, cfg = entry
+            cc[str(pid)] = {"algorithm": algo, "config": None if cfg is None else dataclasses.asdict(cfg)}  # type: ignore[call-overload]
+        self.write({"ev": ev, "cc": cc})
+
+
+class StoreResolver:
+    """Keeps a NIC's store-sourced profiles in step with a `ProfileStore` (see the module's docstring)."""
+
+    def __init__(self, store: ProfileStore, nic: Nic) -> None:
+        self.store = store
+        self.nic = nic
+        self.ev_ids: set[int] = set()  # profiles this resolver installed
+        self.cc_ids: set[int] = set()
+        self._ev_docs: dict[int, Any] = {}
+        self._cc_docs: dict[int, Any] = {}
+
+    def refresh(self, now: int = 0) -> None:
+        """Re-read the store if it changed: install new and changed profiles, remove those it no longer
+        holds, and apply its denied EVs to the QPs bound to them."""
+        if not self.store.changed():
+            return
+        doc = self.store.read()
+        nic = self.nic
+        ev_docs = {int(k): v for k, v in doc["ev"].items()}
+        cc_docs = {int(k): v for k, v in doc["cc"].items()}
+        for pid in list(self.ev_ids):
+            if pid not in ev_docs:
+                with contextlib.suppress(LocalProtocolError):
+                    nic.profiles.remove_ev_profile(pid)
+                self.ev_ids.discard(pid)
+                self._ev_docs.pop(pid, None)
+        for pid in list(self.cc_ids):
+            if pid not in cc_docs:
+                with contextlib.suppress(LocalProtocolError):
+                    nic.profiles.remove_cc_profile(pid)
+                self.cc_ids.discard(pid)
+                self._cc_docs.pop(pid, None)
+        for pid, d in ev_docs.items():
+            if pid in nic.ev_profiles and pid not in self.ev_ids:
+                continue  # the process's own profile of that id wins
+            if self._ev_docs.get(pid) != d:
+                self._install_ev(pid, d)
+            self._apply_denied(pid, d, now)
+        for pid, d in cc_docs.items():
+            if pid in nic.cc_profiles and pid not in self.cc_ids:
+                continue
+            if self._cc_docs.get(pid) != d:
+                algo = d.get("algorithm")
+                cfg_doc = d.get("config")
+                cls = _CONFIGS.get(str(algo))
+                cfg = None if cfg_doc is None or cls is None else cls(**cfg_doc)
+                nic.add_cc_profile(pid, str(algo), cfg)
+                self.cc_ids.add(pid)
+                self._cc_docs[pid] = d
+
+    def _install_ev(self, pid: int, d: dict[str, Any]) -> EvProfileBinding:
+        try:
+            mode = EVFormatMode[d["mode"]]
+            evs = [(bytes.fromhex(h), int(port)) for h, port in d["evs"]]
+            b = self.nic.profiles.add_expanded_profile(
+                pid, mode, evs, int(d["min_active"]), int(d["event_mask"])
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise LocalProtocolError(
+                errno.EINVAL, f"profile store {self.store.path}: EV profile {pid}: {exc!r}"
+            ) from None
+        self.ev_ids.add(pid)
+        self._ev_docs[pid] = d
+        return b
+
+    def _apply_denied(self, pid: int, d: dict[str, Any], now: int) -> None:
+        nic = self.nic
+        mode = EVFormatMode[d["mode"]]
+        denied = {ev_echo32(bytes.fromhex(h), mode) for h in d.get("denied", [])}
+        states = nic.profiles.ev_states.setdefault(pid, {})
+        changed = {e for e in denied if states.get(e) is not EVState.DENIED} | {
+            e for e, s in states.items() if s is EVState.DENIED and e not in denied
+        }
+        if not changed:
+            return
+        for e in changed:
+            if e in denied:
+                states[e] = EVState.DENIED
+            else:
+                states.pop(e, None)
+        for qp in nic.qps.values():
+            if qp.evs is not None and (qp.attr.ev_profile_id or 0) == pid:
+                for e in changed:
+                    if e in qp.evs.by_entropy:
+                        nic.modify_ev_state(qp, e, EVState.DENIED if e in denied else EVState.GOOD, now=now)
+
+    def resolve(self, kind: int, pid: int) -> bool:
+        """The NIC asks for profile ``pid`` (kind 0: EV, 1: CC) it does not hold: look in the store."""
+        with contextlib.suppress(LocalProtocolError):  # an unreadable store: what the NIC holds counts
+            self.refresh()
+        return pid in (self.nic.ev_profiles if kind == 0 else self.nic.cc_profiles)

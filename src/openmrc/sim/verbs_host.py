@@ -1,0 +1,137 @@
+"""A simulated host as a device for `openmrc.verbs`: the same program that drives a software NIC over UDP
+drives a host of a `FabricSim`, selected by the device name it opens.
+
+`SimHostDevice` wraps one host of a built fabric (`FabricSim.verbs_device(h)`). Its clock is the
+simulator's; its progress runs the simulator: ``progress(0)`` runs the events of the next instant that has
+any (so a loop of ``poll_cq`` walks simulated time forward event by event), ``progress(t)`` runs ``t``
+seconds of simulated time. Every host of the fabric moves on together (there is one event queue), so
+several programs in one process can drive several hosts, as the collectives do. A QP's ``ah_attr`` (its
+peer) is the peer's host number; EV profile 0 (UDP source ports) suits an ECMP fabric, and
+`ev_profile_for` installs the SRv6 source-route profile towards a peer, as a controller would.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from typing import TYPE_CHECKING, Any
+
+from openmrc.transport import (
+    Access,
+    CompletionQueue,
+    LocalProtocolError,
+    MemoryRegion,
+    Nic,
+    Qp,
+    QpInitAttr,
+    RecvWR,
+    SendWR,
+)
+
+if TYPE_CHECKING:
+    from openmrc.sim.clos_sim import FabricSim
+    from openmrc.sim.network import Host
+
+__all__ = ["SimHostDevice"]
+
+
+class SimHostDevice:
+    """Host ``host`` of ``fabric`` as a verbs device (see the module's docstring)."""
+
+    def __init__(self, fabric: FabricSim, host: Host) -> None:
+        self._fabric = fabric
+        self._host = host
+        self._lock = threading.RLock()
+        self._cqs: list[CompletionQueue] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SimHostDevice(host {self._host.id})"
+
+    @property
+    def host_id(self) -> int:
+        return self._host.id
+
+    @property
+    def nic(self) -> Nic:
+        return self._host.nic
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def threaded(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._closed = True
+
+    def now(self) -> int:
+        return self._fabric.sim.now
+
+    def progress(self, timeout: float | None = 0.0) -> int:
+        """Run the simulator: to the next instant with events (``timeout`` 0 or None), or ``timeout``
+        seconds of simulated time on; returns the events run."""
+        sim = self._fabric.sim
+        self._host.pump(sim.now)  # what the program's calls made ready since the last round
+        nxt = sim.peek()
+        if nxt is None:
+            return 0
+        until = nxt if not timeout else max(nxt, sim.now + int(timeout * 1e9))
+        return sim.run(until=until)
+
+    # -- resources -------------------------------------------------------------------------------------------
+    def register(
+        self, buffer: Any, access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE
+    ) -> MemoryRegion:
+        return self.nic.register(buffer, access)
+
+    def deregister(self, mr: MemoryRegion) -> None:
+        self.nic.deregister(mr)
+
+    def create_cq(self, depth: int = 65536) -> CompletionQueue:
+        cq = self.nic.create_cq(depth)
+        self._cqs.append(cq)
+        return cq
+
+    def destroy_cq(self, cq: CompletionQueue) -> None:
+        self.nic.destroy_cq(cq)
+        if cq in self._cqs:
+            self._cqs.remove(cq)
+
+    def create_qp(self, init: QpInitAttr | None = None) -> Qp:
+        return self.nic.create_qp(init or QpInitAttr(send_cq=self.create_cq(), recv_cq=self.create_cq()))
+
+    def destroy_qp(self, qp: Qp) -> None:
+        self.nic.destroy_qp(qp)
+
+    def prepare_qp(self, qp: Qp) -> None:
+        """Every EV of a simulated fabric can be carried: nothing to check."""
+
+    def add_peer(self, peer: Any) -> None:
+        n = self._fabric.topo.num_hosts
+        own = self._host.id
+        if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < n or peer == own:
+            raise LocalProtocolError(
+                errno.EINVAL, f"peer {peer!r}: another host of this fabric, a number in 0..{n - 1}"
+            )
+
+    def ev_profile_for(self, peer: int) -> int:
+        """The EV profile id for QPs towards host ``peer`` (installed on first use: SRv6 source routes over
+        every plane; 0, the NIC's UDP source-port profile, on an ECMP fabric)."""
+        self.add_peer(peer)
+        return self._fabric.ev_profile_id(self._host.id, peer)
+
+    # -- work ------------------------------------------------------------------------------------------------
+    def post_send(self, qp: Qp, wr: SendWR) -> None:
+        now = self.now()
+        qp.post_send(wr, now=now)
+        self._host.pump(now)
+
+    def post_recv(self, qp: Qp, wr: RecvWR) -> None:
+        qp.post_recv(wr)

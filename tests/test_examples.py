@@ -1,0 +1,105 @@
+"""The programs under ``examples/`` run as a user runs them (a subprocess with this interpreter) and say
+what went wrong when given bad input."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _run(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_verbs_qp_example_writes_and_cleans_up() -> None:
+    r = _run("verbs_qp.py", "--size", "300000")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "mrc API 1.0.1" in out and "RTS towards" in out
+    assert "Write with Imm of 300000 B: SUCCESS / SUCCESS, imm 0x1234" in out and "data intact" in out
+    assert "destroyed" in out and "Traceback" not in r.stderr
+
+
+def test_verbs_qp_example_refuses_bad_input_clearly() -> None:
+    r = _run("verbs_qp.py", env={"MRC_QP_EV_PROFILE_ID": "abc"})
+    assert r.returncode != 0 and "MRC_QP_EV_PROFILE_ID='abc'" in r.stderr and "Traceback" not in r.stderr
+    r = _run("verbs_qp.py", env={"MRC_QP_EV_PROFILE_ID": "7"})  # no controller installed profile 7
+    assert r.returncode == 1 and "EV profile 7" in r.stderr and "Traceback" not in r.stderr
+    r = _run("verbs_qp.py", "--size", "0")
+    assert r.returncode == 2 and "--size" in r.stderr
+
+
+def test_ctl_example_runs_every_section() -> None:
+    r = _run("ctl_ev.py")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "ONLINE with 64 explicit EVs" in out and "1 MiB Write over profile 1: SUCCESS, data intact" in out
+    assert "the bound QP now has 30 denied EVs" in out
+    assert "E2BIG, 128 needed" in out and "32 DENIED; first four: DENIED, GOOD, GOOD, GOOD" in out
+    bad, good = (int(x) for x in re.search(r"(\d+) ASSUMED_BAD and (\d+) GOOD", out).groups())  # type: ignore[union-attr]
+    assert bad > 0 and good > 0  # the EVs the blackhole took were probed back
+    assert out.count("answered on port") == 2
+
+
+def test_ctl_example_refuses_an_unknown_section() -> None:
+    r = _run("ctl_ev.py", "bogus")
+    assert r.returncode == 2 and "section 'bogus'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_write_bw_example_sweeps_between_two_processes() -> None:
+    rng = random.Random()
+    port, net = rng.randrange(20000, 30000), rng.randrange(2, 250)
+    server = subprocess.Popen(
+        [
+            *(sys.executable, str(EXAMPLES / "verbs_write_bw.py"), "-p", str(port), "-s", "65536", "-n", "8"),
+            *("--bind", f"127.{net}.9.1", "--bind", f"127.{net}.9.2"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert "waiting for a client" in server.stdout.readline()
+        r = _run(
+            "verbs_write_bw.py",
+            "127.0.0.1",
+            *(
+                "-p",
+                str(port),
+                "-s",
+                "65536",
+                "-n",
+                "8",
+                "--bind",
+                f"127.{net}.10.1",
+                "--bind",
+                f"127.{net}.10.2",
+            ),
+        )
+        assert r.returncode == 0, r.stderr
+        rows = [line.split() for line in r.stdout.splitlines() if line.strip()[:1].isdigit()]
+        assert [int(row[0]) for row in rows] == [1 << k for k in range(17)]  # 1 B .. 64 KiB
+        assert all(int(row[1]) == 8 and float(row[3]) > 0 for row in rows)
+        out, err = server.communicate(timeout=30)
+        assert server.returncode == 0 and "served" in out, err
+    finally:
+        if server.poll() is None:
+            server.kill()
+    r = _run("verbs_write_bw.py", "127.0.0.1", "-p", str(port), "-s", "64")  # nobody listens any more
+    assert r.returncode == 1 and "cannot reach the server" in r.stderr and "Traceback" not in r.stderr
+    r = _run("verbs_write_bw.py", "--min-size", "0")
+    assert r.returncode == 2 and "--min-size" in r.stderr
