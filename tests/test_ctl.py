@@ -4,6 +4,7 @@ bound QPs and by QPs that bind later), EV events with drop counts, endpoint requ
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from openmrc import ctl, verbs
 from openmrc.ev import EVField, EVFormatMode, EVProfileMode, EVState
 from openmrc.provider import Peer, UdpDevice
+from openmrc.provider.profile_store import ProfileStore
 from openmrc.transport import LocalProtocolError, NsccConfig
 
 S = ctl.ProfileState
@@ -526,6 +528,9 @@ for line in sys.stdin:
     elif line.strip() == "bind":
         r = bind(7, 5)
         print("bind", r if isinstance(r, str) else "ok", flush=True)
+    elif line.strip() == "destroy":
+        dev.destroy_qp(qp)
+        print("destroyed", flush=True)
 dev.close()
 """
 
@@ -564,7 +569,17 @@ def test_profiles_reach_the_applications_of_other_processes(nodes: tuple[Node, N
         app.stdin.write("denied\n")
         app.stdin.flush()
         assert app.stdout.readline().split() == ["denied", str(0xC102), str(0xC103)]  # on its running QP
-        ctl.modify_ev_profile(a.ctx, 7, ctl.EvProfileAttr(S.OFFLINE), EM.STATE)  # no QP of this process
+        # the application's QP binds profile 7 and CC profile 5: neither goes OFFLINE under it
+        with pytest.raises(ctl.CtlError) as busy:
+            ctl.modify_ev_profile(a.ctx, 7, ctl.EvProfileAttr(S.OFFLINE), EM.STATE)
+        assert _code(busy) == "EBUSY" and f"(process {app.pid})" in str(busy.value)
+        with pytest.raises(ctl.CtlError) as busy:
+            ctl.modify_cc_profile(a.ctx, 5, ctl.CcProfileAttr(S.OFFLINE), CM.STATE)
+        assert _code(busy) == "EBUSY" and f"(process {app.pid})" in str(busy.value)
+        app.stdin.write("destroy\n")
+        app.stdin.flush()
+        assert app.stdout.readline().strip() == "destroyed"
+        ctl.modify_ev_profile(a.ctx, 7, ctl.EvProfileAttr(S.OFFLINE), EM.STATE)  # no QP binds it now
         app.stdin.write("bind\n")
         app.stdin.flush()
         answer = app.stdout.readline()
@@ -573,9 +588,26 @@ def test_profiles_reach_the_applications_of_other_processes(nodes: tuple[Node, N
         if app.stdin is not None:
             app.stdin.close()
         app.wait(timeout=20)
+    assert not list((store.parent / "profiles.json.users").glob("*.json"))  # its device closed: no record
     # a store that is not one is refused with its path
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(LocalProtocolError) as e:
         nodes[1].udp.use_profile_store(bad)
     assert "not a version-1 store" in str(e.value) and str(bad) in str(e.value)
+
+
+def test_the_store_forgets_the_users_of_processes_that_exited(tmp_path: Path) -> None:
+    store = ProfileStore(tmp_path / "p.json")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = int(gone.stdout)
+    store.write_users({"ev": {7: [0x11, 0x12]}, "cc": {}}, pid=dead)
+    store.write_users({"ev": {7: [0x21]}, "cc": {5: [0x21]}}, pid=os.getppid())  # a running process
+    store.write_users({"ev": {7: [0x31]}, "cc": {}})  # this process's own QPs are not foreign users
+    assert store.users("ev", 7) == [(os.getppid(), 0x21)]
+    assert store.users("cc", 5) == [(os.getppid(), 0x21)] and store.users("ev", 8) == []
+    assert not (store.users_dir / f"{dead}.json").exists()
+    store.write_users({"ev": {}, "cc": {}})  # nothing bound any more: the record goes
+    assert not (store.users_dir / f"{os.getpid()}.json").exists()

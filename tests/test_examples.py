@@ -54,6 +54,21 @@ def test_ctl_example_runs_every_section() -> None:
     assert out.count("answered on port") == 2
 
 
+def test_srv6_example_routes_by_uSID_addresses_and_by_an_srh_segment() -> None:
+    r = _run("ctl_srv6.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    for section, ev_id in (("srv6", 31), ("srh", 32)):
+        assert f"{section}: EV profile {ev_id} ONLINE, 8 EVs" in out
+        line = next(x for x in out.splitlines() if x.startswith(f"{section}: 1 MiB Write with Imm"))
+        assert "data intact" in line
+        counts = [int(n) for n in re.findall(r"p\d-t1-\d (\d+)", line)]
+        assert len(counts) == 8 and min(counts) > 0  # every (plane, spine) path carried data
+    assert "SRH segment fc00:0:" in out
+    bad = _run("ctl_srv6.py", "srv7")
+    assert bad.returncode == 2 and "section 'srv7'" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_ctl_example_refuses_an_unknown_section() -> None:
     r = _run("ctl_ev.py", "bogus")
     assert r.returncode == 2 and "section 'bogus'" in r.stderr and "Traceback" not in r.stderr

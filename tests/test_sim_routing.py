@@ -5,11 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from openmrc.fabric import FatTree, MultiPlaneClos
+from openmrc.fabric import FatTree, MultiPlaneClos, UsidPlan
 from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, fat_tree_sim
 from openmrc.sim.network import SimPacket
-from openmrc.sim.routing import EcmpRouting
+from openmrc.sim.routing import EcmpRouting, SrRouting
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 
 
@@ -113,3 +115,38 @@ def test_roce_needs_ecmp() -> None:
         ClosSim(ClosSimConfig(transport="roce"))
     with pytest.raises(ValueError, match="transport"):
         ClosSim(ClosSimConfig(transport="tcp", routing="ecmp"))
+
+
+def sr_walk(topo: MultiPlaneClos, r: SrRouting, p: SimPacket, src: int, plane: int) -> list[int]:
+    node, path = topo.host_t0(src, plane), [src]
+    for _ in range(10):
+        path.append(node)
+        node = topo.ports(node)[r.port(node, p)].peer
+        if node < topo.num_hosts:
+            return [*path, node]
+    raise AssertionError("loop")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 63), st.integers(0, 63), st.integers(0, 3), st.integers(0, 7), st.integers(1, 3))
+def test_srv6_with_an_srh_segment_takes_the_same_path(
+    src: int, dst: int, plane: int, up: int, cut: int
+) -> None:
+    """A path split anywhere between the destination address and an SRH segment is the path of the whole
+    address: the switch whose uSID ends the address's carrier takes the segment (End with NEXT-CSID)."""
+    topo = MultiPlaneClos(4, 64, 16, 16)
+    plan = UsidPlan(topo)
+    r = SrRouting(plan)
+    usids = plan.path_usids(src, dst, plane, up)
+    cut = min(cut, len(usids) - 1)  # the host port's uSID is the last and is never an End
+    whole = pkt(src, dst, 0)
+    whole.addr = plan.address_int(usids)
+    split = pkt(src, dst, 0)
+    split.addr, split.seg = plan.address_int(usids[:cut]), plan.address_int(usids[cut:])
+    expected = topo.path(src, dst, plane, up)
+    assert sr_walk(topo, r, whole, src, plane) == expected
+    assert sr_walk(topo, r, split, src, plane) == expected and split.seg == 0
+    lost = pkt(src, dst, 0)  # the same cut without its segment ends nowhere: mis-routed, not delivered
+    lost.addr = plan.address_int(usids[:cut])
+    with pytest.raises(ValueError):
+        sr_walk(topo, r, lost, src, plane)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openmrc.transport import MemoryRegion, Nic, NicConfig, RecvWR, TrimMark, WcStatus
+from openmrc.transport import MemoryRegion, Nic, NicConfig, QpCapFlags, RecvWR, TrimMark, WcStatus
 from openmrc.transport.nic import Arrival
 from openmrc.wire import (
     BTH,
@@ -391,6 +391,20 @@ def test_bytes_over_the_fabric_with_trimming() -> None:
     p = Pair(seed=9, wire=True, imp=TRIM)
     wire_transfer(p)
     assert p.b.stats.trims_seen > 0
+
+
+def test_a_peer_without_trim_nacks_gets_none_and_still_gets_everything() -> None:
+    """mrc.h TRIM_NACK_DEST_UNSUPPORTED on the responder's QP: trimmed packets are dropped unanswered (no
+    NACK the peer could not take) and the requester recovers them as losses; without it each is NACKed."""
+    plain = Pair(seed=9, imp=Impairments(trim=0.05))
+    wire_transfer(plain)
+    assert plain.b.stats.trims_seen > 0 and plain.a.stats.trims_received == plain.b.stats.trims_seen
+    assert plain.b.stats.trims_unreported == 0
+    p = Pair(seed=9, imp=Impairments(trim=0.05))
+    p.qp_b.attr.cap = QpCapFlags.TRIM_NACK_DEST_UNSUPPORTED
+    wire_transfer(p)  # bit-exact all the same
+    assert p.b.stats.trims_seen > 0 and p.b.stats.trims_unreported == p.b.stats.trims_seen
+    assert p.a.stats.trims_received == 0 and p.a.stats.retransmits >= p.b.stats.trims_seen
 
 
 def test_receive_burst_delivers_like_receive_and_drops_bad_datagrams_alone() -> None:

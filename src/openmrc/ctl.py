@@ -657,12 +657,21 @@ def query_ev_fmt_profile(
 
 
 # -- EV profiles ---------------------------------------------------------------------------------------------
-def _users(ctx: verbs.Context, pid: int, attr: str) -> list[int]:
-    return [
-        qp.qp_num
+def _busy(ctx: verbs.Context, pid: int, kind: str, what: str) -> None:
+    """EBUSY when QPs bind profile ``pid`` of ``kind`` ("ev", "cc"): this process's, and, with a store
+    attached, those other processes' devices recorded there."""
+    attr = f"{kind}_profile_id"
+    users = [
+        f"0x{qp.qp_num:06x}"
         for qp in ctx.dev.nic.qps.values()
         if qp.state is not QpState.RESET and (getattr(qp.attr, attr) or 0) == pid
     ]
+    c = _CONTROLLERS.get(id(ctx.dev))
+    if c is not None and c.store is not None:
+        users += [f"0x{qpn:06x} (process {proc})" for proc, qpn in c.store.users(kind, pid)]
+    if users:
+        more = f" and {len(users) - 8} more" if len(users) > 8 else ""
+        raise CtlError(errno.EBUSY, f"{what} is bound by {len(users)} QP(s): {', '.join(users[:8])}{more}")
 
 
 def _ev_check(ev: Any, what: str, num_ports: int, allow_unpopulated: bool = False) -> Ev:
@@ -799,12 +808,7 @@ def _modify_ev_profile(ctx: verbs.Context, ev_profile_id: int, attr: EvProfileAt
                     errno.EINVAL, f"{what}: {holes} of {len(s.evs)} EVs unpopulated (REPLACE_EV them)"
                 )
     if cur is ProfileState.ONLINE and new is ProfileState.OFFLINE:
-        users = _users(ctx, pid, "ev_profile_id")
-        if users:
-            raise CtlError(
-                errno.EBUSY,
-                f"{what} is bound by {len(users)} QP(s): {', '.join(f'0x{q:06x}' for q in users[:8])}",
-            )
+        _busy(ctx, pid, "ev", what)
     # the EV operations (after the checks above: a refused modify changes nothing, except per-entry ops)
     if attr_mask & M.EV_OP:
         _ev_op(ctx, c, pid, s, attr, online, fmt)
@@ -1048,9 +1052,7 @@ def _modify_cc_profile(ctx: verbs.Context, cc_profile_id: int, attr: CcProfileAt
             except LocalProtocolError as exc:
                 raise CtlError(exc.errno, exc.reason) from None
     elif cur is ProfileState.ONLINE and new is ProfileState.OFFLINE:
-        users = _users(ctx, pid, "cc_profile_id")
-        if users:
-            raise CtlError(errno.EBUSY, f"{what} is bound by {len(users)} QP(s)")
+        _busy(ctx, pid, "cc", what)
         with dev.lock:
             dev.nic.profiles.remove_cc_profile(pid)
     s.state = new

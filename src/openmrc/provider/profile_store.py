@@ -17,6 +17,12 @@ QPs too. Format (version 1)::
 
 EVs are the 32-byte expanded values in hex with their port; ``config`` is the algorithm's configuration
 dataclass as a mapping (null: the algorithm's defaults).
+
+Applications say which store profiles their QPs bind, so that the controller refuses to take a profile in
+use OFFLINE (EBUSY) whichever process uses it: each process with QPs bound to store profiles keeps a file
+``<store>.users/<pid>.json`` (``{"ev": {"7": [qpn, ...]}, "cc": {...}}``), rewritten when a QP binds a
+profile or is destroyed, and removed when its device closes; files of processes that no longer run are
+ignored and removed.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from openmrc.ev import EVFormatMode, EVState, ev_echo32
-from openmrc.transport import LocalProtocolError, Nic, NsccConfig
+from openmrc.transport import LocalProtocolError, Nic, NsccConfig, QpState
 from openmrc.transport.profiles import EvProfileBinding
 
 __all__ = ["FORMAT_VERSION", "ProfileStore", "default_store_path"]
@@ -64,6 +70,7 @@ class ProfileStore:
         self.path = Path(path)
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._seen: int | None = None  # the file's mtime_ns when last read by `changed`
+        self.users_dir = self.path.with_name(self.path.name + ".users")
 
     def __repr__(self) -> str:
         return f"ProfileStore({str(self.path)!r})"
@@ -131,6 +138,56 @@ class ProfileStore:
                     os.unlink(tmp)
                 raise _os_error(self.path, exc) from None
 
+    # -- which processes' QPs bind which profiles ---------------------------------------------------------
+    def write_users(self, users: dict[str, dict[int, list[int]]], pid: int | None = None) -> None:
+        """Record the QPs of process ``pid`` (default: this one) bound to store profiles, by kind ("ev",
+        "cc") and profile id; nothing bound removes the record."""
+        path = self.users_dir / f"{os.getpid() if pid is None else pid}.json"
+        if not any(users.values()):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        doc = {kind: {str(k): v for k, v in ids.items()} for kind, ids in users.items()}
+        try:
+            self.users_dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.users_dir, prefix=".")
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(tmp)
+            raise _os_error(self.users_dir, exc) from None
+
+    def users(self, kind: str, profile_id: int) -> list[tuple[int, int]]:
+        """(process id, QP number) of the other running processes' QPs bound to profile ``profile_id`` of
+        ``kind`` ("ev" or "cc"). Records of processes that exited are removed on the way."""
+        out: list[tuple[int, int]] = []
+        try:
+            entries = sorted(self.users_dir.glob("*.json"))
+        except OSError:
+            return out
+        me = os.getpid()
+        for f in entries:
+            try:
+                pid = int(f.stem)
+            except ValueError:
+                continue
+            if pid == me:
+                continue
+            if not _running(pid):
+                with contextlib.suppress(OSError):
+                    f.unlink()
+                continue
+            try:
+                doc = json.loads(f.read_text())
+                qpns = doc.get(kind, {}).get(str(profile_id), [])
+                out += [(pid, int(q)) for q in qpns]
+            except (OSError, ValueError, AttributeError, TypeError):
+                continue  # a record being replaced or not ours: the next look
+        return out
+
     def publish(self, nic: Nic, ev_ids: list[int], cc_ids: list[int]) -> None:
         """Write the NIC's EV profiles ``ev_ids`` and CC profiles ``cc_ids`` (and the EV states a
         controller set on them) as the store's whole content."""
@@ -157,6 +214,16 @@ class ProfileStore:
         self.write({"ev": ev, "cc": cc})
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 class StoreResolver:
     """Keeps a NIC's store-sourced profiles in step with a `ProfileStore` (see the module's docstring)."""
 
@@ -167,10 +234,31 @@ class StoreResolver:
         self.cc_ids: set[int] = set()
         self._ev_docs: dict[int, Any] = {}
         self._cc_docs: dict[int, Any] = {}
+        self._users: dict[str, dict[int, list[int]]] = {"ev": {}, "cc": {}}  # as last written
+
+    def publish_users(self, closing: bool = False) -> None:
+        """Record which of this NIC's QPs bind store profiles (`ProfileStore.write_users`), if that
+        changed; ``closing``: the device is going away, remove the record."""
+        users: dict[str, dict[int, list[int]]] = {"ev": {}, "cc": {}}
+        if not closing:
+            for qp in self.nic.qps.values():
+                if qp.state is QpState.RESET:
+                    continue
+                for kind, ids, pid in (
+                    ("ev", self.ev_ids, qp.attr.ev_profile_id),
+                    ("cc", self.cc_ids, qp.attr.cc_profile_id),
+                ):
+                    if pid and pid in ids:
+                        users[kind].setdefault(pid, []).append(qp.qp_num)
+        if users != self._users:
+            self.store.write_users(users)
+            self._users = users
 
     def refresh(self, now: int = 0) -> None:
         """Re-read the store if it changed: install new and changed profiles, remove those it no longer
-        holds, and apply its denied EVs to the QPs bound to them."""
+        holds, and apply its denied EVs to the QPs bound to them; and record this NIC's users."""
+        with contextlib.suppress(LocalProtocolError):
+            self.publish_users()
         if not self.store.changed():
             return
         doc = self.store.read()

@@ -512,6 +512,7 @@ class UdpDevice:
         with self._lock:
             self.nic.destroy_qp(qp)
             self._srv6_qps.discard(qp.qp_num)
+            self._note_users()
 
     def add_peer(self, peer: Peer) -> None:
         """Know ``peer`` by its addresses (endpoint operations from them are answered to ``peer``)."""
@@ -600,6 +601,14 @@ class UdpDevice:
                 )
         if srv6:
             self._srv6_qps.add(qp.qp_num)
+        self._note_users()
+
+    def _note_users(self, closing: bool = False) -> None:
+        """Tell the profile store which QPs bind its profiles (best effort: an application that cannot
+        write beside the store is not counted by the controller's EBUSY check)."""
+        if self._store is not None:
+            with contextlib.suppress(LocalProtocolError):
+                self._store.publish_users(closing)
 
     def post_send(self, qp: Qp, wr: SendWR) -> None:
         with self._lock:
@@ -1085,6 +1094,7 @@ class UdpDevice:
                     qp.modify(QpState.ERROR, now=now)
             self._closed = True
             self._close_fds()
+            self._note_users(closing=True)
 
     def _close_fds(self) -> None:
         with contextlib.suppress(Exception):

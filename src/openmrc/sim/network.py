@@ -54,6 +54,11 @@ _NO_QUEUE: Final[deque[SimPacket]] = deque(maxlen=0)
 """The queues of every port without PFC (they hold nothing: maxlen 0)."""
 
 
+_NO_SEGMENT: Final = bytes(16)
+SRH_BYTES: Final = 24
+"""An SRH with one segment: its 8-byte header and the 16-byte segment."""
+
+
 class SimPacket:
     """A packet in flight: the transport's packet object plus what the fabric needs."""
 
@@ -68,6 +73,7 @@ class SimPacket:
         "is_data",
         "packet",
         "port",
+        "seg",
         "size",
         "src",
         "trim",
@@ -87,6 +93,9 @@ class SimPacket:
         self.trim = TrimMark.NONE
         self.is_data = is_data_opcode(packet.bth.opcode)
         self.epoch = 0
+        self.seg = 0
+        """SRv6 with an SRH: the segment its one SRH entry holds (0: none), made the destination address
+        by the switch whose uSID ends the destination address's carrier."""
         self.flow_crc = -1
         """The switch-independent part of the ECMP hash, computed at the first ECMP switch (-1: not yet)."""
         self.hop: Port | None = None
@@ -515,7 +524,11 @@ class Host(Node):
     def _send(self, t: Transmit, now: int) -> None:
         pkt = t.packet
         size = len(pkt.payload) + HEADER_BYTES
-        sp = SimPacket(pkt, size, int.from_bytes(t.ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
+        ev = t.ev
+        sp = SimPacket(pkt, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
+        if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
+            sp.seg = int.from_bytes(ev[16:32], "big")
+            sp.size += SRH_BYTES
         self.ports[t.port - 1].send(sp, now)
 
 

@@ -16,7 +16,7 @@ failure). Static SRv6 tables never change; MRC senders route around dead paths t
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.ecmp import EcmpHash, flow_crc, fmix32
@@ -36,6 +36,10 @@ class Routing:
         raise NotImplementedError
 
 
+_CARRIER_TAIL: Final = (1 << 80) - 1
+"""The bits of a uSID carrier after its active uSID (all zero: the active uSID is the last)."""
+
+
 class SrRouting(Routing):
     """SRv6 source routes; packets without a uSID address (endpoint requests such as port status updates,
     which a NIC sends to a peer, not along an EV) are routed by ECMP toward their destination host."""
@@ -47,9 +51,13 @@ class SrRouting(Routing):
         self._ecmp = EcmpRouting(plan.topo)
 
     def port(self, switch: int, p: SimPacket) -> int:
-        if p.addr >> 96 != self._locator:
+        addr = p.addr
+        if addr >> 96 != self._locator:
             return self._ecmp.port(switch, p)
-        port, p.addr = self._forward(switch, p.addr)
+        if p.seg and not addr & _CARRIER_TAIL and (addr >> 80) & 0xFFFF == self.plan.switch_usid(switch):
+            # the carrier's last uSID is this switch's: End takes the SRH's segment as the destination
+            addr, p.seg = p.seg, 0
+        port, p.addr = self._forward(switch, addr)
         return port
 
 

@@ -10,7 +10,8 @@ in that window, has not arrived before, its length fits the MTU and its position
 allow the write. Only then is its payload written at RETH.VA, whatever order packets arrive in.
 
 A duplicate is not rewritten, only re-acknowledged. A PSN beyond the window gets NACK PSN_OOR_WINDOW; a
-trimmed packet NACK TRIMMED or TRIMMED_LASTHOP; a protocol violation NACK UNEXP_EVENT (fatal for the
+trimmed packet NACK TRIMMED or TRIMMED_LASTHOP (unless the QP's cap says the peer cannot take them:
+then it is dropped unanswered, as a loss); a protocol violation NACK UNEXP_EVENT (fatal for the
 requester); an access violation AETH NAK remote access error. SACKs are coalesced: one every
 ``sack_every`` packets, or after ``sack_delay_ns``, and at once when a packet opens a hole, arrives
 ECN-marked, asks for an ACK (last packet of a message), or is a duplicate or a probe. Each SACK echoes the
@@ -166,6 +167,11 @@ class Responder:
             return
         if trim:
             stats.trims_seen += 1
+            if (qp.attr.cap or 0) & QpCapFlags.TRIM_NACK_DEST_UNSUPPORTED:
+                # the peer cannot take a TRIM NACK (mrc.h TRIM_NACK_DEST_UNSUPPORTED): the trimmed packet
+                # is dropped unanswered and the peer recovers it as a loss (SACK gap or timeout)
+                stats.trims_unreported += 1
+                return
             reason = NackReason.TRIMMED_LASTHOP if trim is _TRIMMED_LASTHOP else NackReason.TRIMMED
             self._nack(reason, seq, entropy, port)
             return

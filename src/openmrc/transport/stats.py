@@ -38,6 +38,7 @@ class NicStats:
     nacks_sent: int = 0
     nacks_received: int = 0
     trims_seen: int = 0
+    trims_unreported: int = 0
     trims_received: int = 0
     probes_sent: int = 0
     probes_answered: int = 0
