@@ -48,9 +48,15 @@ def wireshark_plugin() -> None:
 @app.command()
 def pcap(
     file: Annotated[Path, typer.Argument(help="pcap file to write")],
-    port: Annotated[int, typer.Option(help="UDP destination port of the MRC packets")] = MRC_UDP_PORT,
+    port: Annotated[
+        int, typer.Option(min=1, max=65535, help="UDP destination port of the MRC packets")
+    ] = MRC_UDP_PORT,
 ) -> None:
     """Write a short example MRC conversation (every packet kind; IPv4, IPv6, SRv6+SRH) as a pcap."""
+    if file.is_dir():
+        raise typer.BadParameter(f"{file} is a directory; name a file in it", param_hint="FILE")
+    if not file.parent.is_dir():
+        raise typer.BadParameter(f"the directory {file.parent} does not exist", param_hint="FILE")
     frames = []
     for ex in example_conversation():
         frame = ex.frame
@@ -59,7 +65,11 @@ def pcap(
                 ex.packet, src=ex.src, dst=ex.dst, sport=ex.sport, dport=port, srv6=ex.srv6, ether=True
             )
         frames.append((ex.ts_ns, frame))
-    n = write_pcap(file, frames)
+    try:
+        n = write_pcap(file, frames)
+    except OSError as exc:
+        console.print(f"error: cannot write {file}: {exc.strerror or exc}")
+        raise typer.Exit(1) from None
     console.print(f"wrote {n} packets to {file}")
     console.print(f"decode: tshark -X lua_script:$(openmrc wireshark-plugin) -r {file} -V")
 
@@ -100,18 +110,19 @@ def demo(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
 ) -> None:
     """The main job: ring all-reduce on a 4-plane, 64-host Clos while a T0-T1 link fails; MRC vs RoCEv2."""
-    from openmrc.cli.sim import print_outages, results_table, run_with_progress
+    from openmrc.cli.sim import check_out_dir, print_outages, results_table, run_scenario_cli
     from openmrc.sim.scenario import ScenarioError, load_scenario, write_runs
 
     try:
         doc = load_scenario("demo", set_)
     except ScenarioError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    made = check_out_dir(out)
     fab, wl = doc["fabric"], doc["workload"]
     shape = f"{fab['hosts']} hosts × {fab['planes']} planes"
     console.rule(f"[bold]Ring all-reduce of {wl['size_kib']} KiB per rank on {shape}")
     console.print(str(doc["description"]))
-    runs = run_with_progress(doc)
+    runs = run_scenario_cli(doc, out, made)
     console.print(results_table(runs, "demo"))
     print_outages(runs)
     mrc, roce = (r.results for r in runs[:2])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,14 +12,16 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.render import make_console
 from openmrc.sim.clos_sim import FabricSim
 from openmrc.sim.scenario import (
     Run,
     ScenarioError,
     builtin_scenarios,
+    expand_runs,
+    iter_runs,
     load_scenario,
-    run_scenario,
     write_runs,
 )
 
@@ -78,25 +82,94 @@ def print_outages(runs: list[Run]) -> None:
             console.print(line)
 
 
+class RunInterrupted(Exception):
+    """Ctrl-C stopped a scenario: the variants that had finished, and where the run was."""
+
+    def __init__(self, finished: list[Run], total: int, where: str) -> None:
+        super().__init__(where)
+        self.finished = finished
+        self.total = total
+        self.where = where
+
+
 def run_with_progress(doc: dict[str, Any]) -> list[Run]:
-    """`run_scenario` under a rich progress bar per run (flows completed; simulated time)."""
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} flows"),
-        TextColumn("{task.fields[sim_us]:>10,.1f} µs simulated"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    """`run_scenario` under a rich progress bar per run (flows completed; simulated time). Ctrl-C stops it
+    between simulation steps (`openmrc.cli.interrupt`) and raises `RunInterrupted`."""
+    finished: list[Run] = []
+    total = len(expand_runs(doc))
+    where = "while building the first variant"
+    with (
+        deferred_interrupt("the simulation") as stop,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} flows"),
+            TextColumn("{task.fields[sim_us]:>10,.1f} µs simulated"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar,
+    ):
         tasks: dict[str, Any] = {}
 
         def progress(run: Run, sim: FabricSim) -> None:
+            nonlocal where
             if run.label not in tasks:
                 tasks[run.label] = bar.add_task(run.label, total=len(sim.flows), sim_us=0.0)
             bar.update(tasks[run.label], completed=sim.completed, sim_us=sim.sim.now / 1000)
+            where = (
+                f"in variant {run.label!r} at {sim.sim.now / 1000:,.1f} µs simulated, "
+                f"{sim.completed:,} of {len(sim.flows):,} flows finished"
+            )
+            stop.check()
 
-        return run_scenario(doc, progress)
+        try:
+            for r in iter_runs(doc, progress):
+                finished.append(r)
+                where = f"after variant {r.label!r}"
+                if total > 1:
+                    bar.console.print(f"finished {r.label} ({len(finished)} of {total}) in {r.wall_s:.1f} s")
+                stop.check()
+        except KeyboardInterrupt:
+            raise RunInterrupted(finished, total, where) from None
+    return finished
+
+
+def check_out_dir(out: Path, option: str = "--out") -> bool:
+    """Make sure results can be written to ``out`` before anything runs: a directory (made if missing) in
+    which a file can be created. Raises `typer.BadParameter` naming the option and the reason; returns
+    whether the directory was made here."""
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} exists and is not a directory", param_hint=option)
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot write to {out}: {exc.strerror or exc}", param_hint=option) from None
+    return made
+
+
+def run_scenario_cli(doc: dict[str, Any], out: Path | None, made_out: bool) -> list[Run]:
+    """`run_with_progress`; on Ctrl-C say where the run was, write what finished to ``out`` and exit 130."""
+    try:
+        return run_with_progress(doc)
+    except RunInterrupted as exc:
+        done = exc.finished
+        console.print(
+            f"[bold]interrupted[/bold] {exc.where}; {len(done)} of {exc.total} variant(s) had finished"
+        )
+        if done:
+            console.print(results_table(done, str(doc.get("name", "scenario")) + " (finished variants)"))
+            if out is not None:
+                where = f"{exc.where}; {len(done)} of {exc.total} variant(s) had finished"
+                for p in write_runs(done, out, doc, interrupted=where):
+                    console.print(f"wrote {p}")
+        elif out is not None and made_out:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # made for this run, and nothing to put in it
+        raise typer.Exit(130) from None
 
 
 @app.command()
@@ -119,7 +192,11 @@ def run(
     """Run one scenario (every variant) and print a comparison table."""
     try:
         doc = load_scenario(scenario, set_)
-        runs = run_with_progress(doc)
+    except ScenarioError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    made = check_out_dir(out) if out is not None else False
+    try:
+        runs = run_scenario_cli(doc, out, made)
     except ScenarioError as exc:
         raise typer.BadParameter(str(exc)) from exc
     console.print(results_table(runs, str(doc.get("name", scenario))))

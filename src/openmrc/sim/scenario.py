@@ -44,9 +44,10 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
@@ -353,6 +354,12 @@ def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
 
 def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> list[Run]:
     """Run every variant of a scenario; ``progress(run, sim)`` is called as simulated time advances."""
+    return list(iter_runs(doc, progress))
+
+
+def iter_runs(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> Iterator[Run]:
+    """`run_scenario` one variant at a time: each run is yielded when it has finished. An exception raised
+    by ``progress`` (e.g. KeyboardInterrupt for a stop the user asked for) ends the iteration there."""
     runs = expand_runs(doc)
     for r in runs:
         sim = r.sim = build_run(r.doc)
@@ -369,24 +376,39 @@ def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None]
                 break
         r.results = sim.run(until=sim.sim.now)
         r.wall_s = time.perf_counter() - t0
-    return runs
+        yield r
 
 
-def write_runs(runs: list[Run], out: Path, doc: dict[str, Any]) -> list[Path]:
-    """results.json (every run's report), per-run CSVs (prefixed by the run's index) and the plots."""
+def write_runs(runs: list[Run], out: Path, doc: dict[str, Any], interrupted: str | None = None) -> list[Path]:
+    """results.json (every run's report), per-run CSVs (prefixed by the run's index) and the plots.
+    ``interrupted``: the run was stopped there; results.json says so, beside the variants that finished."""
     from openmrc.sim.plots import plot_fct_cdf, plot_timeline  # matplotlib only when plots are written
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
     report = []
-    for i, r in enumerate(runs):
+    names: set[str] = set()
+    for r in runs:
         assert r.results is not None
-        prefix = f"{i}-" if len(runs) > 1 else ""
+        prefix = ""
+        if len(runs) > 1 or interrupted:  # files named by the variant: "mrc-t0-t1-link.flows.csv"
+            base = re.sub(r"[^a-z0-9]+", "-", r.label.lower()).strip("-") or "run"
+            name, n = base, 1
+            while name in names:
+                n += 1
+                name = f"{base}-{n}"
+            names.add(name)
+            prefix = f"{name}."
         write_results(r.results, out, {"label": r.label}, prefix=prefix)
         report.append({"label": r.label, "wall_s": r.wall_s, **r.results.report()})
     clean = {k: v for k, v in doc.items() if not k.startswith("_")}
     (out / "results.json").write_text(
-        json.dumps({"scenario": clean, "runs": report}, indent=2, default=str) + "\n"
+        json.dumps(
+            {"scenario": clean, "runs": report, **({"interrupted": interrupted} if interrupted else {})},
+            indent=2,
+            default=str,
+        )
+        + "\n"
     )
     written.append(out / "results.json")
     by_label = {r.label: r.results for r in runs if r.results is not None}
