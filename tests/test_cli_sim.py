@@ -54,16 +54,21 @@ set = ["workload.size_kib=262144"]
 """
 
 
-def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_finished_variants(tmp_path: Path) -> None:
+def _start(tmp_path: Path, scenario: str, out: Path) -> subprocess.Popen[str]:
+    """``openmrc sim run`` of ``scenario`` (TOML text) with ``--out out``, in a subprocess."""
     toml = tmp_path / "s.toml"
-    toml.write_text(TWO_VARIANTS)
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
+    toml.write_text(scenario)
+    return subprocess.Popen(
         [*openmrc_argv(), "sim", "run", str(toml), "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_finished_variants(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _start(tmp_path, TWO_VARIANTS, out)
     assert proc.stdout is not None
     lines = []
     end = time.monotonic() + 120
@@ -95,15 +100,8 @@ def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_finished_variants(tmp_path: 
 
 
 def test_ctrl_c_before_anything_finished_leaves_no_empty_output(tmp_path: Path) -> None:
-    toml = tmp_path / "s.toml"
-    toml.write_text(TWO_VARIANTS.replace("size_kib = 64", "size_kib = 262144"))
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*openmrc_argv(), "sim", "run", str(toml), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start(tmp_path, TWO_VARIANTS.replace("size_kib = 64", "size_kib = 262144"), out)
     time.sleep(4)
     proc.send_signal(signal.SIGINT)
     text, _ = proc.communicate(timeout=60)
