@@ -127,16 +127,7 @@ class ProfileStore:
         doc = {"version": FORMAT_VERSION, "ev": doc.get("ev", {}), "cc": doc.get("cc", {})}
         text = json.dumps(doc, indent=1, sort_keys=True)
         with self._locked(True):
-            try:
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
-                with os.fdopen(fd, "w") as f:
-                    f.write(text)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                with contextlib.suppress(OSError, UnboundLocalError):
-                    os.unlink(tmp)
-                raise _os_error(self.path, exc) from None
+            _replace(self.path, text, self.path)
 
     # -- which processes' QPs bind which profiles ---------------------------------------------------------
     def write_users(self, users: dict[str, dict[int, list[int]]], pid: int | None = None) -> None:
@@ -150,15 +141,9 @@ class ProfileStore:
         doc = {kind: {str(k): v for k, v in ids.items()} for kind, ids in users.items()}
         try:
             self.users_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.users_dir, prefix=".")
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
         except OSError as exc:
-            with contextlib.suppress(OSError, UnboundLocalError):
-                os.unlink(tmp)
             raise _os_error(self.users_dir, exc) from None
+        _replace(path, json.dumps(doc), self.users_dir)
 
     def users(self, kind: str, profile_id: int) -> list[tuple[int, int]]:
         """(process id, QP number) of the other running processes' QPs bound to profile ``profile_id`` of
@@ -212,6 +197,21 @@ class ProfileStore:
             algo, cfg = entry
             cc[str(pid)] = {"algorithm": algo, "config": None if cfg is None else dataclasses.asdict(cfg)}  # type: ignore[call-overload]
         self.write({"ev": ev, "cc": cc})
+
+
+def _replace(path: Path, text: str, name: Path) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``rename``); errors name
+    ``name``."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)
+        raise _os_error(name, exc) from None
 
 
 def _running(pid: int) -> bool:
