@@ -197,3 +197,19 @@ def test_found_k3_forged_write_beyond_the_requester_does_not_kill_the_qp() -> No
     feed_bytes(p.b, forged, 1, p.now, src="a")
     p.run(lambda: len(p.qp_a.send_cq) > 0, max_steps=100_000)
     assert [(w.wr_id, w.status) for w in p.completions()] == [(wr, WcStatus.SUCCESS)]  # RETRY_EXC_ERR
+
+
+def test_found_forged_write_at_the_next_psn_does_not_stall_the_qp() -> None:
+    p = Pair(seed=1, timeout=6, retry_linear=3, retry_exp=2)
+    wr = p.write(0, 100)  # one packet, PSN 0
+    forged = Packet(  # PSN 1: the next one QP a would send; once PSN 0 arrives, QP b's cumulative PSN is 2
+        BTH(Opcode.WRITE_ONLY, dest_qp=p.qp_b.qp_num, psn=1),
+        METH(0, 1),
+        None,
+        RETH(p.mr_b.addr + 8192, p.mr_b.rkey, 4),
+        payload=b"evil",
+    )
+    feed_bytes(p.b, forged, 1, p.now, src="a")
+    p.run(lambda: len(p.qp_a.send_cq) > 0, max_steps=100_000)
+    assert [(w.wr_id, w.status) for w in p.completions()] == [(wr, WcStatus.SUCCESS)]  # was RETRY_EXC_ERR
+    assert p.qp_a.requester.cack == 1  # what was sent is acknowledged, not the forged PSN

@@ -200,11 +200,11 @@ def sack(p: Pair, cack: int, **kw: int) -> Packet:
 @pytest.mark.parametrize(
     "forge",
     [
-        lambda p, r: sack(p, r.next_seq + 1),  # acknowledges PSNs never sent
+        lambda p, r: sack(p, r.next_seq + r.mpr * 128 + 1),  # past any window the responder can have
         lambda p, r: sack(p, r.cack - 9 * 128 * 8),  # far older than the window
         lambda p, r: sack(p, r.cack, pr=True, entropy=r.qp.evs.rotation[0].entropy),  # no probe outstanding
     ],
-    ids=["cack-unsent", "cack-ancient", "probe-answer-unasked"],
+    ids=["cack-past-any-window", "cack-ancient", "probe-answer-unasked"],
 )
 def test_forged_sack_is_dropped_and_changes_nothing(forge) -> None:  # type: ignore[no-untyped-def]
     p = running_pair()
@@ -214,6 +214,18 @@ def test_forged_sack_is_dropped_and_changes_nothing(forge) -> None:  # type: ign
     assert (r.cack, len(r.outstanding), r.inflight, r.next_seq) == state
     assert p.a.stats.rx_bogus_ack == 1
     finishes(p)
+
+
+def test_cumulative_psn_past_what_was_sent_acknowledges_what_was_sent_only() -> None:
+    """A forged Write the responder took at the very next PSNs moves its cumulative PSN past everything
+    the requester sent: that acknowledges what was sent (no retry to exhaustion), and no PSN not yet sent
+    counts as acknowledged."""
+    p = running_pair()
+    r = p.qp_a.requester
+    sent = r.next_seq
+    p.a.receive(sack(p, sent + 3), 1, p.now, src="b")
+    assert p.a.stats.rx_bogus_ack == 0
+    assert r.cack == sent and not r.outstanding and r.inflight == 0 and r.next_seq == sent
 
 
 def test_sack_bits_for_psns_never_sent_are_ignored_and_the_rest_is_used() -> None:

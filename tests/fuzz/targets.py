@@ -408,8 +408,10 @@ def _acks_outstanding(qp: Qp, pkt: Packet) -> bool:
     r = qp.requester
     lo, hi = r.cack, r.next_seq
     cack = unwrap_psn(seth.cack_psn, lo)
-    if cack > hi:  # acknowledges PSNs never sent: must be dropped, not a legitimate acknowledgement
+    if cack > hi + r.mpr * 128:  # beyond any window the responder can have: dropped
         return False
+    if cack > hi:  # the responder took forged Writes beyond what was sent: everything sent is acknowledged
+        return hi > lo
     if cack > lo:
         return True
     base, bm = cack + seth.sack_offset, seth.bitmap

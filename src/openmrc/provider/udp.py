@@ -98,7 +98,15 @@ from openmrc.transport.types import (
     TrimMark,
     WorkCompletion,
 )
-from openmrc.wire import MRC_UDP_PORT, Addressing, WireError, seal_parts, trim_datagram, usid_final_address
+from openmrc.wire import (
+    MRC_UDP_PORT,
+    Addressing,
+    WireError,
+    seal_header_parts,
+    seal_parts,
+    trim_datagram,
+    usid_final_address,
+)
 from openmrc.wire.constants import is_data_opcode
 
 __all__ = ["DeviceStats", "Peer", "UdpDevice", "gso_burst", "parse_endpoint", "software_config"]
@@ -897,11 +905,17 @@ class UdpDevice:
                     r = self._route(t, port, key, srv6)
                 last_ev, last_port, last_peer, last_qp = t.ev, t.port, peer, t.qp_num
             sock, dest, addr = r[0], r[1], r[2]
-            try:
-                parts = seal_parts(t.packet, addr)
-            except WireError:  # the core never emits one; counted, never raised into a progress thread
-                self.stats.tx_errors += 1
-                continue
+            tpl = t.tpl
+            if tpl is not None:  # a data packet: its headers from the Write's template, one struct.pack
+                parts = seal_header_parts(
+                    tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, t.size), t.payload, addr
+                )
+            else:
+                try:
+                    parts = seal_parts(t.packet, addr)
+                except WireError:  # the core never emits one; counted, never raised into a progress thread
+                    self.stats.tx_errors += 1
+                    continue
             size = 0
             for x in parts:
                 size += len(x)
@@ -990,7 +1004,7 @@ class UdpDevice:
         now: int,
     ) -> None:
         rng, stats = self._fault_rng, self.stats
-        is_data = is_data_opcode(t.packet.bth.opcode)
+        is_data = t.tpl is not None or is_data_opcode(t.packet.bth.opcode)
         copies = fates(imp, rng, now, t.port, t.entropy, is_data)
         if not copies:
             stats.fault_dropped += 1

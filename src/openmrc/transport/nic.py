@@ -85,6 +85,7 @@ class Nic:
         self.qps: dict[int, Qp] = {}
         self._ctrl: list[Transmit] = []
         self._active: dict[Qp, None] = {}
+        self._woken: dict[Qp, None] = {}  # QPs woken since the driver last asked (see `wake`)
         self._timers: list[tuple[int, int, Qp]] = []
         """(deadline, sequence, QP); an entry whose deadline is no longer the QP's ``timer_at`` is stale."""
         self._next_timer: int | None = None  # get_timer()'s answer while _timer_known (asked per poll)
@@ -135,6 +136,7 @@ class Nic:
             raise LocalProtocolError(errno.EINVAL, "QP does not belong to this NIC")
         del self.qps[qp.qp_num]
         self._active.pop(qp, None)
+        self._woken.pop(qp, None)
         qp.timer_at = -1
         self._timer_known = False
 
@@ -361,10 +363,23 @@ class Nic:
 
     def has_data(self) -> bool:
         """Whether some QP may have data packets to send (a pacing driver polls again when a port frees)."""
+        if self._woken:
+            self._settle()
         return bool(self._active)
 
     def wake(self, qp: Qp) -> None:
-        """Note that ``qp`` may have packets to send or a new timer deadline."""
+        """Note that ``qp`` may have packets to send or a new timer deadline. Only noted here: the driver's
+        next question (`datagrams_to_send`, `get_timer`, `handle_timer`, `has_data`) settles every QP woken
+        since, once each, so a burst of packets for one QP costs one look at its state, not one per packet."""
+        self._woken[qp] = None
+
+    def _settle(self) -> None:
+        woken = self._woken
+        self._woken = {}
+        for qp in woken:
+            self._wake_now(qp)
+
+    def _wake_now(self, qp: Qp) -> None:
         r = qp.requester
         if qp.state is _RTS and (r.unsent or r.retx) and not r.blocked:  # work waiting and not blocked
             self._active[qp] = None
@@ -383,6 +398,8 @@ class Nic:
         """The packets that may leave now: all control packets first, then each QP's retransmissions and new
         data, at most ``max_data`` data packets (a driver that paces at line rate asks for what its ports
         can take; the rest waits for the next call)."""
+        if self._woken:
+            self._settle()
         out = self._ctrl
         self._ctrl = []
         if out:
@@ -412,7 +429,7 @@ class Nic:
                 # Even with no data budget left a QP sends its due probes (tiny, not rate-limited), so
                 # that probe deadlines move on; QPs with data left stay in the set.
                 budget -= r.emit(now, out, budget)
-                self.wake(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
+                self._wake_now(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
         if out:
             self.stats.tx_packets += len(out)
         if self._validate:  # every packet as its bytes decode, with the ICRC `receive` checks
@@ -422,6 +439,8 @@ class Nic:
 
     def get_timer(self) -> int | None:
         """The earliest deadline at which `handle_timer` must be called, or None."""
+        if self._woken:
+            self._settle()
         if self._timer_known:
             return self._next_timer
         timers = self._timers
@@ -437,6 +456,8 @@ class Nic:
         return t
 
     def handle_timer(self, now: int) -> None:
+        if self._woken:
+            self._settle()
         timers = self._timers
         self._timer_known = False
         due = []
@@ -447,6 +468,6 @@ class Nic:
                 due.append(qp)
         for qp in due:
             qp.on_timer(now)
-            self.wake(qp)
+            self._wake_now(qp)
             if qp.requester.pending_probes and qp.state is _RTS:
                 self._active[qp] = None  # probes to send

@@ -287,6 +287,11 @@ class Qp:
             total += sge.length
         if total >= 1 << 32:
             raise LocalProtocolError(errno.EINVAL, f"message of {total} B exceeds the 32-bit DMA length")
+        if wr.remote_addr + total > 1 << 64:
+            raise LocalProtocolError(
+                errno.EINVAL,
+                f"remote_addr 0x{wr.remote_addr:x} + {total} B passes the end of the address space",
+            )
         signaled = self.sq_sig_all or bool(wr.send_flags & SendFlags.SIGNALED)
         self.requester.post(wr, views, total, signaled)
         self.nic.wake(self)

@@ -47,7 +47,9 @@ Feedback is checked before it is believed: a SACK, NACK or AETH from another QP 
 (cumulative PSN, bitmap, NACK PSN, AETH PSN) is not within what this QP has outstanding, and a probe answer
 that matches no outstanding probe, is dropped and counted (``rx_bogus_ack``) and changes nothing: one
 forged packet that only knows the QP number cannot tear the connection down. Bitmap bits for PSNs never
-sent (the responder placed a forged packet there) are ignored, the rest of that SACK is not.
+sent (the responder placed a forged packet there) are ignored, the rest of that SACK is not; a cumulative
+PSN past everything sent (the responder took a forged Write at the very next PSNs) acknowledges what was
+sent and no more.
 
 Signaled Writes complete in post order once every packet of them is acknowledged.
 """
@@ -70,16 +72,15 @@ from openmrc.transport.types import (
     WcStatus,
     WorkCompletion,
     WrOpcode,
+    data_transmit,
     unwrap_psn,
 )
 from openmrc.wire import (
     BTH,
-    METH,
     PETH,
     PSN_MASK,
-    RETH,
     AethSyndrome,
-    ImmDt,
+    DataTemplate,
     NackReason,
     Opcode,
     Packet,
@@ -93,8 +94,6 @@ from openmrc.wire.constants import (
     OP_WRITE_ONLY,
     OP_WRITE_ONLY_WITH_IMM,
 )
-from openmrc.wire.headers import make_bth
-from openmrc.wire.packet import data_packet
 
 if TYPE_CHECKING:
     from openmrc.transport.qp import Qp
@@ -124,8 +123,7 @@ class _Wr:
         "acked",
         "first_seq",
         "imm",
-        "immdt",
-        "meth",
+        "imm_data",
         "msn",
         "next_index",
         "npkts",
@@ -135,6 +133,7 @@ class _Wr:
         "rqmsn",
         "signaled",
         "total",
+        "tpl",
         "va",
         "view",
         "views",
@@ -153,10 +152,9 @@ class _Wr:
         self.first_seq = -1
         self.msn = 0
         self.rqmsn = 0
-        self.meth: METH | None = None  # set with msn/rqmsn; every packet of the Write carries the same one
+        self.tpl: DataTemplate | None = None  # what every packet of the Write repeats; set with msn/rqmsn
         self.imm = imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
-        # What every packet of this Write repeats, computed once (retransmissions share the objects too).
-        self.immdt = ImmDt(wr.imm_data or 0) if imm else None
+        self.imm_data = (wr.imm_data or 0) if imm else None
         self.va = wr.remote_addr
         self.rkey = wr.rkey
         if self.npkts == 1:
@@ -338,7 +336,7 @@ class Requester:
                         self.rqmsn = (self.rqmsn + 1) & 0xFFFF
                         self.imm_inflight += 1
                     w.rqmsn = self.rqmsn
-                    w.meth = METH(w.rqmsn, w.msn)
+                    w.tpl = DataTemplate(self.dest_qp, w.rqmsn, w.msn, w.rkey, w.total, w.imm_data)
                 else:
                     ev = evs.pick()
                     if ev is None:
@@ -394,21 +392,8 @@ class Requester:
             payload = w.view[offset : offset + size]
         else:
             payload = w.payload(offset, size)
-        assert w.meth is not None
-        pkt = data_packet(
-            make_bth(
-                w.op_first if i == 0 else (w.op_last if last else OP_WRITE_MIDDLE),
-                self.dest_qp,
-                last,
-                rtx,
-                p.seq & PSN_MASK,
-            ),
-            w.meth,
-            None,
-            RETH(w.va + offset, w.rkey, w.total),
-            w.immdt if last else None,
-            payload,
-        )
+        assert w.tpl is not None
+        op = w.op_first if i == 0 else (w.op_last if last else OP_WRITE_MIDDLE)
         p.ev = ev
         p.sent_at = now
         p.tx_count += 1
@@ -420,7 +405,22 @@ class Requester:
             self.cc.on_send(now, size, self.inflight)  # type: ignore[union-attr]
         if self.rto_deadline is None:
             self._arm(now)
-        out.append(Transmit(ev.port, self.peer, ev.expanded, ev.entropy, pkt, self.qp_num, size))
+        out.append(
+            data_transmit(
+                ev.port,
+                self.peer,
+                ev.expanded,
+                ev.entropy,
+                self.qp_num,
+                w.tpl,
+                op,
+                last,
+                rtx,
+                p.seq & PSN_MASK,
+                w.va + offset,
+                payload,
+            )
+        )
 
     def _probe(self, ev: EvEntry, now: int, out: list[Transmit]) -> None:
         qp = self.qp
@@ -444,7 +444,7 @@ class Requester:
         assert seth is not None
         if qp.state is not _RTS:
             return
-        cack = unwrap_psn(seth.cack_psn, self.cack)
+        wire_cack = cack = unwrap_psn(seth.cack_psn, self.cack)
         bm = seth.bitmap
         next_seq = self.next_seq
         evs = qp.evs
@@ -453,14 +453,18 @@ class Requester:
         if (
             seth.dst_qp != self.qp_num & 0xFFFF
             or seth.src_qp != self.dest_qp & 0xFFFF
-            or cack > next_seq
+            or cack > next_seq + self.mpr * 128  # beyond any window the responder can have
             or cack < self.cack - self.mpr * 128  # older than anything still useful
             or (seth.pr and (e is None or not evs.probe_matches(e)))  # answers no outstanding probe
         ):
             self.stats.rx_bogus_ack += 1
             return
         self.blocked = False
-        trig = self.outstanding.get(cack + seth.ack_psn_offset)
+        if cack > next_seq:
+            # The responder took a forged Write at PSNs we have not sent yet (RDMA has no authentication),
+            # so its cumulative PSN passed them: everything we did send is acknowledged, nothing more.
+            cack = next_seq
+        trig = self.outstanding.get(wire_cack + seth.ack_psn_offset)
         rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
         if rtt is not None:
             if not self.srtt:
@@ -478,7 +482,7 @@ class Requester:
                     acked.append(p)
             self.cack = cack
         if bm:
-            base = cack + seth.sack_offset
+            base = wire_cack + seth.sack_offset
             if base + bm.bit_length() > next_seq:
                 # Bits for PSNs never sent: a forged packet the responder placed there (RDMA has no
                 # authentication). They tell nothing about our packets; the rest of the SACK does.

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 from typing import Final
 
 from mypy_extensions import mypyc_attr
 
-from openmrc.wire import PSN_MASK, Packet
+from openmrc.wire import PSN_MASK, DataTemplate, Packet
 
 __all__ = [
     "Access",
@@ -27,11 +27,13 @@ __all__ = [
     "WcStatus",
     "WorkCompletion",
     "WrOpcode",
+    "data_transmit",
     "psn_diff",
     "unwrap_psn",
 ]
 
 _HALF: Final = 1 << 23
+_EMPTY: Final = memoryview(b"")
 
 
 def psn_diff(a: int, b: int) -> int:
@@ -161,24 +163,37 @@ class WorkCompletion:
     qp_num: int = 0
 
 
-@dataclass(slots=True)
 class Transmit:
     """One packet the driver must send: on NIC ``port`` (1-based plane), towards ``peer`` along ``ev``.
 
     ``ev`` is the expanded EV (32 bytes; the driver turns it into UDP source port / flow label / SRv6
     addresses with `openmrc.ev.packet_fields`), ``entropy`` the 32-bit value the peer echoes back (for
-    UDP and STEV EVs ``flow_label << 16 | udp_sport``). ``packet`` is always a decoded `Packet`: the core
-    never emits bytes; the driver encodes it (and seals it with the ICRC of its addressing). ``size`` is
-    the payload bytes of a data packet (0 for control packets), for a driver's pacing.
+    UDP and STEV EVs ``flow_label << 16 | udp_sport``). ``packet`` is the decoded `Packet`: the core never
+    emits bytes; the driver encodes it (and seals it with the ICRC of its addressing). ``size`` is the
+    payload bytes of a data packet (0 for control packets), for a driver's pacing.
+
+    A data packet leaves the core as its Write's `DataTemplate` (``tpl``) and the fields that change per
+    packet (``op``, ``ack_req``, ``rtx``, ``psn``, ``va``, ``payload``): a driver that sends bytes encodes
+    those with one ``tpl.header(...)`` call; ``packet`` builds the `Packet` on first use. Setting
+    ``packet`` replaces what the driver sends (the template is dropped).
     """
 
-    port: int
-    peer: Hashable
-    ev: bytes
-    entropy: int
-    packet: Packet
-    qp_num: int = 0
-    size: int = field(default=0)
+    __slots__ = (
+        "_packet",
+        "ack_req",
+        "entropy",
+        "ev",
+        "op",
+        "payload",
+        "peer",
+        "port",
+        "psn",
+        "qp_num",
+        "rtx",
+        "size",
+        "tpl",
+        "va",
+    )
 
     def __init__(
         self,
@@ -186,15 +201,67 @@ class Transmit:
         peer: Hashable,
         ev: bytes,
         entropy: int,
-        packet: Packet,
+        packet: Packet | None,
         qp_num: int = 0,
         size: int = 0,
     ) -> None:
-        # written out: compiled, the dataclass-generated __init__ would run interpreted
         self.port = port
         self.peer = peer
         self.ev = ev
         self.entropy = entropy
-        self.packet = packet
+        self._packet = packet
         self.qp_num = qp_num
         self.size = size
+        self.tpl: DataTemplate | None = None
+        self.op = 0
+        self.ack_req = False
+        self.rtx = False
+        self.psn = 0
+        self.va = 0
+        self.payload = _EMPTY
+
+    @property
+    def packet(self) -> Packet:
+        pkt = self._packet
+        if pkt is None:
+            tpl = self.tpl
+            assert tpl is not None, "a Transmit holds a packet or a data template"
+            pkt = self._packet = tpl.packet(self.op, self.ack_req, self.rtx, self.psn, self.va, self.payload)
+        return pkt
+
+    @packet.setter
+    def packet(self, pkt: Packet) -> None:
+        self._packet = pkt
+        self.tpl = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Transmit(port={self.port}, peer={self.peer!r}, entropy=0x{self.entropy:08x}, "
+            f"packet={self.packet!r}, qp_num=0x{self.qp_num:06x}, size={self.size})"
+        )
+
+
+def data_transmit(
+    port: int,
+    peer: Hashable,
+    ev: bytes,
+    entropy: int,
+    qp_num: int,
+    tpl: DataTemplate,
+    op: int,
+    ack_req: bool,
+    rtx: bool,
+    psn: int,
+    va: int,
+    payload: memoryview,
+) -> Transmit:
+    """A data packet's `Transmit`, by its Write's template and the fields of this packet (no `Packet`)."""
+    t = Transmit(port, peer, ev, entropy, None, qp_num, len(payload))
+    t.tpl = tpl
+    t.op = op
+    t.ack_req = ack_req
+    t.rtx = rtx
+    t.psn = psn
+    t.va = va
+    t.payload = payload
+    return t

@@ -14,11 +14,19 @@ from openmrc.wire.constants import (
     Opcode,
     SackM,
 )
-from openmrc.wire.datagram import Addressing, datagram_icrc, icrc_ok, seal, seal_parts, trim_datagram
+from openmrc.wire.datagram import (
+    Addressing,
+    datagram_icrc,
+    icrc_ok,
+    seal,
+    seal_header_parts,
+    seal_parts,
+    trim_datagram,
+)
 from openmrc.wire.framing import Frame, SRv6Encap, encapsulate, parse_frame, usid_final_address
 from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
 from openmrc.wire.icrc import compute_icrc
-from openmrc.wire.packet import Packet, parse
+from openmrc.wire.packet import DataTemplate, Packet, parse
 
 __all__ = [
     "AETH",
@@ -41,6 +49,7 @@ __all__ = [
     "AethSyndrome",
     "Buffer",
     "CcState",
+    "DataTemplate",
     "EpOp",
     "Frame",
     "ImmDt",
@@ -57,6 +66,7 @@ __all__ = [
     "parse",
     "parse_frame",
     "seal",
+    "seal_header_parts",
     "seal_parts",
     "trim_datagram",
     "usid_final_address",

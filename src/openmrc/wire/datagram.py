@@ -38,7 +38,16 @@ from openmrc.wire.headers import BTH
 from openmrc.wire.icrc import LRH_CRC, crc32, crc_from_bth, mask_correction
 from openmrc.wire.packet import _ZERO_PAD, ICRC_SIZE, Packet
 
-__all__ = ["Addressing", "datagram_icrc", "icrc_ok", "icrc_view_ok", "seal", "seal_parts", "trim_datagram"]
+__all__ = [
+    "Addressing",
+    "datagram_icrc",
+    "icrc_ok",
+    "icrc_view_ok",
+    "seal",
+    "seal_header_parts",
+    "seal_parts",
+    "trim_datagram",
+]
 
 _MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP header
 _MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
@@ -168,10 +177,14 @@ def seal(data: Packet | bytes | bytearray | memoryview, addr: Addressing) -> byt
 def seal_parts(pkt: Packet, addr: Addressing) -> list[bytes | memoryview]:
     """`seal` as scatter/gather parts for ``sendmsg``: headers, the payload as the packet holds it (a view
     of registered memory is never copied), the pad if any, and the ICRC for ``addr``."""
-    hdr = pkt.encode_headers()
-    payload = pkt.payload
+    return seal_header_parts(pkt.encode_headers(), pkt.payload, addr)
+
+
+def seal_header_parts(hdr: bytes, payload: memoryview, addr: Addressing) -> list[bytes | memoryview]:
+    """`seal_parts` of a packet already encoded as its headers ``hdr`` (BTH through ImmDt, BTH.Pad set for
+    ``payload``, e.g. by `openmrc.wire.DataTemplate.header`) and its payload."""
     size = len(payload)
-    pad = pkt.bth.pad if size else 0
+    pad = -size & 3
     length = len(hdr) + size + pad  # BTH up to the ICRC
     crc = crc32(hdr, addr.pseudo_crc(length + ICRC_SIZE + 8))
     if not size:

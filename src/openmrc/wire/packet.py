@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from typing import Final
 
 from openmrc.wire.buffer import Buffer, WireError
-from openmrc.wire.constants import DATA_OPCODES, IMM_OPCODES, MRC_OPCODE_RANGE, Opcode
+from openmrc.wire.constants import (
+    DATA_OPCODES,
+    IMM_OPCODES,
+    MRC_OPCODE_RANGE,
+    OP_WRITE_LAST_WITH_IMM,
+    OP_WRITE_ONLY,
+    OP_WRITE_ONLY_WITH_IMM,
+    Opcode,
+)
 from openmrc.wire.headers import (
     AETH,
     BTH,
@@ -43,9 +51,10 @@ from openmrc.wire.headers import (
     TSETH,
     CcState,
     ImmDt,
+    make_bth,
 )
 
-__all__ = ["HEADER_ATTRS", "Packet", "PlainData", "data_packet", "parse", "plain_data_fields"]
+__all__ = ["HEADER_ATTRS", "DataTemplate", "Packet", "PlainData", "data_packet", "parse", "plain_data_fields"]
 
 ICRC_SIZE: Final = 4
 _ICRC: Final = struct.Struct("<I")
@@ -66,6 +75,7 @@ _DATA_ST: Final = {
     for imm in (False, True)
 }
 _PLAIN_DATA_ST: Final = _DATA_ST[False, False]
+_IMM_DATA_ST: Final = _DATA_ST[False, True]
 _PLAIN_DATA_SIZE: Final = _PLAIN_DATA_ST.size
 # BTH + SETH + CC_STATE: a SACK, in one layout
 _SACK_ST: Final = struct.Struct(
@@ -396,6 +406,70 @@ def data_packet(
     """``Packet(bth, meth, tseth, reth, imm, payload=payload, icrc=icrc)`` without keyword handling, for
     callers that build a data packet per packet sent or parsed."""
     return Packet(bth, meth, tseth, reth, imm, None, None, None, None, None, None, None, payload, icrc)
+
+
+class DataTemplate:
+    """What every packet of one RDMA Write repeats (DestQP, METH, R_Key, DMA length, ImmDt), range-checked
+    once: a data packet is then encoded with one `struct.pack` of the fields that change from packet to
+    packet (opcode, AckReq, RTX, PSN, VA, pad), and becomes a `Packet` only where a driver wants one.
+    Raises `WireError` naming the field that does not fit. Packets from a template carry no TSETH."""
+
+    __slots__ = ("dest_qp", "dma_len", "immdt", "meth", "rkey")
+
+    def __init__(
+        self, dest_qp: int, rqmsn: int, msn: int, rkey: int, dma_len: int, imm_data: int | None
+    ) -> None:
+        meth = METH(rqmsn, msn)
+        reth = RETH(0, rkey, dma_len)
+        immdt = ImmDt(imm_data) if imm_data is not None else None
+        make_bth(OP_WRITE_ONLY, dest_qp, False, False, 0).validate()
+        meth.validate(BTH.SIZE)
+        reth.validate(BTH.SIZE + METH.SIZE)
+        if immdt is not None:
+            immdt.validate(BTH.SIZE + METH.SIZE + RETH.SIZE)
+        self.dest_qp = dest_qp
+        self.meth = meth
+        self.rkey = rkey
+        self.dma_len = dma_len
+        self.immdt = immdt
+
+    def header(self, op: int, ack_req: bool, rtx: bool, psn: int, va: int, n: int) -> bytes:
+        """BTH, METH, RETH and (for the two opcodes that carry it) ImmDt of the data packet ``op`` with
+        ``n`` payload bytes: what `Packet.encode_headers` gives for `packet`'s result. ``op`` is a data
+        opcode, ``psn`` 24 bits and ``va`` 64 bits (the caller's: the core checks a Write's VA range when
+        it is posted)."""
+        meth = self.meth
+        w8 = (ack_req << 31) | (rtx << 29) | psn
+        imm = self.immdt
+        if imm is not None and op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM):
+            return _IMM_DATA_ST.pack(
+                op,
+                (-n & 3) << 4,
+                0xFFFF,
+                self.dest_qp,
+                w8,
+                meth.rqmsn,
+                meth.msn,
+                va,
+                self.rkey,
+                self.dma_len,
+                imm.imm_data,
+            )
+        return _PLAIN_DATA_ST.pack(
+            op, (-n & 3) << 4, 0xFFFF, self.dest_qp, w8, meth.rqmsn, meth.msn, va, self.rkey, self.dma_len
+        )
+
+    def packet(self, op: int, ack_req: bool, rtx: bool, psn: int, va: int, payload: memoryview) -> Packet:
+        """The data packet ``op`` as a `Packet` (METH and ImmDt shared by the Write's packets)."""
+        imm = self.immdt if op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM) else None
+        return data_packet(
+            make_bth(op, self.dest_qp, ack_req, rtx, psn),
+            self.meth,
+            None,
+            RETH(va, self.rkey, self.dma_len),
+            imm,
+            payload,
+        )
 
 
 def _check_payload(bth: BTH, reth: RETH, n: int, off: int, trimmed: bool) -> None:
