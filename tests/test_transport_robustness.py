@@ -11,7 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openmrc.transport import MemoryRegion, Nic, NicConfig, QpCapFlags, RecvWR, TrimMark, WcStatus
+from openmrc.transport import (
+    LocalProtocolError,
+    MemoryRegion,
+    Nic,
+    NicConfig,
+    QpCapFlags,
+    RecvWR,
+    TrimMark,
+    WcStatus,
+)
 from openmrc.transport.nic import Arrival
 from openmrc.wire import (
     BTH,
@@ -434,3 +443,84 @@ def test_receive_burst_delivers_like_receive_and_drops_bad_datagrams_alone() -> 
         now += 1_000
     assert p.completions()[0].status is WcStatus.SUCCESS and p.dst == p.src
     assert p.a.stats.rx_dropped_no_qp + p.b.stats.rx_dropped_no_qp == junk > 0
+
+
+def _sent_datagrams(p: Pair, addr: Addressing) -> list[bytes]:
+    """The data packets NIC a sends for a fresh Write, sealed for ``addr``, in send order."""
+    out = []
+    while True:
+        ts = [t for t in p.a.datagrams_to_send(p.now) if t.tpl is not None]
+        if not ts:
+            return out
+        out += [seal(t.packet, addr) for t in ts]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    length=st.integers(1, 40_000),
+    order=st.randoms(use_true_random=False),
+    corrupt=st.sets(st.integers(0, 40)),
+    seg_cut=st.integers(0, 3),
+    trim=st.sampled_from([TrimMark.NONE, TrimMark.TRIMMED]),
+)
+def test_a_gro_batch_is_received_as_its_datagrams_one_by_one(
+    length: int, order: random.Random, corrupt: set[int], seg_cut: int, trim: TrimMark
+) -> None:
+    """`Nic.receive_segments` (what one UDP GRO receive hands over) does exactly what `receive_datagram` of
+    each datagram in turn does: same placement, same acknowledgements, same counters, whatever arrives
+    corrupted, reordered, trimmed or cut short at the end of the batch."""
+    addr = Addressing("2001:db8::a", "2001:db8::b", 49152)
+    twins = [Pair(seed=3, buf_size=1 << 16) for _ in range(2)]
+    for p in twins:
+        p.write(0, length)
+    sent = _sent_datagrams(twins[0], addr)
+    assert sent == _sent_datagrams(twins[1], addr)
+    seg = len(sent[0])
+    batch = [d for d in sent if len(d) == seg]  # GRO batches hold equal datagrams but for the last one
+    order.shuffle(batch)
+    if len(sent) > len(batch):
+        batch.append(sent[-1])
+    del batch[order.randint(1, len(batch)) :]  # a batch need not hold the whole Write
+    batch = [bytes(d[:-1]) + bytes([d[-1] ^ 1]) if i in corrupt else d for i, d in enumerate(batch)]
+    if seg_cut and len(batch) > 1:
+        batch[-1] = batch[-1][: max(1, len(batch[-1]) - seg_cut * 8)]  # a short last datagram
+    one, many = twins
+    assert one.b.get_timer() is many.b.get_timer() is None  # idle before the batch
+    for d in batch:
+        one.b.receive_datagram(d, 1, one.now, addr, trim=trim)
+    many.b.receive_segments(b"".join(batch), seg, 1, many.now, addr, trim=trim)
+    assert one.b.stats == many.b.stats
+    assert (one.qp_b.responder.cack, one.qp_b.responder.bitmap) == (
+        many.qp_b.responder.cack,
+        many.qp_b.responder.bitmap,
+    )
+    assert one.dst == many.dst
+    left = [t.packet.encode() for t in one.b.datagrams_to_send(one.now)]
+    assert left == [t.packet.encode() for t in many.b.datagrams_to_send(many.now)]
+    assert one.b.get_timer() == many.b.get_timer()
+
+
+def test_receive_segments_checks_its_port_and_addressing() -> None:
+    p = Pair(seed=3)
+    addr = Addressing("2001:db8::a", "2001:db8::b", 49152)
+    p.b.receive_segments(bytes(100), 30, 9, p.now, addr)  # no port 9: four datagrams dropped
+    assert p.b.stats.rx_packets == p.b.stats.rx_dropped_port == 4
+    with pytest.raises(LocalProtocolError, match="Addressing"):
+        p.b.receive_segments(bytes(100), 30, 1, p.now, ("2001:db8::a", 49152))
+
+
+def test_a_datagram_that_leaves_a_delayed_sack_arms_the_timer() -> None:
+    """On the byte path too, an arrival that the responder acknowledges later (coalesced SACK) gives the
+    driver a deadline, and the SACK leaves when it is handled."""
+    addr = Addressing("2001:db8::a", "2001:db8::b", 49152)
+    p = Pair(seed=3)
+    p.write(0, 20_000)
+    first = next(t for t in p.a.datagrams_to_send(p.now) if t.tpl is not None)
+    assert p.b.get_timer() is None  # an idle responder: no deadline
+    p.b.receive_datagram(seal(first.packet, addr), 1, p.now, addr)
+    assert not p.b.datagrams_to_send(p.now)  # coalesced: nothing yet
+    due = p.b.get_timer()
+    assert due is not None and due > p.now
+    p.b.handle_timer(due)
+    sacks = [t for t in p.b.datagrams_to_send(due) if t.packet.seth is not None]
+    assert len(sacks) == 1 and p.b.get_timer() is None

@@ -845,19 +845,15 @@ class UdpDevice:
                 flow = 0
             if seg and seg < nbytes:
                 stats.rx_gro_batches += 1
-                for off in range(0, nbytes, seg):
-                    stats.rx_datagrams += 1
-                    got += 1
-                    end = min(off + seg, nbytes)
-                    nic.receive_datagram(
-                        view[off:end], port.index, now, addr, ecn=ecn, flow_label=flow, trim=trim, src=peer
-                    )
+                count = -(-nbytes // seg)
             else:
-                stats.rx_datagrams += 1
-                got += 1
-                nic.receive_datagram(
-                    view[:nbytes], port.index, now, addr, ecn=ecn, flow_label=flow, trim=trim, src=peer
-                )
+                seg = 0
+                count = 1
+            stats.rx_datagrams += count
+            got += count
+            nic.receive_segments(
+                view[:nbytes], seg, port.index, now, addr, ecn=ecn, flow_label=flow, trim=trim, src=peer
+            )
         return got
 
     # -- send ----------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ _LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
+_NO_TRIM: Final = TrimMark.NONE
 
 
 class Nic:
@@ -277,39 +278,81 @@ class Nic:
         ``trim``: the packet was trimmed by the fabric (e.g. its DSCP says so; its ICRC is then not checked,
         see `openmrc.wire.datagram`); ``src``: the sender's identity for endpoint operations, by default
         its IP address as text."""
+        self.receive_segments(data, 0, port, now, addr, ecn=ecn, flow_label=flow_label, trim=trim, src=src)
+
+    def receive_segments(
+        self,
+        data: bytes | bytearray | memoryview,
+        seg: int,
+        port: int,
+        now: int,
+        addr: Addressing | object,
+        *,
+        ecn: bool = False,
+        flow_label: int = 0,
+        trim: TrimMark = TrimMark.NONE,
+        src: Hashable = None,
+    ) -> None:
+        """`receive_datagram` of every ``seg`` bytes of ``data`` (the last datagram may be shorter; ``seg`` 0:
+        one datagram): the datagrams a UDP GRO receive hands over at once, which share their addressing,
+        ECN mark, flow label and trim mark."""
         if not isinstance(addr, Addressing):
             raise LocalProtocolError(errno.EINVAL, f"addr: expected an openmrc.wire.Addressing, got {addr!r}")
         stats = self.stats
-        stats.rx_packets += 1
+        view = data if type(data) is memoryview else memoryview(data)
+        plain = view.ndim == 1 and view.itemsize == 1  # bytes as they come from a socket
+        if not plain:
+            view = view.cast("B")
+        total = len(view)
+        if seg <= 0 or seg > total:
+            seg = total
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
-            stats.rx_dropped_port += 1
+            n = -(-total // seg) if total else 1
+            stats.rx_packets += n
+            stats.rx_dropped_port += n
             return
         entropy = ((flow_label & 0xFFFF) << 16) | addr.sport  # the EV echo: flow label high, source port low
-        if not trim:
-            view = data if type(data) is memoryview else memoryview(data)
-            plain = view.ndim == 1 and view.itemsize == 1  # bytes as they come from a socket
-            if not (icrc_view_ok(view, addr) if plain else icrc_ok(view, addr)):
-                stats.rx_bad_icrc += 1
+        qps = self.qps
+        last_qpn = -1
+        qp: Qp | None = None
+        off = 0
+        while True:
+            end = off + seg if off + seg < total else total
+            dg = view[off:end] if seg < total else view
+            off = end
+            stats.rx_packets += 1
+            if not trim:
+                if not icrc_view_ok(dg, addr):
+                    stats.rx_bad_icrc += 1
+                    if off >= total:
+                        return
+                    continue
+                f = plain_data_fields(dg)
+                if f is not None and f[1] != RESERVED_QP_ENDPOINT:  # a plain data packet: no header objects
+                    if f[1] != last_qpn:  # a burst's datagrams are for one QP: look it up once
+                        last_qpn = f[1]
+                        qp = qps.get(last_qpn)
+                    if qp is None:
+                        stats.rx_dropped_no_qp += 1
+                    else:
+                        qp.responder.on_fields(
+                            f[0], f[2], f[3], f[4], f[5], f[6], f[7], 0, 0, now, port, ecn, entropy, _NO_TRIM
+                        )
+                        self._woken[qp] = None
+                    if off >= total:
+                        return
+                    continue
+            try:
+                pkt = parse(dg, trimmed=bool(trim))
+            except WireError:
+                stats.rx_malformed += 1
+            else:
+                who = src
+                if who is None and pkt.bth.dest_qp == RESERVED_QP_ENDPOINT:
+                    who = socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
+                self._deliver(pkt, port, now, ecn, entropy, trim, who)
+            if off >= total:
                 return
-            f = plain_data_fields(view) if plain else None
-            if f is not None and f[1] != RESERVED_QP_ENDPOINT:  # a plain data packet: no header objects
-                qp = self.qps.get(f[1])
-                if qp is None:
-                    stats.rx_dropped_no_qp += 1
-                    return
-                qp.responder.on_fields(
-                    f[0], f[2], f[3], f[4], f[5], f[6], f[7], 0, 0, now, port, ecn, entropy, TrimMark.NONE
-                )
-                self.wake(qp)
-                return
-        try:
-            pkt = parse(data, trimmed=bool(trim))
-        except WireError:
-            stats.rx_malformed += 1
-            return
-        if src is None and pkt.bth.dest_qp == RESERVED_QP_ENDPOINT:
-            src = socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
-        self._deliver(pkt, port, now, ecn, entropy, trim, src)
 
     def _deliver(
         self, pkt: Packet, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
