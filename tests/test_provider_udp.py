@@ -368,3 +368,31 @@ def test_nic_config_override_is_used() -> None:
         link.write()
         link.run()
         assert link.dst == link.src
+
+
+class _RefusesGso(socket.socket):
+    """A socket on a host whose kernel refuses UDP segmentation offload (no checksum offload: EIO)."""
+
+    def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0, address: Any = None) -> int:
+        if any(kind == 103 for _level, kind, _data in ancdata):  # UDP_SEGMENT
+            raise OSError(errno.EIO, "Input/output error")
+        return super().sendmsg(buffers, ancdata, flags, address)
+
+
+def test_a_host_that_refuses_gso_sends_datagram_by_datagram() -> None:
+    """The first GSO send that fails with EIO turns GSO off for the device; that run and everything after
+    it leave one datagram per call, and the Write arrives bit-exact."""
+    with devices(2) as (a, b):
+        link = Link(a, b, 1 << 20)
+        for key, s in list(a._txsocks.items()):
+            if s is not None:
+                twin = _RefusesGso(s.family, s.type, s.proto, fileno=os.dup(s.fileno()))
+                a._txsocks[key] = twin
+                for port in a._ports:
+                    if port.sock is s:
+                        port.sock = twin
+                s.close()
+        link.write()
+        assert [wc.status for wc in link.run()] == [WcStatus.SUCCESS]
+        assert link.dst == link.src
+        assert not a.gso and a.stats.tx_gso_batches == 0 and a.stats.tx_errors == 0

@@ -103,6 +103,7 @@ from openmrc.wire import (
     Addressing,
     WireError,
     seal_header_parts,
+    seal_into,
     seal_parts,
     trim_datagram,
     usid_final_address,
@@ -135,6 +136,7 @@ _GSO_MAX_SEGS: Final = 64
 _RX_BUDGET: Final = 1024  # datagrams (or GRO batches) per port per round
 _RX_TURN: Final = 4  # taken from one port before the next port's turn
 _HEADER_BYTES: Final = 100  # IP + UDP + MRC headers of a data packet, for pacing
+_ICRC_SIZE: Final = 4
 _MRC_OVERHEAD: Final = 64  # MRC headers and ICRC of a data packet (at most), past its payload
 _INT: Final = struct.Struct("i")
 _STORE_POLL_NS: Final = 50_000_000  # how often a device using a profile store looks at it
@@ -150,7 +152,7 @@ def gso_burst(mtu: int) -> int:
 
 def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
     """Transport settings for a software NIC (the device's default): ``link_gbps`` per port; timers for the
-    RTT of a user-space stack (a base RTT of 200 µs, SACKs coalesced over 16 packets or 20 µs), a
+    RTT of a user-space stack (a base RTT of 200 µs, SACKs coalesced over 32 packets or 20 µs), a
     reordering allowance of 128 packets (sockets are drained in turns, so sprayed packets arrive less in
     order than through a NIC's ring), spray bursts of `gso_burst` packets and EVs from the dynamic UDP port
     range."""
@@ -159,7 +161,7 @@ def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
         link_bps=int(link_gbps * 1e9),
         base_rtt_ns=200_000,
         sack_delay_ns=20_000,
-        sack_every=16,
+        sack_every=32,
         reorder_allowance=128,
         default_ev_sports=(0xC000, 0x10000),
         spray_burst=gso_burst(mtu),
@@ -268,7 +270,6 @@ class _Port:
 # (socket, destination sockaddr, ICRC addressing, the peer) for one (port, entropy, peer, SRv6 destination)
 _Route = tuple[socket.socket, tuple[Any, ...], Addressing, object]
 # a datagram ready to go: (socket, destination, scatter/gather parts, bytes)
-_Pending = tuple[socket.socket, tuple[Any, ...], list[bytes | memoryview], int]
 # a datagram the fault injector delays: (release time, sequence, socket, data, (destination, TOS cmsg))
 _Held = tuple[
     int, int, socket.socket, list[bytes | memoryview], tuple[tuple[Any, ...], tuple[int, int, bytes]]
@@ -877,13 +878,17 @@ class UdpDevice:
         link = self.config.link_bps
         faults = self.faults
         routes, srv6_qps = self._routes, self._srv6_qps
-        pending: list[_Pending] = []
         ports = self._ports
         port = ports[0]
         r: _Route | None = None
         last_ev: bytes | None = None  # a burst's packets share one EV (the same bytes object) and route
         last_port = last_qp = -1
         last_peer: object = None
+        # The run of datagrams being gathered into one GSO send: one socket, destination and size.
+        run: list[bytes | memoryview] = []
+        run_sock: socket.socket | None = None
+        run_dest: tuple[Any, ...] = ()
+        run_size = run_count = run_limit = 0
         for t in out:
             if (
                 r is None
@@ -902,29 +907,52 @@ class UdpDevice:
                 last_ev, last_port, last_peer, last_qp = t.ev, t.port, peer, t.qp_num
             sock, dest, addr = r[0], r[1], r[2]
             tpl = t.tpl
+            parts: list[bytes | memoryview] | None = None
             if tpl is not None:  # a data packet: its headers from the Write's template, one struct.pack
-                parts = seal_header_parts(
-                    tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, t.size), t.payload, addr
-                )
+                n = t.size
+                hdr = tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, n)
+                size = len(hdr) + n + (-n & 3) + _ICRC_SIZE
             else:
                 try:
                     parts = seal_parts(t.packet, addr)
                 except WireError:  # the core never emits one; counted, never raised into a progress thread
                     self.stats.tx_errors += 1
                     continue
-            size = 0
-            for x in parts:
-                size += len(x)
+                size = 0
+                for x in parts:
+                    size += len(x)
             if t.size:
                 start = port.free_at if port.free_at > now else now
                 port.free_at = start + (size + _HEADER_BYTES) * 8 * 1_000_000_000 // link
             if faults and t.port in faults and faults[t.port].active:
-                self._flush_pending(pending)
-                pending = []
+                if run_count:
+                    self._send_run(run_sock, run_dest, run, run_size, run_count)
+                    run = []
+                    run_count = 0
+                if parts is None:
+                    parts = seal_header_parts(hdr, t.payload, addr)
                 self._inject(faults[t.port], t, sock, dest, parts, now)
                 continue
-            pending.append((sock, dest, parts, size))
-        self._flush_pending(pending)
+            if run_count and (
+                sock is not run_sock or dest is not run_dest or size != run_size or run_count >= run_limit
+            ):
+                self._send_run(run_sock, run_dest, run, run_size, run_count)
+                run = []
+                run_count = 0
+            if not run_count:
+                run_sock, run_dest, run_size = sock, dest, size
+                run_limit = (
+                    min(_GSO_MAX_SEGS, max(1, _GSO_MAX_BYTES // size))
+                    if self.gso and sock not in self._no_gso
+                    else 1
+                )
+            if parts is None:
+                seal_into(run, hdr, t.payload, addr)
+            else:
+                run += parts
+            run_count += 1
+        if run_count:
+            self._send_run(run_sock, run_dest, run, run_size, run_count)
         return len(out)
 
     def _route(self, t: Transmit, port: _Port, key: tuple[int, int, int, bytes], srv6: bool) -> _Route:
@@ -954,41 +982,39 @@ class UdpDevice:
         r = self._routes[key] = (sock, dest, addr, peer)
         return r
 
-    def _flush_pending(
-        self, pending: list[tuple[socket.socket, tuple[Any, ...], list[bytes | memoryview], int]]
+    def _send_run(
+        self,
+        sock: socket.socket | None,
+        dest: tuple[Any, ...],
+        parts: list[bytes | memoryview],
+        size: int,
+        count: int,
     ) -> None:
-        """Send ``pending`` in order; consecutive datagrams of one socket, destination and size go as one
-        GSO super-datagram."""
+        """Send ``count`` datagrams of ``size`` bytes each, whose scatter/gather ``parts`` follow one another
+        in ``parts``: one GSO super-datagram when there are several, else one plain send."""
+        assert sock is not None
         stats = self.stats
-        i, n = 0, len(pending)
-        while i < n:
-            sock, dest, parts, size = pending[i]
-            j = i + 1
-            if self.gso and sock not in self._no_gso:
-                limit = min(n, i + _GSO_MAX_SEGS, i + max(1, _GSO_MAX_BYTES // size))
-                while j < limit and pending[j][0] is sock and pending[j][1] == dest and pending[j][3] == size:
-                    j += 1
-            try:
-                if j - i > 1:
-                    allparts = [p for k in range(i, j) for p in pending[k][2]]
-                    seg = self._gso_cmsg.get(size)
-                    if seg is None:
-                        seg = self._gso_cmsg[size] = [(SOL_UDP, UDP_SEGMENT, struct.pack("H", size))]
-                    sock.sendmsg(allparts, seg, 0, dest)
-                    stats.tx_gso_batches += 1
-                else:
-                    sock.sendmsg(parts, (), 0, dest)
-                stats.tx_datagrams += j - i
-                stats.tx_bytes += size * (j - i)
-            except OSError as exc:
-                if j - i > 1 and exc.errno == errno.EIO:  # no checksum offload: no GSO on this host
+        try:
+            if count > 1:
+                seg = self._gso_cmsg.get(size)
+                if seg is None:
+                    seg = self._gso_cmsg[size] = [(SOL_UDP, UDP_SEGMENT, struct.pack("H", size))]
+                sock.sendmsg(parts, seg, 0, dest)
+                stats.tx_gso_batches += 1
+            else:
+                sock.sendmsg(parts, (), 0, dest)
+            stats.tx_datagrams += count
+            stats.tx_bytes += size * count
+        except OSError as exc:
+            if count > 1 and exc.errno in (errno.EIO, errno.EINVAL):
+                if exc.errno == errno.EIO:  # no checksum offload: no GSO on this host
                     self.gso = False
-                    continue
-                if j - i > 1 and exc.errno == errno.EINVAL:  # this socket cannot segment: one by one
+                else:  # this socket cannot segment
                     self._no_gso.add(sock)
-                    continue
-                stats.tx_errors += j - i
-            i = j
+                for one in _split_datagrams(parts, size):  # one by one, then
+                    self._send_run(sock, dest, one, size, 1)
+                return
+            stats.tx_errors += count
 
     def _inject(
         self,
@@ -1147,6 +1173,22 @@ class UdpDevice:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self.nic.qps)} QPs"
         return f"UdpDevice({', '.join(_fmt(e) for e in self.endpoints())}; {state})"
+
+
+def _split_datagrams(parts: list[bytes | memoryview], size: int) -> list[list[bytes | memoryview]]:
+    """Scatter/gather ``parts`` of consecutive datagrams of ``size`` bytes each, one list per datagram
+    (every datagram's parts end on a datagram boundary)."""
+    out: list[list[bytes | memoryview]] = []
+    cur: list[bytes | memoryview] = []
+    have = 0
+    for x in parts:
+        cur.append(x)
+        have += len(x)
+        if have >= size:
+            out.append(cur)
+            cur = []
+            have = 0
+    return out
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -328,7 +328,7 @@ class Nic:
                         return
                     continue
                 f = plain_data_fields(dg)
-                if f is not None and f[1] != RESERVED_QP_ENDPOINT:  # a plain data packet: no header objects
+                if f[0] and f[1] != RESERVED_QP_ENDPOINT:  # a plain data packet: no header objects
                     if f[1] != last_qpn:  # a burst's datagrams are for one QP: look it up once
                         last_qpn = f[1]
                         qp = qps.get(last_qpn)

@@ -20,6 +20,7 @@ from openmrc.wire.datagram import (
     icrc_ok,
     seal,
     seal_header_parts,
+    seal_into,
     seal_parts,
     trim_datagram,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "parse_frame",
     "seal",
     "seal_header_parts",
+    "seal_into",
     "seal_parts",
     "trim_datagram",
     "usid_final_address",

@@ -45,6 +45,7 @@ __all__ = [
     "icrc_view_ok",
     "seal",
     "seal_header_parts",
+    "seal_into",
     "seal_parts",
     "trim_datagram",
 ]
@@ -52,6 +53,7 @@ __all__ = [
 _MASKED_V4: Final = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 header + UDP header
 _MASKED_V6: Final = struct.Struct("!IHBB16s16sHHHH")  # IPv6 header + UDP header
 _ICRC: Final = struct.Struct("<I")
+_ICRC_PACK: Final = _ICRC.pack  # bound once: compiled, calling it skips a method lookup per packet
 _CRC32_RESIDUE: Final = (
     0x2144DF1C  # CRC-32 of any message followed by its own CRC, least significant byte first
 )
@@ -186,17 +188,25 @@ def seal_parts(pkt: Packet, addr: Addressing) -> list[bytes | memoryview]:
 def seal_header_parts(hdr: bytes, payload: memoryview, addr: Addressing) -> list[bytes | memoryview]:
     """`seal_parts` of a packet already encoded as its headers ``hdr`` (BTH through ImmDt, BTH.Pad set for
     ``payload``, e.g. by `openmrc.wire.DataTemplate.header`) and its payload."""
+    out: list[bytes | memoryview] = []
+    seal_into(out, hdr, payload, addr)
+    return out
+
+
+def seal_into(out: list[bytes | memoryview], hdr: bytes, payload: memoryview, addr: Addressing) -> None:
+    """`seal_header_parts`, appended to ``out`` (a driver gathering several datagrams for one send)."""
     size = len(payload)
     pad = -size & 3
     length = len(hdr) + size + pad  # BTH up to the ICRC
     crc = crc32(hdr, addr.pseudo_crc(length + ICRC_SIZE + 8))
-    if not size:
-        return [hdr, _ICRC.pack((crc ^ mask_correction(length, hdr[4])) & 0xFFFFFFFF)]
-    crc = crc32(payload, crc)
-    if pad:
-        crc = crc32(_ZERO_PAD[pad], crc) ^ mask_correction(length, hdr[4])
-        return [hdr, payload, _ZERO_PAD[pad], _ICRC.pack(crc & 0xFFFFFFFF)]
-    return [hdr, payload, _ICRC.pack((crc ^ mask_correction(length, hdr[4])) & 0xFFFFFFFF)]
+    out.append(hdr)
+    if size:
+        out.append(payload)
+        crc = crc32(payload, crc)
+        if pad:
+            out.append(_ZERO_PAD[pad])
+            crc = crc32(_ZERO_PAD[pad], crc)
+    out.append(_ICRC_PACK((crc ^ mask_correction(length, hdr[4])) & 0xFFFFFFFF))
 
 
 def icrc_ok(data: bytes | bytearray | memoryview, addr: Addressing) -> bool:

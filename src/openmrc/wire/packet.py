@@ -33,6 +33,8 @@ from openmrc.wire.constants import (
     DATA_OPCODES,
     IMM_OPCODES,
     MRC_OPCODE_RANGE,
+    OP_WRITE_FIRST,
+    OP_WRITE_LAST,
     OP_WRITE_LAST_WITH_IMM,
     OP_WRITE_ONLY,
     OP_WRITE_ONLY_WITH_IMM,
@@ -54,7 +56,16 @@ from openmrc.wire.headers import (
     make_bth,
 )
 
-__all__ = ["HEADER_ATTRS", "DataTemplate", "Packet", "PlainData", "data_packet", "parse", "plain_data_fields"]
+__all__ = [
+    "HEADER_ATTRS",
+    "NOT_PLAIN",
+    "DataTemplate",
+    "Packet",
+    "PlainData",
+    "data_packet",
+    "parse",
+    "plain_data_fields",
+]
 
 ICRC_SIZE: Final = 4
 _ICRC: Final = struct.Struct("<I")
@@ -67,7 +78,8 @@ _IMM_INTS: Final = frozenset(int(o) for o in IMM_OPCODES)
 _ONLY_INTS: Final = frozenset(int(o) for o in _ONLY)
 _FM_INTS: Final = frozenset((int(Opcode.WRITE_FIRST), int(Opcode.WRITE_MIDDLE)))
 _PLAIN_INTS: Final = _DATA_INTS - _IMM_INTS
-_PLAIN_MASK: Final = sum(1 << o for o in _PLAIN_INTS)  # bit ``op`` set for a data opcode without ImmDt
+# bit ``op - OP_WRITE_FIRST`` set for a data opcode without ImmDt (a small mask: a shift of it stays native)
+_PLAIN_MASK: Final = sum(1 << (o - OP_WRITE_FIRST) for o in _PLAIN_INTS)
 # BTH + METH + [TSETH] + RETH + [ImmDt] in one layout, keyed by (TSETH present, ImmDt present).
 _DATA_ST: Final = {
     (ts, imm): struct.Struct("!BBHIIHH" + ("HH" if ts else "") + "QII" + ("I" if imm else ""))
@@ -75,7 +87,8 @@ _DATA_ST: Final = {
     for imm in (False, True)
 }
 _PLAIN_DATA_ST: Final = _DATA_ST[False, False]
-_IMM_DATA_ST: Final = _DATA_ST[False, True]
+_PLAIN_DATA_PACK: Final = _PLAIN_DATA_ST.pack  # bound once: see _PLAIN_READ
+_IMM_DATA_PACK: Final = _DATA_ST[False, True].pack
 _PLAIN_DATA_SIZE: Final = _PLAIN_DATA_ST.size
 # BTH + SETH + CC_STATE: a SACK, in one layout
 _SACK_ST: Final = struct.Struct(
@@ -442,7 +455,7 @@ class DataTemplate:
         w8 = (ack_req << 31) | (rtx << 29) | psn
         imm = self.immdt
         if imm is not None and op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM):
-            return _IMM_DATA_ST.pack(
+            return _IMM_DATA_PACK(
                 op,
                 (-n & 3) << 4,
                 0xFFFF,
@@ -455,7 +468,7 @@ class DataTemplate:
                 self.dma_len,
                 imm.imm_data,
             )
-        return _PLAIN_DATA_ST.pack(
+        return _PLAIN_DATA_PACK(
             op, (-n & 3) << 4, 0xFFFF, self.dest_qp, w8, meth.rqmsn, meth.msn, va, self.rkey, self.dma_len
         )
 
@@ -505,37 +518,48 @@ def _payload_fits(op: int, n: int, pad: int, dma: int) -> bool:
 
 
 PlainData = tuple[int, int, int, bool, int, int, int, memoryview]
-"""(opcode, destination QP, PSN, AckReq, VA, R_Key, DMA length, payload) of a plain data packet."""
+"""(opcode, destination QP, PSN, AckReq, VA, R_Key, DMA length, payload) of a plain data packet; opcode 0
+(no data opcode) when the packet is not one."""
+
+NOT_PLAIN: Final[PlainData] = (0, 0, 0, False, 0, 0, 0, _EMPTY)
+# What a plain data packet's responder reads of BTH, METH and RETH: P_Key and METH skipped. The bound
+# method, not the Struct: compiled, calling it skips a method lookup by name per packet.
+_PLAIN_READ: Final = struct.Struct("!BB2xII4xQII").unpack_from
 
 
-def plain_data_fields(view: memoryview) -> PlainData | None:
+def plain_data_fields(view: memoryview) -> PlainData:
     """What a responder needs of an untrimmed data packet without TSETH or ImmDt (nearly every packet of a
     transfer), read with one unpack and no header objects; ``view``: its bytes from BTH through the ICRC,
-    a one-dimensional byte view. None for any other packet, and for one that `parse` would reject: those
-    take the full decode, which says what is wrong."""
+    a one-dimensional byte view. `NOT_PLAIN` (opcode 0) for any other packet, and for one that `parse`
+    would reject: those take the full decode, which says what is wrong. (Never None: compiled, a tuple of
+    fixed shape comes back in registers, not as an object.)"""
     total = len(view)
-    if total < _PLAIN_DATA_SIZE + ICRC_SIZE or not (_PLAIN_MASK >> view[0]) & 1:
-        return None
-    v = _PLAIN_DATA_ST.unpack_from(view, 0)
-    w8 = v[4]
+    if total < _PLAIN_DATA_SIZE + ICRC_SIZE:
+        return NOT_PLAIN
+    rel = view[0] - OP_WRITE_FIRST
+    if rel < 0 or rel > 7 or not (_PLAIN_MASK >> rel) & 1:
+        return NOT_PLAIN
+    op, b1, w4, w8, va, rkey, dma = _PLAIN_READ(view, 0)
     if w8 & 0x10000000:  # BTH.TS: a TSETH follows
-        return None
-    op = v[0]
-    pad = (v[1] >> 4) & 3
+        return NOT_PLAIN
+    pad = (b1 >> 4) & 3
     n = total - ICRC_SIZE - _PLAIN_DATA_SIZE - pad
-    dma = v[9]
-    if n < 0 or not _payload_fits(op, n, pad, dma):
-        return None
-    start = _PLAIN_DATA_SIZE
+    if n < 0 or (n + pad) & 3:
+        return NOT_PLAIN
+    if op == OP_WRITE_ONLY:
+        if n != dma:
+            return NOT_PLAIN
+    elif (pad and op != OP_WRITE_LAST) or not 0 < n < dma:  # FIRST, MIDDLE: whole words; LAST: inside
+        return NOT_PLAIN
     return (
         op,
-        v[3] & 0xFFFFFF,
+        w4 & 0xFFFFFF,
         w8 & 0xFFFFFF,
         bool(w8 & 0x80000000),
-        v[7],
-        v[8],
+        va,
+        rkey,
         dma,
-        view[start : start + n],
+        view[_PLAIN_DATA_SIZE : _PLAIN_DATA_SIZE + n],
     )
 
 
