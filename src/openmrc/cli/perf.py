@@ -176,8 +176,17 @@ def client(
     loss_rate = parse_percent(loss)
     fail = parse_fail(fail_port) if fail_port else None
 
+    header_due = True  # the table's header, printed with its first row (not above a connection error)
+
     def row(r: SizeResult) -> None:
+        nonlocal header_due
         if not json_out:
+            if header_due:
+                header_due = False
+                console.print(
+                    f"{'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} {'BW average[Gb/s]':>17}"
+                    f" {'MsgRate[Mpps]':>14} {'retx':>6} {'EV changes':>10}"
+                )
             console.print(
                 f"{r.bytes:>10} {r.iterations:>12} {r.bw_peak_gbps:>14.2f} {r.bw_avg_gbps:>17.2f}"
                 f" {r.msg_rate_mpps:>14.4f} {r.retransmits:>6} {r.ev_state_changes:>10}"
@@ -199,10 +208,6 @@ def client(
         console.print(
             f"openmrc perf: RDMA Write, {len(binds)} planes, {qps} QP(s), {ev_mode} EVs, "
             f"server {host}:{oob_port}"
-        )
-        console.print(
-            f"{'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} {'BW average[Gb/s]':>17}"
-            f" {'MsgRate[Mpps]':>14} {'retx':>6} {'EV changes':>10}"
         )
     try:
         rep = run_client(
