@@ -611,3 +611,16 @@ def test_controller_visible_states() -> None:
         assert controller_state(s) is s
     with pytest.raises(TypeError):
         CONTROLLER_VISIBLE[EVState.SKIP] = EVState.DENIED  # type: ignore[index]
+
+
+@pytest.mark.parametrize("attr", ["width", "init_val", "mask", "min_val", "max_val"])
+def test_a_field_equal_to_a_valid_one_but_not_an_int_is_still_refused(attr: str) -> None:
+    """Layouts are memoised by value and True == 1: a bool or float must not borrow a valid field's entry."""
+    fmt = EVFormatProfile(STEV, (16, 16))
+    good = EVField(1, init_val=1, min_val=1, max_val=1, mask=1)
+    EVProfile(GEN, fmt, (good,), ev_count=1)  # its layout is cached now
+    for odd in (True, 1.0):
+        bad = dataclasses.replace(good, **{attr: odd})
+        assert bad == good and hash(bad) == hash(good)
+        with pytest.raises(EVConfigError, match=attr):
+            EVProfile(GEN, fmt, (bad,), ev_count=1)

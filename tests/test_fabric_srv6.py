@@ -122,6 +122,34 @@ def test_ev_profile_expands_to_path_addresses() -> None:
     assert same_t0.ev_count == 8 and sp == list(range(1, 9))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    planes=st.sampled_from([1, 2, 4, 8]),
+    t0_radix=st.sampled_from([4, 8, 16]),
+    data=st.data(),
+)
+def test_every_ev_of_a_profile_is_one_of_the_pairs_paths(
+    planes: int, t0_radix: int, data: st.DataObject
+) -> None:
+    """Whatever the shape, each explicit EV expands to `path_address` of its own plane and some uplink, the
+    EVs of a pair are distinct, and each plane gets its share."""
+    hosts = data.draw(st.integers(2, (t0_radix // 2) * 8), label="hosts")
+    c = MultiPlaneClos(planes, hosts, t0_radix, 8, 100_000_000_000, 500)
+    plan = UsidPlan(c)
+    src = data.draw(st.integers(0, hosts - 1), label="src")
+    dst = data.draw(st.integers(0, hosts - 1).filter(lambda d: d != src), label="dst")
+    count = data.draw(st.integers(1, c.paths_between(src, dst)), label="count")
+    prof, ports = plan.ev_profile(src, dst, count)
+    addrs = []
+    for compact, port in zip(prof.evs or (), ports, strict=True):
+        dst_addr = packet_fields(prof, prof.expand(compact)).dst
+        assert dst_addr in {plan.path_address(src, dst, port - 1, u) for u in range(c.uplinks)}
+        addrs.append(dst_addr)
+    assert len(set(addrs)) == count
+    shares = [ports.count(p) for p in range(1, planes + 1)]
+    assert max(shares) - min(shares) <= 1
+
+
 def test_pairs_with_few_evs_spread_over_every_uplink() -> None:
     """A pair with fewer EVs than uplinks uses evenly spaced uplinks from its own offset, so that many
     pairs together load every T1 (one fixed set would leave most of the fabric idle)."""

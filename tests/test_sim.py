@@ -68,6 +68,40 @@ def test_run_pauses_the_cyclic_collector_and_restores_it(enabled: bool) -> None:
         (gc.enable if was else gc.disable)()
 
 
+def test_bulk_flow_set_up_pauses_the_collector_and_an_error_restores_it() -> None:
+    """Workloads add their flows with the collector paused (nothing frozen is left behind), and a set-up
+    that fails half-way leaves the collector as it found it."""
+    from openmrc.sim import workloads
+
+    sim = ClosSim(ClosSimConfig(planes=2, hosts=8, t0_radix=4, t1_radix=4, seed=1))
+    runs: list[int] = []
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            runs.append(info["generation"])
+
+    was, thresholds = gc.isenabled(), gc.get_threshold()
+    gc.enable()
+    gc.set_threshold(5)  # a collection every few allocations, were the collector running
+    gc.callbacks.append(seen)
+    try:
+        for s in range(1, 8):  # the same flows one by one: the collector runs many times
+            sim.add_flow(0, s, 4096)
+        one_by_one = len(runs)
+        runs.clear()
+        workloads.all_to_all(sim, 4096)  # 56 flows in bulk: only what happens before the pause
+        assert one_by_one >= 20 and len(runs) <= 2
+        with pytest.raises(ValueError):
+            workloads.ring_allreduce(sim, 4096, ranks=[0, 1, 999])  # the second flow's host does not exist
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        [object() for _ in range(100)]
+        assert runs  # and it runs again
+    finally:
+        gc.callbacks.remove(seen)
+        gc.set_threshold(*thresholds)
+        (gc.enable if was else gc.disable)()
+
+
 class _Reference:
     """The order the engine promises, kept the obvious way: a heap of (time, priority, sequence)."""
 

@@ -31,11 +31,13 @@ openmrc rules beyond the mrc_ctl.h list (each marked **[openmrc]** where it appl
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from openmrc.ev.state import EVENT_MASK_ALLOWED, EVState
 
@@ -172,6 +174,121 @@ class EVField:
 _Run = tuple[int, int, int]
 
 
+class _Layout(NamedTuple):
+    """What a profile's fields compile to (`EVProfile` keeps each as ``_<name>``)."""
+
+    compact_bits: int
+    field_bits: tuple[int, ...]
+    slot_lsb: tuple[int, ...]
+    slot_masks: tuple[int, ...]
+    base: int
+    runs: tuple[_Run, ...]
+    gen_ranges: tuple[tuple[int, int], ...]
+    gen_total: int
+
+
+def _layout_of(mode: EVProfileMode, fmt: EVFormatProfile | None, fields: tuple[EVField, ...]) -> _Layout:
+    """The checked, compiled layout of ``fields`` in ``fmt``. A fabric installs thousands of profiles that
+    differ only in their explicit EVs, so layouts are memoised by value (fields and formats are frozen)."""
+    for i, f in enumerate(fields):
+        if not isinstance(f, EVField):
+            raise EVConfigError(f"fields[{i}]", f"expected an EVField, got {type(f).__name__}")
+        if not all(type(v) is int for v in (f.width, f.init_val, f.min_val, f.max_val, f.mask)):
+            # True == 1 and 1.0 == 1 would share a cache entry with a valid field: check without it
+            return _layout(mode, fmt, fields)
+    return _cached_layout(mode, fmt, fields)
+
+
+def _layout(mode: EVProfileMode, fmt: EVFormatProfile | None, fields: tuple[EVField, ...]) -> _Layout:
+    _check_fields(mode, fields, fmt)
+    return _compile(fields, fmt)
+
+
+_cached_layout = functools.lru_cache(maxsize=256)(_layout)
+
+
+def _check_fields(mode: EVProfileMode, fields: tuple[EVField, ...], fmt: EVFormatProfile | None) -> None:
+    if fmt is None:
+        return
+    widths = fmt.field_widths
+    if len(fields) > len(widths):
+        raise EVConfigError("fields", f"{len(fields)} fields but the format has only {len(widths)}")
+    for i, f in enumerate(fields):
+        _check_width(f"fields[{i}].width", f.width)
+    total = sum(f.width for f in fields)
+    if total > fmt.total_width_bits:
+        raise EVConfigError(
+            "fields", f"total width {total} bits exceeds the format's {fmt.total_width_bits} bits"
+        )
+    gen = mode is EVProfileMode.GEN
+    for i, f in enumerate(fields):
+        name = f"fields[{i}]"
+        if f.width > widths[i]:
+            raise EVConfigError(
+                f"{name}.width",
+                f"width {f.width} exceeds the {widths[i]}-bit format field {i} "
+                "(openmrc rule: packing would drop bits)",
+            )
+        limit = (1 << f.width) - 1
+        init_val = _check_uint(f"{name}.init_val", f.init_val)
+        if init_val > limit:
+            raise EVConfigError(f"{name}.init_val", f"{init_val:#x} does not fit the {f.width}-bit width")
+        mask = _check_uint(f"{name}.mask", f.mask)
+        if mask & ~limit:
+            raise EVConfigError(f"{name}.mask", f"bits {mask & ~limit:#x} outside the {f.width}-bit width")
+        min_val = _check_uint(f"{name}.min_val", f.min_val)
+        max_val = _check_uint(f"{name}.max_val", f.max_val)
+        if mask == 0:
+            continue
+        k = mask.bit_count()
+        if max_val >> k:
+            raise EVConfigError(
+                f"{name}.max_val", f"{max_val:#x} does not fit the {k} set bits of mask {mask:#x}"
+            )
+        if gen and min_val > max_val:
+            raise EVConfigError(f"{name}.min_val", f"{min_val:#x} exceeds max_val {max_val:#x}")
+
+
+def _compile(fields: tuple[EVField, ...], fmt: EVFormatProfile | None) -> _Layout:
+    field_bits = tuple(f.mask.bit_count() for f in fields)
+    total_bits = sum(field_bits)
+    slot_widths = fmt.field_widths[: len(fields)] if fmt is not None else ()
+    slot_lsb: list[int] = []
+    d = 0
+    for width in slot_widths:
+        d += width
+        slot_lsb.append(_OUT_BITS - d)
+    base = 0
+    runs: list[_Run] = []
+    s = 0
+    for f, k, lsb in zip(fields, field_bits, slot_lsb, strict=True):
+        base |= (f.init_val & ~f.mask) << lsb
+        t = 0  # index of the next bit of x, counted from its least significant bit
+        src_lsb = total_bits - s - k  # where x's bit 0 sits in the normalized compact integer
+        for pos, length in _bit_runs(f.mask):
+            runs.append((src_lsb + t, (1 << length) - 1, lsb + pos))
+            t += length
+        s += k
+    gen_ranges: list[tuple[int, int]] = []
+    gen_total = 1
+    for f, k in zip(fields, field_bits, strict=True):
+        if k == 0:
+            continue
+        lo, hi = (0, (1 << k) - 1) if f.min_val == f.max_val == 0 else (f.min_val, f.max_val)
+        gen_ranges.append((lo, hi - lo + 1))
+        gen_total *= max(hi - lo + 1, 0)
+    return _Layout(
+        total_bits,
+        field_bits,
+        tuple(slot_lsb),
+        tuple((1 << w) - 1 for w in slot_widths),
+        base,
+        _merge_runs(runs),
+        tuple(gen_ranges),
+        gen_total,
+    )
+
+
 @dataclass(frozen=True)
 class EVProfile:
     """An EV profile: fields that expand compact EVs into wire EVs, plus the profile's EV set parameters."""
@@ -218,7 +335,7 @@ class EVProfile:
             raise EVConfigError("fmt", "fields given without an EV format profile")
         if not fields and mode is not EVProfileMode.AUTO:
             raise EVConfigError("fields", f"{mode.name} profiles need at least one field")
-        self._check_fields(fields, fmt)
+        lay = _layout_of(mode, fmt, fields)
         ev_count = _check_uint("ev_count", self.ev_count)
         if ev_count < 1 and mode is not EVProfileMode.AUTO:
             raise EVConfigError("ev_count", f"{mode.name} profiles need at least 1 EV")
@@ -231,58 +348,14 @@ class EVProfile:
                 f"bits {event_mask & ~EVENT_MASK_ALLOWED:#x} not allowed "
                 f"(only GOOD {EVState.GOOD:#x} and ASSUMED_BAD {EVState.ASSUMED_BAD:#x})",
             )
-        self._compile(fields, fmt)
+        for name, value in zip(_Layout._fields, lay, strict=True):
+            object.__setattr__(self, "_" + name, value)
         if mode is EVProfileMode.GEN and ev_count > self._gen_total:
             raise EVConfigError(
                 "ev_count",
                 f"{ev_count} exceeds the {self._gen_total} distinct EVs the fields' [min_val, max_val] allow",
             )
         self._check_evs(mode, ev_count)
-
-    def _check_fields(self, fields: tuple[EVField, ...], fmt: EVFormatProfile | None) -> None:
-        if fmt is None:
-            return
-        widths = fmt.field_widths
-        if len(fields) > len(widths):
-            raise EVConfigError("fields", f"{len(fields)} fields but the format has only {len(widths)}")
-        for i, f in enumerate(fields):
-            if not isinstance(f, EVField):
-                raise EVConfigError(f"fields[{i}]", f"expected an EVField, got {type(f).__name__}")
-            _check_width(f"fields[{i}].width", f.width)
-        total = sum(f.width for f in fields)
-        if total > fmt.total_width_bits:
-            raise EVConfigError(
-                "fields", f"total width {total} bits exceeds the format's {fmt.total_width_bits} bits"
-            )
-        gen = self.mode is EVProfileMode.GEN
-        for i, f in enumerate(fields):
-            name = f"fields[{i}]"
-            if f.width > widths[i]:
-                raise EVConfigError(
-                    f"{name}.width",
-                    f"width {f.width} exceeds the {widths[i]}-bit format field {i} "
-                    "(openmrc rule: packing would drop bits)",
-                )
-            limit = (1 << f.width) - 1
-            init_val = _check_uint(f"{name}.init_val", f.init_val)
-            if init_val > limit:
-                raise EVConfigError(f"{name}.init_val", f"{init_val:#x} does not fit the {f.width}-bit width")
-            mask = _check_uint(f"{name}.mask", f.mask)
-            if mask & ~limit:
-                raise EVConfigError(
-                    f"{name}.mask", f"bits {mask & ~limit:#x} outside the {f.width}-bit width"
-                )
-            min_val = _check_uint(f"{name}.min_val", f.min_val)
-            max_val = _check_uint(f"{name}.max_val", f.max_val)
-            if mask == 0:
-                continue
-            k = mask.bit_count()
-            if max_val >> k:
-                raise EVConfigError(
-                    f"{name}.max_val", f"{max_val:#x} does not fit the {k} set bits of mask {mask:#x}"
-                )
-            if gen and min_val > max_val:
-                raise EVConfigError(f"{name}.min_val", f"{min_val:#x} exceeds max_val {max_val:#x}")
 
     def _check_evs(self, mode: EVProfileMode, ev_count: int) -> None:
         if mode is not EVProfileMode.EXP:
@@ -294,49 +367,15 @@ class EVProfile:
         evs = tuple(self.evs)
         if len(evs) != ev_count:
             raise EVConfigError("evs", f"{len(evs)} EVs given but ev_count is {ev_count}")
+        n = self._compact_bits >> 3
+        if n << 3 == self._compact_bits and all(type(ev) is bytes and len(ev) == n for ev in evs):
+            object.__setattr__(self, "evs", evs)  # whole bytes of exactly the consumed bits: valid as given
+            return
         for i, ev in enumerate(evs):
             if not isinstance(ev, (bytes, bytearray, memoryview)):
                 raise EVConfigError(f"evs[{i}]", f"expected bytes, got {type(ev).__name__}")
             self._normalize(ev, f"evs[{i}]")
         object.__setattr__(self, "evs", tuple(bytes(ev) for ev in evs))
-
-    # -- compilation -----------------------------------------------------------------------------------
-    def _compile(self, fields: tuple[EVField, ...], fmt: EVFormatProfile | None) -> None:
-        field_bits = tuple(f.mask.bit_count() for f in fields)
-        total_bits = sum(field_bits)
-        slot_widths = fmt.field_widths[: len(fields)] if fmt is not None else ()
-        slot_lsb: list[int] = []
-        d = 0
-        for width in slot_widths:
-            d += width
-            slot_lsb.append(_OUT_BITS - d)
-        base = 0
-        runs: list[_Run] = []
-        s = 0
-        for f, k, lsb in zip(fields, field_bits, slot_lsb, strict=True):
-            base |= (f.init_val & ~f.mask) << lsb
-            t = 0  # index of the next bit of x, counted from its least significant bit
-            src_lsb = total_bits - s - k  # where x's bit 0 sits in the normalized compact integer
-            for pos, length in _bit_runs(f.mask):
-                runs.append((src_lsb + t, (1 << length) - 1, lsb + pos))
-                t += length
-            s += k
-        gen_ranges: list[tuple[int, int]] = []
-        gen_total = 1
-        for f, k in zip(fields, field_bits, strict=True):
-            if k == 0:
-                continue
-            lo, hi = (0, (1 << k) - 1) if f.min_val == f.max_val == 0 else (f.min_val, f.max_val)
-            gen_ranges.append((lo, hi - lo + 1))
-            gen_total *= max(hi - lo + 1, 0)
-        object.__setattr__(self, "_compact_bits", total_bits)
-        object.__setattr__(self, "_field_bits", field_bits)
-        object.__setattr__(self, "_slot_lsb", tuple(slot_lsb))
-        object.__setattr__(self, "_slot_masks", tuple((1 << w) - 1 for w in slot_widths))
-        object.__setattr__(self, "_base", base)
-        object.__setattr__(self, "_runs", _merge_runs(runs))
-        object.__setattr__(self, "_gen_ranges", tuple(gen_ranges))
-        object.__setattr__(self, "_gen_total", gen_total)
 
     # -- compact EVs -----------------------------------------------------------------------------------
     @property

@@ -216,13 +216,25 @@ class UsidPlan:
         per = -(-count // t.planes)  # EVs per plane
         stride = per_plane // per if per_plane > 1 else 1
         offset = fmix32((src * 0x9E3779B1 + dst) & 0xFFFFFFFF) % stride if per < per_plane else 0
+        # `path_usids` in arithmetic: T0, T1, T0, host port (under one T0: T0, host port, 0, 0)
+        ib = self.index_bits
+        a, b = src // t.hosts_per_t0, dst // t.hosts_per_t0
+        port = dst % t.hosts_per_t0
+        if a == b:
+            fixed = ((KIND_T0 << ib | a) << 48) | ((KIND_HOST << ib | port) << 32)
+            each = 0x0001_0001_0000_0000  # the plane bits go into the two uSIDs the path has
+        else:
+            fixed = (KIND_T0 << ib | a) << 48 | (KIND_T1 << ib) << 32 | (KIND_T0 << ib | b) << 16
+            fixed |= KIND_HOST << ib | port
+            each = 0x0001_0001_0001_0001
+        shift = 16 - self.plane_bits
+        in_plane = [(p << shift if self.plane_bits else 0) * each for p in range(t.planes)]
         for i in range(count):
             plane = i % t.planes
-            uplink = offset + (i // t.planes) * per_plane // per if per_plane > 1 else 0
-            usids = self.path_usids(src, dst, plane, uplink)
-            if len(usids) == 2:
-                usids = [*usids, 0, 0]
-            evs.append(b"".join(u.to_bytes(2, "big") for u in usids))
+            path = fixed | in_plane[plane]
+            if per_plane > 1:
+                path |= (offset + (i // t.planes) * per_plane // per) << 32
+            evs.append(path.to_bytes(8, "big"))
             ports.append(plane + 1)
         fields = (EVField(32, init_val=self.locator), *(EVField(16, mask=0xFFFF) for _ in range(4)))
         prof = EVProfile(

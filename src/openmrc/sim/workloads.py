@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FoldedClos
 from openmrc.sim.clos_sim import FabricSim, Flow, Trigger
+from openmrc.sim.engine import PausedGc
 
 if TYPE_CHECKING:
     from openmrc.sim.htsim_cm import ConnectionMatrix
@@ -34,7 +35,8 @@ def permutation(sim: FabricSim, size: int, *, seed: int = 1, start: int = 0, tag
     hosts = sim.topo.num_hosts
     perm = list(range(hosts))
     random.Random(seed).shuffle(perm)
-    return [sim.add_flow(s, d, size, start, tag=tag) for s, d in enumerate(perm) if s != d]
+    with PausedGc():  # flows set up in bulk: see PausedGc
+        return [sim.add_flow(s, d, size, start, tag=tag) for s, d in enumerate(perm) if s != d]
 
 
 def _hosts_per_t0(sim: FabricSim) -> int:
@@ -85,11 +87,12 @@ def all_to_all(sim: FabricSim, size: int, *, hosts: list[int] | None = None, sta
     n = len(group)
     if n < 2:
         raise ValueError("all-to-all needs at least two hosts")
-    flows = []
-    for i, s in enumerate(group):
-        for k in range(1, n):
-            flows.append(sim.add_flow(s, group[(i + k) % n], size, start, tag="alltoall"))
-    return flows
+    with PausedGc():
+        return [
+            sim.add_flow(s, group[(i + k) % n], size, start, tag="alltoall")
+            for i, s in enumerate(group)
+            for k in range(1, n)
+        ]
 
 
 def ring_allreduce(
@@ -114,23 +117,24 @@ def ring_allreduce(
     flows: list[Flow] = []
     # released[r] = the trigger that rank r's next step waits for: rank r-1's message arriving at rank r
     released: list[Trigger | None] = [None] * n
-    for k in range(steps):
-        arrivals = [Trigger(name=f"step {k} at rank {r}") if k + 1 < steps else None for r in range(n)]
-        for r in range(n):
-            nxt = (r + 1) % n
-            trig = released[r]
-            f = sim.add_flow(
-                group[r],
-                group[nxt],
-                chunk,
-                start if trig is None else None,
-                tag="allreduce",
-                imm=True,
-                trigger=trig,
-                recv_done=arrivals[nxt],
-            )
-            flows.append(f)
-        released = arrivals
+    with PausedGc():
+        for k in range(steps):
+            arrivals = [Trigger(name=f"step {k} at rank {r}") if k + 1 < steps else None for r in range(n)]
+            for r in range(n):
+                nxt = (r + 1) % n
+                trig = released[r]
+                f = sim.add_flow(
+                    group[r],
+                    group[nxt],
+                    chunk,
+                    start if trig is None else None,
+                    tag="allreduce",
+                    imm=True,
+                    trigger=trig,
+                    recv_done=arrivals[nxt],
+                )
+                flows.append(f)
+            released = arrivals
     return flows
 
 
@@ -147,17 +151,18 @@ def connection_matrix(sim: FabricSim, cm: ConnectionMatrix, *, start: int = 0) -
         for t in cm.triggers
     }
     flows = []
-    for c in cm.connections:
-        flows.append(
-            sim.add_flow(
-                c.src,
-                c.dst,
-                c.size,
-                None if c.trigger is not None else start + (c.start_us or 0) * 1000,
-                tag="cm",
-                trigger=None if c.trigger is None else triggers[c.trigger],
-                send_done=None if c.send_done_trigger is None else triggers[c.send_done_trigger],
-                recv_done=None if c.recv_done_trigger is None else triggers[c.recv_done_trigger],
+    with PausedGc():
+        for c in cm.connections:
+            flows.append(
+                sim.add_flow(
+                    c.src,
+                    c.dst,
+                    c.size,
+                    None if c.trigger is not None else start + (c.start_us or 0) * 1000,
+                    tag="cm",
+                    trigger=None if c.trigger is None else triggers[c.trigger],
+                    send_done=None if c.send_done_trigger is None else triggers[c.send_done_trigger],
+                    recv_done=None if c.recv_done_trigger is None else triggers[c.recv_done_trigger],
+                )
             )
-        )
     return flows
