@@ -22,12 +22,14 @@ from openmrc.transport import (
     WcStatus,
 )
 from openmrc.transport.nic import Arrival
+from openmrc.transport.types import Transmit
 from openmrc.wire import (
     BTH,
     DATA_OPCODES,
     METH,
     RETH,
     Addressing,
+    DataTemplate,
     EpOp,
     Opcode,
     Packet,
@@ -524,3 +526,64 @@ def test_a_datagram_that_leaves_a_delayed_sack_arms_the_timer() -> None:
     p.b.handle_timer(due)
     sacks = [t for t in p.b.datagrams_to_send(due) if t.packet.seth is not None]
     assert len(sacks) == 1 and p.b.get_timer() is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    length=st.integers(1, 40_000),
+    imm=st.one_of(st.none(), st.integers(0, 0xFFFFFFFF)),
+    order=st.randoms(use_true_random=False),
+    dup=st.sets(st.integers(0, 40)),
+    trimmed=st.sets(st.integers(0, 40)),
+    port=st.sampled_from([1, 2, 4, 5, 0]),
+    down=st.booleans(),
+    stray_qp=st.booleans(),
+)
+def test_a_transmit_received_in_process_does_what_its_packet_does(
+    length: int,
+    imm: int | None,
+    order: random.Random,
+    dup: set[int],
+    trimmed: set[int],
+    port: int,
+    down: bool,
+    stray_qp: bool,
+) -> None:
+    """`Nic.receive_transmit` (the simulator hands a peer NIC's `Transmit` over without building its
+    `Packet`) places, acknowledges and counts exactly as `receive` of the packet does, for packets that
+    arrive reordered, duplicated, trimmed, on a port that does not exist or is down, or for no QP."""
+    twins = [Pair(seed=9, buf_size=1 << 16) for _ in range(2)]
+    sent: list[list[Transmit]] = []
+    for p in twins:
+        p.write(0, length, imm=imm)
+        if down:
+            p.b.port_down(2, now=p.now)
+        ts = []
+        while out := [t for t in p.a.datagrams_to_send(p.now) if t.tpl is not None]:
+            ts += out
+        sent.append(ts)
+    if stray_qp:  # a Write for a QP b does not have: same template fields but its DestQP
+        for ts in sent:
+            tpl = ts[0].tpl
+            assert tpl is not None
+            ts[0].tpl = DataTemplate(0x00ABCD, tpl.meth.rqmsn, tpl.meth.msn, tpl.rkey, tpl.dma_len, None)
+    arrivals = [(i, t) for i, t in enumerate(sent[0])]
+    order.shuffle(arrivals)
+    arrivals += [(i, t) for i, t in arrivals if i in dup]
+    one, many = twins
+    for i, _ in arrivals:
+        trim = TrimMark.TRIMMED if i in trimmed else TrimMark.NONE
+        at = port if i % 3 else 2
+        t0, t1 = sent[0][i], sent[1][i]
+        one.b.receive(t0.packet, at, one.now, False, t0.entropy, trim, "a")
+        many.b.receive_transmit(t1, at, many.now, False, t1.entropy, trim, "a")
+        assert t1._packet is None  # no Packet was built for it
+    assert one.b.stats == many.b.stats
+    r0, r1 = one.qp_b.responder, many.qp_b.responder
+    assert (r0.cack, r0.bitmap) == (r1.cack, r1.bitmap)
+    assert one.dst == many.dst
+    assert [t.packet.encode() for t in one.b.datagrams_to_send(one.now)] == [
+        t.packet.encode() for t in many.b.datagrams_to_send(many.now)
+    ]
+    assert one.b.get_timer() == many.b.get_timer()
+    assert one.qp_b.recv_cq.poll(64) == many.qp_b.recv_cq.poll(64)

@@ -49,6 +49,8 @@ from openmrc.wire.constants import (
     OP_NACK,
     OP_PROBE,
     OP_SACK,
+    OP_WRITE_LAST_WITH_IMM,
+    OP_WRITE_ONLY_WITH_IMM,
     is_data_opcode,
 )
 from openmrc.wire.datagram import icrc_view_ok
@@ -256,6 +258,52 @@ class Nic:
                 stats.rx_malformed += 1
                 return
         self._deliver(pkt, port, now, ecn, entropy, trim, src)
+
+    def receive_transmit(
+        self,
+        t: Transmit,
+        port: int,
+        now: int,
+        ecn: bool = False,
+        entropy: int = 0,
+        trim: TrimMark = TrimMark.NONE,
+        src: Hashable = None,
+    ) -> None:
+        """`receive` of a packet another in-process NIC's `datagrams_to_send` emitted (the simulator's hosts):
+        a data packet that left its NIC as its Write's template reaches the responder by its fields, and no
+        `Packet` is ever built for it (in validation mode it takes the byte path like every packet)."""
+        tpl = t.tpl
+        if tpl is None or self._validate or tpl.dest_qp == RESERVED_QP_ENDPOINT:
+            self.receive(t.packet, port, now, ecn, entropy, trim, src)
+            return
+        stats = self.stats
+        stats.rx_packets += 1
+        if not 0 < port <= self.num_ports or not self.ports_up[port]:
+            stats.rx_dropped_port += 1
+            return
+        qp = self.qps.get(tpl.dest_qp)
+        if qp is None:
+            stats.rx_dropped_no_qp += 1
+            return
+        op = t.op
+        imm = tpl.immdt
+        qp.responder.on_fields(
+            op,
+            t.psn,
+            t.ack_req,
+            t.va,
+            tpl.rkey,
+            tpl.dma_len,
+            t.payload,
+            imm.imm_data if imm is not None and op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM) else 0,
+            0,
+            now,
+            port,
+            ecn,
+            entropy,
+            trim,
+        )
+        self._woken[qp] = None
 
     def receive_datagram(
         self,
