@@ -48,7 +48,7 @@ import re
 import time
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ from openmrc.sim import workloads
 from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim, fat_tree_sim
 from openmrc.sim.htsim_cm import CmError, load_cm
 from openmrc.sim.metrics import SimResults, write_results
+from openmrc.sim.scenario_schema import SchemaError, check
 
 __all__ = [
     "Run",
@@ -72,14 +73,15 @@ __all__ = [
     "write_results",
 ]
 
-_FABRIC_FIELDS = {f.name for f in fields(ClosSimConfig)}
 _TOPOLOGY_KEYS = {"topology", "k", "topo_file"}
-_WORKLOADS = ("permutation", "incast", "alltoall", "allreduce", "cm")
-_FAILURES = ("t0_uplink", "link", "switch", "nic_port", "flap", "degrade", "loss")
 
 
 class ScenarioError(ValueError):
-    """A scenario that cannot run; the message names the key."""
+    """A scenario that cannot run: one line per problem (``problems``), each naming the key."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
 def builtin_scenarios() -> dict[str, Path]:
@@ -145,43 +147,25 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: {exc}") from exc
+    if not doc:
+        raise ScenarioError(f"{path}: empty (a scenario needs at least a [fabric] or [workload] table)")
     doc["_dir"] = str(path.parent)
     for o in overrides or []:
         _set(doc, o)
-    return validate(doc)
+    doc = validate(doc)
+    expand_runs(doc)  # every variant's and sweep point's overrides checked before anything runs
+    return doc
 
 
 def validate(doc: dict[str, Any]) -> dict[str, Any]:
-    """Normalise the fabric section and check every key the runs will need, naming the bad one."""
-    fabric = dict(doc.get("fabric", {}))
-    if "link_gbps" in fabric:
-        fabric["link_bps"] = int(fabric.pop("link_gbps") * 1_000_000_000)
-    unknown = set(fabric) - _FABRIC_FIELDS - _TOPOLOGY_KEYS
-    if unknown:
-        known = ", ".join(sorted(_FABRIC_FIELDS | _TOPOLOGY_KEYS))
-        raise ScenarioError(f"fabric.{sorted(unknown)[0]}: unknown key (known: {known})")
-    if fabric.get("topology", "clos") not in ("clos", "fattree"):
-        raise ScenarioError(f"fabric.topology: {fabric['topology']!r} is not 'clos' or 'fattree'")
-    if "ecn" in fabric and fabric["ecn"] is not None:
-        fabric["ecn"] = tuple(fabric["ecn"])
-    doc["fabric"] = fabric
-    wl = doc.setdefault("workload", {})
-    if wl.get("kind", "permutation") not in _WORKLOADS:
-        raise ScenarioError(f"workload.kind: {wl.get('kind')!r} is not one of {', '.join(_WORKLOADS)}")
-    for i, f in enumerate(doc.get("failures", [])):
-        if f.get("kind") not in _FAILURES:
-            raise ScenarioError(f"failures[{i}].kind: {f.get('kind')!r} is not one of {', '.join(_FAILURES)}")
-        if "at_us" not in f and f["kind"] != "loss":
-            raise ScenarioError(f"failures[{i}].at_us: missing")
-    for i, v in enumerate(doc.get("variants", [])):
-        if "name" not in v:
-            raise ScenarioError(f"variants[{i}].name: missing")
-        if not isinstance(v.get("set", []), list):
-            raise ScenarioError(f"variants[{i}].set: a list of key=value strings")
-    for key, values in doc.get("sweep", {}).items():
-        if not isinstance(values, list) or not values:
-            raise ScenarioError(f"sweep.{key}: a non-empty list of values")
-    return doc
+    """The document checked against the scenario schema (`openmrc.sim.scenario_schema`) and resolved: every
+    key present with its default. Raises `ScenarioError` with one problem per broken key."""
+    try:
+        out = check({k: v for k, v in doc.items() if not k.startswith("_")})
+    except SchemaError as exc:
+        raise ScenarioError(*exc.problems) from None
+    out["_dir"] = doc.get("_dir", ".")
+    return out
 
 
 @dataclass(slots=True)
@@ -204,19 +188,23 @@ def expand_runs(doc: dict[str, Any]) -> list[Run]:
     for v in variants:
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
             d = copy.deepcopy({k: val for k, val in doc.items() if k not in ("variants", "sweep")})
-            for o in v.get("set", []):
-                _set(d, o)
             label = str(v["name"])
-            for k, val in zip(keys, combo, strict=True):
-                _assign(d, k, val)
-                label += f" {k.rsplit('.', 1)[-1]}={val}"
-            runs.append(Run(label, validate(d)))
+            try:
+                for o in v.get("set", []):
+                    _set(d, o)
+                for k, val in zip(keys, combo, strict=True):
+                    _assign(d, k, val)
+                    label += f" {k.rsplit('.', 1)[-1]}={val}"
+                runs.append(Run(label, validate(d)))
+            except ScenarioError as exc:
+                raise ScenarioError(*(f"variant {label!r}: {p}" for p in exc.problems)) from None
     return runs
 
 
 def _config(doc: dict[str, Any]) -> tuple[ClosSimConfig, dict[str, Any]]:
     fabric = dict(doc["fabric"])
     topo = {k: fabric.pop(k) for k in list(fabric) if k in _TOPOLOGY_KEYS}
+    fabric["link_bps"] = round(fabric.pop("link_gbps") * 1e9)
     try:
         return ClosSimConfig(**fabric), topo
     except (TypeError, ValueError) as exc:
@@ -229,7 +217,7 @@ def build_run(doc: dict[str, Any]) -> FabricSim:
     base = Path(doc.get("_dir", "."))
     try:
         if topo.get("topology", "clos") == "fattree":
-            if "topo_file" in topo:
+            if topo.get("topo_file") is not None:
                 tree = FatTree.from_topo_file(data_file(str(topo["topo_file"]), base))
             else:
                 tree = FatTree.from_k(int(topo.get("k", 4)))
@@ -347,9 +335,9 @@ def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
                 if prob:
                     sim.failures.append((at, f"{prob:.2%} loss on {where}"))
         except KeyError as exc:
-            raise ScenarioError(f"failures[{i}]: missing {exc.args[0]}") from exc
+            raise ScenarioError(f"failures.{i}: missing {exc.args[0]}") from exc
         except (IndexError, ValueError) as exc:
-            raise ScenarioError(f"failures[{i}]: {exc}") from exc
+            raise ScenarioError(f"failures.{i}: {exc}") from exc
 
 
 def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> list[Run]:
