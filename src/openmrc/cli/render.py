@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from rich.console import Console
 from rich.table import Table
@@ -14,9 +15,9 @@ __all__ = ["make_console", "opcode_name", "packet_table"]
 
 
 def make_console() -> Console:
-    """The CLI's console; when writing to a log or pipe, wide enough for the comparison tables."""
+    r"""The CLI's console; when writing to a log or pipe, 80 columns (or \$COLUMNS)."""
     console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 132))
+    return console if console.is_terminal else Console(width=int(os.environ.get("COLUMNS", 80)))
 
 
 def opcode_name(op: int) -> str:
