@@ -188,7 +188,11 @@ class Run:
         FCT percentiles were taken, and the figures measured beside the run."""
         assert self.results is not None
         rep: dict[str, Any] = {"label": self.label, "variant": self.variant, "seed": self.seed}
-        rep |= self.results.report()
+        for key, value in self.results.report().items():  # user-facing times in µs
+            if key.endswith("_ns") and isinstance(value, int | float):
+                rep[key.removesuffix("_ns") + "_us"] = value / 1000
+            else:
+                rep[key] = value
         n, done = rep["flows"], rep["completed"]
         rep["unfinished"] = n - done
         if done < n:
