@@ -25,6 +25,7 @@ from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.sim.scenario import builtin_scenarios, load_scenario, run_scenario
 from openmrc.sim.scenario_schema import markdown
 from openmrc.testbed.experiment import openmrc_argv
+from tests.test_sim_scenarios import SMALL
 
 runner = CliRunner()
 
@@ -156,15 +157,6 @@ def test_pcap_refuses_paths_and_ports_it_cannot_use(tmp_path: Path) -> None:
         assert res.exit_code == code, (args, res.output)
         assert text in flat(res.output) and "Traceback" not in res.output, res.output
     assert not (tmp_path / "x.pcap").exists()
-
-
-SMALL = [
-    "fabric.hosts=16",
-    "fabric.planes=2",
-    "fabric.t0_radix=8",
-    "fabric.t1_radix=8",
-    "workload.size_kib=64",
-]
 
 
 def _sets(overrides: list[str]) -> list[str]:
