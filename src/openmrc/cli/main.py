@@ -130,6 +130,7 @@ def demo(
         check_out_dir,
         print_notes,
         print_outages,
+        print_written,
         results_table,
         run_scenario_cli,
         scenario_error,
@@ -156,8 +157,9 @@ def demo(
         a, b = mrc.job_time_ns(), roce.job_time_ns()
         if a and b:
             console.print(f"[bold]MRC finishes the all-reduce {b / a:.1f}× sooner than RoCEv2 over ECMP.")
-    for p in write_runs(runs, out, doc, provenance=provenance(started, sorted({r.seed for r in runs}))):
-        console.print(f"wrote {p}")
+    print_written(
+        out, write_runs(runs, out, doc, provenance=provenance(started, sorted({r.seed for r in runs})))
+    )
     console.print(
         "More: `openmrc sim scenarios`, `openmrc tour` (wire format, EVs, transport), `openmrc topo plan`."
     )

@@ -140,6 +140,13 @@ def print_outages(runs: list[Run]) -> None:
             console.print(line)
 
 
+def print_written(out: Path, paths: list[Path]) -> None:
+    """One line: what went where (``wrote results.json, 10 CSVs, 2 plots to out/``)."""
+    csvs = sum(p.suffix == ".csv" for p in paths)
+    pngs = sum(p.suffix == ".png" for p in paths)
+    console.print(f"wrote results.json, {csvs} CSVs, {pngs} plots to {out}/", highlight=False)
+
+
 class RunInterrupted(Exception):
     """Ctrl-C stopped a scenario: the variants that had finished, and where the run was."""
 
@@ -246,8 +253,7 @@ def run_scenario_cli(
             if out is not None:
                 where = f"{exc.where}; {len(done)} of {exc.total} variant(s) had finished"
                 prov = provenance(started, sorted({r.seed for r in done}))
-                for p in write_runs(done, out, doc, provenance=prov, interrupted=where):
-                    console.print(f"wrote {p}")
+                print_written(out, write_runs(done, out, doc, provenance=prov, interrupted=where))
         elif out is not None and made_out:
             with contextlib.suppress(OSError):
                 out.rmdir()  # made for this run, and nothing to put in it
@@ -350,5 +356,4 @@ def run(
     if out is not None:
         written = write_runs(runs, out, doc, provenance=prov)
         if not quiet and not json_:
-            for p in written:
-                console.print(f"wrote {p}")
+            print_written(out, written)

@@ -6,7 +6,7 @@ description = "..."
 until_us = 10000            # stop here even if flows are left
 sample_us = 5               # time-series interval (job goodput, EV states)
 
-[fabric]                    # ClosSimConfig fields; link_gbps is accepted for link_bps
+[fabric]                    # ClosSimConfig fields (link_gbps for link_bps) and the topology
 topology = "clos"           # or "fattree" (k = 16, or topo_file = an htsim .topo)
 planes = 4
 hosts = 64
@@ -33,6 +33,7 @@ set = ['fabric.transport="roce"', 'fabric.routing="ecmp"', "fabric.trimming=fals
 [sweep]                     # optional: every combination of these values, for every variant
 "failures.0.probability" = [0.0, 0.001]
 ```
+Every key is in docs/scenarios.md, generated from `openmrc.sim.scenario_schema`, which `validate` applies.
 Links are named by ``plane``/``t0``/``uplink`` (a T0's uplink in a multi-plane Clos) or by ``node``/``port``
 (any topology). Switches by ``node`` or by ``plane``/``tier`` ("t0"|"t1")/``index``. Loss applies to a
 link, to a ``plane`` or (neither given) to every link. Every key can be overridden with
