@@ -97,3 +97,12 @@ def test_an_interrupted_testbed_command_says_so_and_exits_130(capsys: pytest.Cap
         _do("testbed up", interrupted, undone="what it had made is removed")
     assert exc.value.exit_code == 130
     assert "interrupted: testbed up (what it had made is removed)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("locator", "reason"), [("zz", "'zz' is not a hexadecimal number"), ("100000000", "a locator is 32 bits")]
+)
+def test_topo_plan_names_a_bad_locator(locator: str, reason: str) -> None:
+    res = runner.invoke(app, ["topo", "plan", "--hosts", "64", "--locator", locator], terminal_width=200)
+    assert res.exit_code == 2 and "--locator" in res.output and reason in res.output, res.output
+    assert "Traceback" not in res.output

@@ -4,17 +4,28 @@ refused before anything runs."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import platform
 import signal
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from openmrc import __version__, _native
 from openmrc.cli.main import app
+from openmrc.cli.sim import results_table
+from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.sim.scenario import builtin_scenarios, load_scenario, run_scenario
+from openmrc.sim.scenario_schema import markdown
 from openmrc.testbed.experiment import openmrc_argv
+from tests.test_sim_scenarios import SMALL
 
 runner = CliRunner()
 
@@ -146,3 +157,99 @@ def test_pcap_refuses_paths_and_ports_it_cannot_use(tmp_path: Path) -> None:
         assert res.exit_code == code, (args, res.output)
         assert text in flat(res.output) and "Traceback" not in res.output, res.output
     assert not (tmp_path / "x.pcap").exists()
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
+def test_json_prints_the_results_document_with_its_provenance() -> None:
+    res = runner.invoke(app, ["sim", "run", "clos-perm", *_sets(SMALL), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)  # nothing but the document on stdout: no table, no progress
+    prov = doc["provenance"]
+    assert prov["openmrc"] == __version__ and prov["python"] == platform.python_version()
+    assert prov["build"] == ("compiled" if _native.compiled else "interpreted")
+    assert prov["seeds"] == [1] and prov["wall_s"] > 0 and prov["started"][:2] == "20"
+    assert prov["git_commit"] is None or len(prov["git_commit"].removesuffix("-dirty")) == 40
+    assert doc["scenario"]["fabric"]["hosts"] == 16 and doc["scenario"]["fabric"]["mtu"] == 4096  # resolved
+    (run,) = doc["runs"]
+    assert (
+        run["status"] == f"all {run['flows']} flows finished"
+        and run["fct_over"] == f"all {run['flows']} flows"
+    )
+
+
+def test_seeds_and_a_variant_give_mean_and_spread_and_files_named_by_label(tmp_path: Path) -> None:
+    over = [*SMALL, "workload.size_kib=256", "failures.0.plane=1"]
+    args = ["sim", "run", "link-failure", *_sets(over), "--variant", "MRC, T0-T1 link", "--seeds", "2"]
+    res = runner.invoke(app, [*args, "--seed", "7", "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "±" in res.output and "wrote" not in res.output and "finished MRC" not in res.output
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [r["label"] for r in doc["runs"]] == ["MRC, T0-T1 link seed=7", "MRC, T0-T1 link seed=8"]
+    assert doc["provenance"]["seeds"] == [7, 8]
+    summary = doc["seeds_summary"]["MRC, T0-T1 link"]["max_fct_us"]
+    fcts = [r["max_fct_us"] for r in doc["runs"]]
+    assert summary["mean"] == sum(fcts) / 2 and summary["min"] == min(fcts) and summary["n"] == 2
+    topo = MultiPlaneClos(2, 16, 8, 8, 100 * 10**9, 1000)
+    for seed in (7, 8):
+        links = list(csv.DictReader((tmp_path / f"mrc-t0-t1-link-seed-{seed}.links.csv").open()))
+        assert links and all(r["node_name"] == topo.node_name(int(r["node"])) for r in links)
+        assert all(r["peer_name"] == topo.node_name(int(r["peer"])) for r in links)
+        failures = list(csv.DictReader((tmp_path / f"mrc-t0-t1-link-seed-{seed}.failures.csv").open()))
+        up = topo.t0(1, 0)
+        assert (float(failures[0]["at_us"]), failures[0]["what"]) == (
+            20.0,
+            f"link p1-t0-0:4 (node {up}) down",
+        )
+    assert doc["runs"][0]["failures"][0]["at_us"] == 20.0
+
+
+def test_cli_errors_are_one_line_each_and_name_the_key() -> None:
+    cases = [
+        (["sim", "run", "clos-perm", "--set", "fabric.hosts=abc", "--set", "until_us=-5"], 2),
+        (["sim", "run", "clos-perm", "--variant", "nope"], 1),
+        (["sim", "run", "clos-perm", "--set", "fabric.link_bps=1"], 1),
+        (["sim", "show", "nope"], 1),
+    ]
+    for args, lines in cases:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        out = res.output.strip().splitlines()
+        assert len(out) == lines and all(line.startswith("error: ") for line in out), res.output
+        assert "Traceback" not in res.output
+    res = runner.invoke(app, cases[0][0])
+    assert "error: fabric.hosts: expected an integer, got 'abc'" in res.output
+    assert "error: until_us: must be > 0, got -5" in res.output
+
+
+def test_show_scenarios_schema_and_version() -> None:
+    shown = runner.invoke(app, ["sim", "show", "demo"])
+    assert shown.exit_code == 0 and tomllib.loads(shown.output)["name"] == "demo"
+    listing = runner.invoke(app, ["sim", "scenarios"], terminal_width=200)
+    for name, path in builtin_scenarios().items():
+        wall = tomllib.loads(path.read_text())["expected_wall_s"]
+        row = next(line for line in listing.output.splitlines() if line.split()[:1] == [name])
+        assert row.split()[1] == (f"{wall:,.0f}" if wall >= 10 else f"{wall:.1f}"), row
+    assert runner.invoke(app, ["sim", "schema", "--markdown"]).output == markdown()
+    schema = json.loads(runner.invoke(app, ["sim", "schema"]).output)
+    assert "fabric" in schema["properties"] and schema["additionalProperties"] is False
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.output.strip() == __version__
+
+
+def test_htsim_figures_are_printed_beside_ours_and_the_table_fits_80_columns() -> None:
+    res = runner.invoke(app, ["sim", "run", "htsim-incast-15", "--variant", "MRC 128 EVs", "--quiet"])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if "max_fct_us htsim" in x)
+    ours = float(line.split("openmrc ")[1].split()[0].replace(",", ""))
+    assert "2,478.5" in line and f"({ours / 2478.5:.2f}×)" in line
+    assert "max_fct_us ideal 2,400.0" in res.output
+    doc = load_scenario("paper-incast-victim", [*SMALL, "workload.senders=3"])
+    runs = run_scenario(doc)
+    narrow = Console(width=80, file=io.StringIO(), soft_wrap=False)
+    narrow.print(results_table(runs, "paper-incast-victim"))
+    text = narrow.file.getvalue()  # type: ignore[attr-defined]
+    assert max(len(x) for x in text.splitlines()) <= 80 and "…" not in text, text
+    assert "RoCEv2 + DCQCN + PFC" in text and "victim" in text

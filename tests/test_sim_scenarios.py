@@ -11,9 +11,19 @@ from typer.testing import CliRunner
 
 from openmrc.cli.main import app
 from openmrc.cli.sim import results_table
-from openmrc.sim.clos_sim import FabricSim
+from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.sim.clos_sim import ClosSimConfig, FabricSim
 from openmrc.sim.metrics import SimResults
-from openmrc.sim.scenario import ScenarioError, builtin_scenarios, load_scenario, run_scenario
+from openmrc.sim.results_files import aggregate, name_nodes
+from openmrc.sim.scenario import (
+    ScenarioError,
+    _config,
+    builtin_scenarios,
+    expand_runs,
+    load_scenario,
+    run_scenario,
+)
+from openmrc.sim.scenario_schema import SECTIONS, Fabric, markdown
 
 SMALL = [
     "fabric.hosts=16",
@@ -37,16 +47,13 @@ def test_builtins_load() -> None:
     assert named | {"demo", "clos-perm", "clos-incast"} <= set(names)
     for name in names:
         doc = load_scenario(name)
-        assert doc["fabric"]["link_bps"] == 100_000_000_000
+        assert doc["fabric"]["link_gbps"] == 100
 
 
 def test_overrides_and_errors(tmp_path: Path) -> None:
-    doc = load_scenario("clos-perm", ["fabric.hosts=16", 'workload.kind="incast"', "workload.name=x"])
-    assert (
-        doc["fabric"]["hosts"] == 16
-        and doc["workload"]["kind"] == "incast"
-        and doc["workload"]["name"] == "x"
-    )
+    doc = load_scenario("clos-perm", ["fabric.hosts=16", 'workload.kind="incast"', "workload.senders=3"])
+    assert doc["fabric"]["hosts"] == 16 and doc["workload"]["kind"] == "incast"
+    assert doc["workload"]["senders"] == 3
     with pytest.raises(ScenarioError, match=r"fabric\.bogus"):
         load_scenario("clos-perm", ["fabric.bogus=1"])
     with pytest.raises(ScenarioError, match=r"workload\.kind"):
@@ -57,7 +64,7 @@ def test_overrides_and_errors(tmp_path: Path) -> None:
         load_scenario("clos-perm", ["fabric.hosts"])
     bad = tmp_path / "bad.toml"
     bad.write_text('[fabric]\nplanes = 2\n[[failures]]\nkind = "meteor"\nat_us = 1\n')
-    with pytest.raises(ScenarioError, match=r"failures\[0\].kind"):
+    with pytest.raises(ScenarioError, match=r"failures\.0\.kind"):
         load_scenario(bad)
     with pytest.raises(ScenarioError, match="fabric"):
         run1(load_scenario("clos-perm", ["fabric.hosts=100000"]))
@@ -106,7 +113,7 @@ def test_cli_run_writes_results(tmp_path: Path) -> None:
     for png in ("timeline.png", "fct_cdf.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     series = list(csv.DictReader((tmp_path / "series.csv").open()))
-    assert int(series[-1]["delivered_bytes"]) == sum(int(r["size"]) for r in rows)
+    assert int(series[-1]["delivered_bytes"]) == sum(int(r["size_bytes"]) for r in rows)
     listing = CliRunner().invoke(app, ["sim", "scenarios"])
     assert "link-failure" in listing.output
     bad = CliRunner().invoke(app, ["sim", "run", "clos-perm", "--set", "fabric.nope=1"])
@@ -145,9 +152,148 @@ def test_the_table_shows_a_victim_and_pfc_pauses_only_when_a_run_has_them() -> N
     doc = load_scenario("paper-incast-victim", SHRUNK["paper-incast-victim"])
     runs = run_scenario(doc)
     heads = [str(c.header) for c in results_table(runs, "t").columns]
-    assert heads[-3:] == ["victim µs", "PFC pauses", "wall s"]
+    assert heads[-1] == "victim\n×alone"
+    heads = [str(c.header) for c in results_table(runs, "t", wide=True).columns]
+    assert heads[-4:] == ["victim\nµs", "victim\n×alone", "PFC\npauses", "wall\ns"]
     lossless = [r for r in runs if r.results is not None and "pfc_pauses" in r.results.report()]
     assert [r.label for r in lossless] == ["RoCEv2 + DCQCN + PFC"]
     plain = run_scenario(load_scenario("clos-perm", SMALL))
     heads = [str(c.header) for c in results_table(plain, "t").columns]
-    assert "PFC pauses" not in heads and "victim µs" not in heads
+    assert not any("PFC" in h or "victim" in h for h in heads)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("fabric.hosts=abc", "fabric.hosts: expected an integer, got 'abc'"),
+        ("fabric.buffer_bytes=-1", "fabric.buffer_bytes: must be ≥ 1, got -1"),
+        ("until_us=-5", "until_us: must be > 0, got -5"),
+        ("fabric.evs_per_qp=0", "fabric.evs_per_qp: must be ≥ 1, got 0"),
+        ("fabric.evs_per_qp=100000", "fabric.evs_per_qp: must be ≤ 65535, got 100000"),
+        ("fabrik.hosts=1", "fabrik: unknown key (known: name, description,"),
+        ("fabric.link_bps=100", "fabric.link_bps: unknown key: use link_gbps (Gb/s), got 100"),
+        ("fabric.trimming=1", "fabric.trimming: expected true or false, got 1"),
+        ('workload.kind="cm"', "workload: kind 'cm' needs file"),
+        ("fabric.ecn=[0.9, 0.1]", "fabric.ecn: need 0 ≤ low ≤ high ≤ 1"),
+        ("failures.0.probability=2", "failures.0.probability: must be ≤ 1, got 2"),
+        (
+            'variants.1.set=["fabric.planes=0"]',
+            "variant 'RoCEv2 1 QP all-reduce probability=0.0': fabric.planes: must be ≥ 1, got 0",
+        ),
+    ],
+)
+def test_a_broken_key_is_named_with_its_value_and_rule(override: str, message: str) -> None:
+    scenario = "paper-allreduce-loss" if override.startswith(("failures", "variants")) else "clos-perm"
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(scenario, [override])
+    assert any(p.startswith(message) for p in exc.value.problems), exc.value.problems
+
+
+def test_every_problem_of_a_file_is_reported_and_an_empty_file_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[fabric]\nhosts = "x"\nplanes = 0\n[fabrik]\n[[failures]]\nkind = "link"\n')
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(bad)
+    keys = sorted(p.split(":")[0] for p in exc.value.problems)
+    assert keys == ["fabric.hosts", "fabric.planes", "fabrik", "failures.0"], exc.value.problems
+    assert "kind 'link' needs at_us" in str(exc.value)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("# nothing\n")
+    with pytest.raises(ScenarioError, match="empty"):
+        load_scenario(empty)
+
+
+def test_the_schema_fabric_is_the_simulators_config() -> None:
+    """Every fabric key but the topology's is a ClosSimConfig field under the same name (link_gbps is
+    link_bps in Gb/s), and their defaults agree."""
+    cfg = ClosSimConfig()
+    for key, info in Fabric.model_fields.items():
+        if key in ("topology", "k", "topo_file"):
+            continue
+        name, scale = ("link_bps", 1e9) if key == "link_gbps" else (key, 1)
+        assert hasattr(cfg, name), key
+        assert info.default is None or info.default * scale == getattr(cfg, name), key
+    assert _config(load_scenario("clos-perm", ["fabric.link_gbps=25"]))[0].link_bps == 25_000_000_000
+
+
+def test_the_scenario_reference_is_current() -> None:
+    committed = (Path(__file__).parents[1] / "docs" / "scenarios.md").read_text()
+    assert committed == markdown(), "regenerate: openmrc sim schema --markdown > docs/scenarios.md"
+    for _heading, model, _h in SECTIONS:
+        for key in model.model_fields:
+            assert f"`{key}`" in committed or f"[{key}]" in committed, key
+
+
+@pytest.mark.parametrize("name", sorted(builtin_scenarios()))
+def test_sim_show_round_trips_through_the_loader(name: str, tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["sim", "show", name])
+    assert res.exit_code == 0, res.output
+    copy = tmp_path / f"{name}.toml"
+    copy.write_text(res.output)
+    ours, theirs = load_scenario(copy), load_scenario(name)
+    assert {k: v for k, v in ours.items() if k != "_dir"} == {k: v for k, v in theirs.items() if k != "_dir"}
+    assert theirs["expected_wall_s"] is not None, "measure the scenario once and store expected_wall_s"
+
+
+def test_a_run_stopped_at_until_us_says_how_many_flows_are_unfinished() -> None:
+    (r,) = run_scenario(load_scenario("clos-perm", [*SMALL, "until_us=8"]))
+    rep = r.report()
+    assert 0 < rep["completed"] < rep["flows"] or rep["completed"] == 0
+    left = rep["flows"] - rep["completed"]
+    assert rep["unfinished"] == left > 0
+    assert rep["status"] == f"{left} of {rep['flows']} flows unfinished at {rep['sim_time_us']:,.1f} µs"
+    assert rep["sim_time_us"] <= 8
+    if "median_fct_us" in rep:
+        assert rep["fct_over"] == f"the {rep['completed']} finished flows of {rep['flows']}"
+    (whole,) = run_scenario(load_scenario("clos-perm", SMALL))
+    assert whole.report()["status"] == f"all {whole.report()['flows']} flows finished"
+
+
+def test_the_victim_is_measured_against_the_same_flow_alone() -> None:
+    doc = load_scenario("paper-incast-victim", SHRUNK["paper-incast-victim"])
+    runs = run_scenario(doc, variants=["MRC"])
+    (r,) = runs
+    rep = r.report()
+    assert r.results is not None
+    (victim,) = [f for f in r.results.flows if f.tag == "victim"]
+    assert victim.fct_ns is not None and rep["victim_max_fct_us"] == victim.fct_ns / 1000
+    alone = rep["victim_alone_fct_us"]
+    assert 0 < alone <= rep["victim_max_fct_us"]
+    assert rep["victim_slowdown"] == pytest.approx(rep["victim_max_fct_us"] / alone)
+
+
+def test_seeds_and_variants_select_runs_and_unknown_variants_are_named() -> None:
+    doc = load_scenario("link-failure", SHRUNK["link-failure"])
+    runs = expand_runs(doc, seeds=[4, 5], variants=["mrc, nic port"])
+    assert [(r.label, r.seed, r.doc["fabric"]["seed"]) for r in runs] == [
+        ("MRC, NIC port seed=4", 4, 4),
+        ("MRC, NIC port seed=5", 5, 5),
+    ]
+    with pytest.raises(ScenarioError, match=r"--variant 'nope': no such variant .*'MRC, T0-T1 link'"):
+        expand_runs(doc, variants=["nope"])
+
+
+def test_seed_summaries_are_the_mean_and_spread_of_the_runs() -> None:
+    reports = [
+        {"label": "a seed=1", "seed": 1, "max_fct_us": 10.0, "status": "x"},
+        {"label": "a seed=2", "seed": 2, "max_fct_us": 14.0, "status": "y"},
+        {"label": "b", "seed": 1, "max_fct_us": 3.0},
+    ]
+    agg = aggregate(reports)
+    assert agg["a"]["max_fct_us"] == {
+        "mean": 12.0,
+        "std": pytest.approx(2**0.5 * 2),
+        "min": 10.0,
+        "max": 14.0,
+        "n": 2,
+    }
+    assert "status" not in agg["a"] and "seed" not in agg["a"]
+    assert agg["b"]["max_fct_us"]["std"] == 0.0
+
+
+def test_node_ids_in_messages_get_the_names_topo_plan_uses() -> None:
+    topo = MultiPlaneClos(2, 16, 8, 8, 100 * 10**9, 1000)
+    node = topo.t0(1, 2)
+    assert name_nodes(f"link {node}:5 down", topo) == f"link p1-t0-2:5 (node {node}) down"
+    assert name_nodes(f"switch {node} down", topo) == f"switch p1-t0-2 (node {node}) down"
+    assert name_nodes("host 3 NIC port 1 down", topo) == "host 3 NIC port 1 down"

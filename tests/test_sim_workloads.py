@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,8 @@ import pytest
 from openmrc.fabric import FatTree
 from openmrc.sim.clos_sim import ClosSimConfig, Trigger, fat_tree_sim
 from openmrc.sim.htsim_cm import parse_cm
-from openmrc.sim.metrics import write_results
+from openmrc.sim.results_files import write_run_files
+from openmrc.sim.scenario import Run
 from openmrc.sim.workloads import all_to_all, connection_matrix, incast, permutation, ring_allreduce
 from tests.sim_tools import ROCE, UNTIL, all_succeeded, clos, topo_of
 
@@ -341,14 +341,11 @@ def test_write_results_rows_match_the_flows(tmp_path: Path) -> None:
     flows = incast(sim, 64 << 10, senders=4, victim=True)
     sim.sample_every(10_000)
     res = sim.run(until=UNTIL)
-    write_results(res, tmp_path, meta={"name": "incast"}, prefix="x-")
-    doc = json.loads((tmp_path / "x-results.json").read_text())
-    assert doc["meta"] == {"name": "incast"}
-    assert doc["summary"]["completed"] == doc["summary"]["flows"] == len(flows)
+    write_run_files(Run("incast", {}, sim=sim, results=res), tmp_path, prefix="x-")
     rows = list(csv.DictReader((tmp_path / "x-flows.csv").open()))
     assert len(rows) == len(flows)
     for row, f in zip(rows, flows, strict=True):
-        assert (int(row["id"]), row["tag"], int(row["src"]), int(row["dst"]), int(row["size"])) == (
+        assert (int(row["id"]), row["tag"], int(row["src"]), int(row["dst"]), int(row["size_bytes"])) == (
             f.id,
             f.tag,
             f.src,

@@ -6,6 +6,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -29,6 +30,21 @@ app.add_typer(sim_app, name="sim")
 app.add_typer(perf_app, name="perf")
 app.add_typer(testbed_app, name="testbed")
 console = make_console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """openmrc: MRC 1.0 (OCP) in Python."""
 
 
 @app.command()
@@ -110,28 +126,40 @@ def demo(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
 ) -> None:
     """The main job: ring all-reduce on a 4-plane, 64-host Clos while a T0-T1 link fails; MRC vs RoCEv2."""
-    from openmrc.cli.sim import check_out_dir, print_outages, results_table, run_scenario_cli
-    from openmrc.sim.scenario import ScenarioError, load_scenario, write_runs
+    from openmrc.cli.sim import (
+        check_out_dir,
+        print_notes,
+        print_outages,
+        print_written,
+        results_table,
+        run_scenario_cli,
+        scenario_error,
+    )
+    from openmrc.sim.results_files import provenance, write_runs
+    from openmrc.sim.scenario import ScenarioError, load_scenario
 
     try:
         doc = load_scenario("demo", set_)
     except ScenarioError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise scenario_error(exc) from None
     made = check_out_dir(out)
+    started = time.time()
     fab, wl = doc["fabric"], doc["workload"]
     shape = f"{fab['hosts']} hosts × {fab['planes']} planes"
     console.rule(f"[bold]Ring all-reduce of {wl['size_kib']} KiB per rank on {shape}")
     console.print(str(doc["description"]))
     runs = run_scenario_cli(doc, out, made)
     console.print(results_table(runs, "demo"))
+    print_notes(runs, doc)
     print_outages(runs)
     mrc, roce = (r.results for r in runs[:2])
     if mrc is not None and roce is not None:
         a, b = mrc.job_time_ns(), roce.job_time_ns()
         if a and b:
             console.print(f"[bold]MRC finishes the all-reduce {b / a:.1f}× sooner than RoCEv2 over ECMP.")
-    for p in write_runs(runs, out, doc):
-        console.print(f"wrote {p}")
+    print_written(
+        out, write_runs(runs, out, doc, provenance=provenance(started, sorted({r.seed for r in runs})))
+    )
     console.print(
         "More: `openmrc sim scenarios`, `openmrc tour` (wire format, EVs, transport), `openmrc topo plan`."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from rich.console import Console
 from rich.table import Table
@@ -14,9 +15,12 @@ __all__ = ["make_console", "opcode_name", "packet_table"]
 
 
 def make_console() -> Console:
-    """The CLI's console; when writing to a log or pipe, wide enough for the comparison tables."""
+    """The CLI's console. Writing to a log or pipe, tables are laid out for 80 columns (or $COLUMNS) and
+    lines of text are not broken (a path or a message stays whole for grep)."""
     console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 132))
+    if console.is_terminal:
+        return console
+    return Console(width=int(os.environ.get("COLUMNS", 80)), soft_wrap=True)
 
 
 def opcode_name(op: int) -> str:

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import statistics
 import tempfile
+import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.render import make_console
 from openmrc.sim.clos_sim import FabricSim
+from openmrc.sim.results_files import name_nodes, provenance, results_document, write_runs
 from openmrc.sim.scenario import (
     Run,
     ScenarioError,
@@ -22,44 +28,95 @@ from openmrc.sim.scenario import (
     expand_runs,
     iter_runs,
     load_scenario,
-    write_runs,
 )
+from openmrc.sim.scenario_schema import Scenario, markdown
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Packet-level fabric simulation.")
 console = make_console()
 
-#: The columns of the comparison table: (report key, heading, format).
-COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("completed", "done", "{:,}"),
-    ("job_time_us", "job µs", "{:,.1f}"),
-    ("job_goodput_gbps", "Gb/s", "{:,.1f}"),
-    ("median_fct_us", "FCT p50 µs", "{:,.1f}"),
-    ("max_fct_us", "FCT max µs", "{:,.1f}"),
-    ("retransmits", "rtx", "{:,}"),
-    ("trims", "trims", "{:,}"),
-    ("drops", "drops", "{:,}"),
+#: The columns of the comparison table: (report key, heading, format, shown without --wide).
+COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
+    ("completed", "flows\ndone", "{:,.0f}", True),
+    ("job_time_us", "job\nµs", "{:,.1f}", True),
+    ("job_goodput_gbps", "job\nGb/s", "{:,.0f}", True),
+    ("median_fct_us", "FCT p50\nµs", "{:,.1f}", True),
+    ("p99_fct_us", "FCT p99\nµs", "{:,.1f}", False),
+    ("max_fct_us", "FCT max\nµs", "{:,.1f}", True),
+    ("retransmits", "\nrtx", "{:,.0f}", True),
+    ("trims", "\ntrims", "{:,.0f}", False),
+    ("drops", "\ndrops", "{:,.0f}", True),
 )
-#: Columns shown only when some run reports them: a victim flow's FCT (incast with a victim), PFC pauses.
-OPTIONAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("victim_max_fct_us", "victim µs", "{:,.1f}"),
-    ("pfc_pauses", "PFC pauses", "{:,}"),
+#: Columns shown only when some run reports them: a victim flow's FCT and slowdown, PFC pauses.
+OPTIONAL_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
+    ("victim_max_fct_us", "victim\nµs", "{:,.1f}", False),
+    ("victim_slowdown", "victim\n×alone", "{:,.2f}", True),
+    ("pfc_pauses", "PFC\npauses", "{:,.0f}", False),
+    ("wall_s", "wall\ns", "{:,.1f}", False),
 )
 
 
-def results_table(runs: list[Run], title: str, extra: tuple[str, ...] = ()) -> Table:
-    """One row per run: completion, job time and goodput, FCT percentiles, retransmits, trims, drops (and a
-    victim's FCT and PFC pauses when a run has them)."""
-    reports = []
+def _cell(values: list[Any], fmt: str) -> str:
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not nums:
+        return "–"
+    if len(nums) == 1:
+        return fmt.format(nums[0])
+    spread = statistics.stdev(nums)
+    return f"{fmt.format(statistics.fmean(nums))}\n±{fmt.format(spread)}"
+
+
+def _groups(runs: list[Run]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Runs grouped by label without the seed: (label, reports)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
-        assert r.results is not None
-        reports.append(r.results.report())
+        groups.setdefault(r.label.rsplit(" seed=", 1)[0], []).append(r.report())
+    return list(groups.items())
+
+
+def results_table(runs: list[Run], title: str, *, wide: bool = False) -> Table:
+    """One row per variant (several seeds: mean ±std): flows done, job time and goodput, FCTs, retransmits
+    and drops (``wide``: every column, p99, trims, a victim's FCT and PFC pauses too)."""
+    groups = _groups(runs)
+    reports = [rep for _l, reps in groups for rep in reps]
     columns = COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if any(c[0] in rep for rep in reports))
-    t = Table("run", *(h for _k, h, _f in columns), *extra, "wall s", title=title)
-    for r, rep in zip(runs, reports, strict=True):
-        cells = [fmt.format(rep[k]) if k in rep else "–" for k, _h, fmt in columns]
-        cells += [f"{rep[k]:,.1f}" if isinstance(rep.get(k), float) else str(rep.get(k, "–")) for k in extra]
-        t.add_row(r.label, *cells, f"{r.wall_s:.1f}")
+    columns = tuple(c for c in columns if wide or c[3])
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1), collapse_padding=True)
+    t.add_column("\nrun", min_width=12, overflow="fold")
+    for _k, head, _f, _n in columns:
+        t.add_column(head, justify="right", no_wrap=True)
+    for label, reps in groups:
+        cells = [_cell([rep.get(k) for rep in reps], fmt) for k, _h, fmt, _n in columns]
+        total = reps[0]["flows"]
+        if any(rep["unfinished"] for rep in reps):
+            cells[0] = f"{cells[0]}/{total:,}"
+        t.add_row(label, *cells)
     return t
+
+
+def print_notes(runs: list[Run], doc: dict[str, Any]) -> None:
+    """Below the table: runs that stopped with flows unfinished, over which flows the FCTs were taken, the
+    victim's slowdown against the same flow alone, and reference figures (htsim's) beside openmrc's."""
+    for r in runs:
+        rep = r.report()
+        if rep["unfinished"]:
+            over = f" (FCTs: the {rep['completed']:,} finished)" if "fct_over" in rep else ""
+            console.print(f"  {r.label}: [bold]{rep['status']}[/bold]{over}", highlight=False)
+        if "victim_slowdown" in rep:
+            console.print(
+                f"  {r.label}: the victim flow took {rep['victim_max_fct_us']:,.1f} µs, "
+                f"{rep['victim_slowdown']:.2f}× its {rep['victim_alone_fct_us']:,.1f} µs alone"
+            )
+    for ref in doc.get("references", []):
+        for r in runs:
+            if r.variant != ref["variant"]:
+                continue
+            ours = r.report().get(ref["figure"])
+            line = f"  {r.label}: {ref['figure']} {ref['source']} {ref['value']:,.1f}"
+            if isinstance(ours, int | float):
+                line += f", openmrc {ours:,.1f} ({ours / ref['value']:.2f}×)"
+            else:
+                line += ", openmrc –"
+            console.print(line)
 
 
 def print_outages(runs: list[Run]) -> None:
@@ -72,7 +129,8 @@ def print_outages(runs: list[Run]) -> None:
                 if o["bypass_us"] is None
                 else f"last data packet into it after {o['bypass_us']:.1f} µs"
             )
-            line = f"  {r.label}: {o['what']} at {o['at_us']:.0f} µs; {bypass}"
+            what = name_nodes(o["what"], r.sim.topo) if r.sim is not None else o["what"]
+            line = f"  {r.label}: {what} at {o['at_us']:.0f} µs; {bypass}"
             before, after = o.get("goodput_before_gbps"), o.get("goodput_after_gbps")
             if before is not None and after is not None:
                 line += f"; job goodput {before:,.0f} → {after:,.0f} Gb/s"
@@ -80,6 +138,13 @@ def print_outages(runs: list[Run]) -> None:
             if hb is not None and ha is not None:
                 line += f"; the host's own {hb:,.0f} → {ha:,.0f} Gb/s"
             console.print(line)
+
+
+def print_written(out: Path, paths: list[Path]) -> None:
+    """One line: what went where (``wrote results.json, 10 CSVs, 2 plots to out/``)."""
+    csvs = sum(p.suffix == ".csv" for p in paths)
+    pngs = sum(p.suffix == ".png" for p in paths)
+    console.print(f"wrote results.json, {csvs} CSVs, {pngs} plots to {out}/", highlight=False)
 
 
 class RunInterrupted(Exception):
@@ -92,11 +157,21 @@ class RunInterrupted(Exception):
         self.where = where
 
 
-def run_with_progress(doc: dict[str, Any]) -> list[Run]:
-    """`run_scenario` under a rich progress bar per run (flows completed; simulated time). Ctrl-C stops it
-    between simulation steps (`openmrc.cli.interrupt`) and raises `RunInterrupted`."""
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which runs of a scenario to make, and how loudly."""
+
+    seeds: list[int] | None = None
+    variants: list[str] | None = None
+    quiet: bool = False
+
+
+def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list[Run]:
+    """`run_scenario` under a rich progress bar per run (flows completed; simulated time; none when
+    ``sel.quiet``). Ctrl-C stops it between simulation steps (`openmrc.cli.interrupt`) and raises
+    `RunInterrupted`."""
     finished: list[Run] = []
-    total = len(expand_runs(doc))
+    total = len(expand_runs(doc, sel.seeds, sel.variants))
     where = "while building the first variant"
     with (
         deferred_interrupt("the simulation") as stop,
@@ -108,6 +183,7 @@ def run_with_progress(doc: dict[str, Any]) -> list[Run]:
             TimeElapsedColumn(),
             console=console,
             transient=True,
+            disable=sel.quiet,
         ) as bar,
     ):
         tasks: dict[str, Any] = {}
@@ -124,10 +200,10 @@ def run_with_progress(doc: dict[str, Any]) -> list[Run]:
             stop.check()
 
         try:
-            for r in iter_runs(doc, progress):
+            for r in iter_runs(doc, progress, seeds=sel.seeds, variants=sel.variants):
                 finished.append(r)
                 where = f"after variant {r.label!r}"
-                if total > 1:
+                if total > 1 and not sel.quiet:
                     bar.console.print(f"finished {r.label} ({len(finished)} of {total}) in {r.wall_s:.1f} s")
                 stop.check()
         except KeyboardInterrupt:
@@ -151,10 +227,22 @@ def check_out_dir(out: Path, option: str = "--out") -> bool:
     return made
 
 
-def run_scenario_cli(doc: dict[str, Any], out: Path | None, made_out: bool) -> list[Run]:
+def scenario_error(exc: ScenarioError) -> typer.Exit:
+    """Print each problem of ``exc`` on a line of its own (stderr); the exit to raise."""
+    for p in exc.problems or [str(exc)]:
+        typer.echo(f"error: {p}", err=True)
+    return typer.Exit(2)
+
+
+def run_scenario_cli(
+    doc: dict[str, Any], out: Path | None, made_out: bool, sel: Selection = Selection()
+) -> list[Run]:
     """`run_with_progress`; on Ctrl-C say where the run was, write what finished to ``out`` and exit 130."""
+    started = time.time()
     try:
-        return run_with_progress(doc)
+        return run_with_progress(doc, sel)
+    except ScenarioError as exc:
+        raise scenario_error(exc) from None
     except RunInterrupted as exc:
         done = exc.finished
         console.print(
@@ -164,21 +252,52 @@ def run_scenario_cli(doc: dict[str, Any], out: Path | None, made_out: bool) -> l
             console.print(results_table(done, str(doc.get("name", "scenario")) + " (finished variants)"))
             if out is not None:
                 where = f"{exc.where}; {len(done)} of {exc.total} variant(s) had finished"
-                for p in write_runs(done, out, doc, interrupted=where):
-                    console.print(f"wrote {p}")
+                prov = provenance(started, sorted({r.seed for r in done}))
+                print_written(out, write_runs(done, out, doc, provenance=prov, interrupted=where))
         elif out is not None and made_out:
             with contextlib.suppress(OSError):
                 out.rmdir()  # made for this run, and nothing to put in it
         raise typer.Exit(130) from None
 
 
+def _expected(doc: dict[str, Any]) -> str:
+    wall = doc.get("expected_wall_s")
+    if wall is None:
+        return "?"
+    return f"{wall:,.0f} s" if wall >= 10 else f"{wall:.1f} s"
+
+
 @app.command()
 def scenarios() -> None:
-    """List the built-in scenarios."""
-    t = Table("name", "description")
+    """List the built-in scenarios, with how long each took to run once (compiled, every variant)."""
+    t = Table("name", "run", "description", box=box.SIMPLE_HEAD, pad_edge=False)
     for name, path in sorted(builtin_scenarios().items()):
-        t.add_row(name, tomllib.loads(path.read_text()).get("description", ""))
+        doc = tomllib.loads(path.read_text())
+        t.add_row(name, _expected(doc), doc.get("description", ""))
     console.print(t)
+
+
+@app.command()
+def show(name: Annotated[str, typer.Argument(help="a built-in scenario's name")]) -> None:
+    """Print a built-in scenario's TOML, to copy and edit (`openmrc sim show demo > my.toml`)."""
+    known = builtin_scenarios()
+    if name not in known:
+        typer.echo(f"error: no built-in scenario {name!r} (built-in: {', '.join(sorted(known))})", err=True)
+        raise typer.Exit(2)
+    typer.echo(known[name].read_text(), nl=False)
+
+
+@app.command()
+def schema(
+    markdown_: Annotated[
+        bool, typer.Option("--markdown", help="the scenario reference (docs/scenarios.md) instead of JSON")
+    ] = False,
+) -> None:
+    """Print the scenario schema: every key, type, unit, default and rule (JSON Schema, or Markdown)."""
+    if markdown_:
+        typer.echo(markdown(), nl=False)
+    else:
+        typer.echo(json.dumps(Scenario.model_json_schema(), indent=2))
 
 
 @app.command()
@@ -188,19 +307,53 @@ def run(
     out: Annotated[
         Path | None, typer.Option(help="write results.json, per-run CSVs and PNG plots here")
     ] = None,
+    variant: Annotated[
+        list[str] | None, typer.Option(help="run only this variant (by name; may be repeated)")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="fabric.seed for every run")] = None,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="run each variant with this many seeds (from --seed or fabric.seed on): mean ±std",
+        ),
+    ] = 1,
+    json_: Annotated[
+        bool, typer.Option("--json", help="print results.json's document on stdout, no table")
+    ] = False,
+    quiet: Annotated[bool, typer.Option(help="no progress bar, no per-variant lines")] = False,
+    wide: Annotated[
+        bool, typer.Option(help="every column (p99, trims, PFC pauses, the victim's FCT)")
+    ] = False,
 ) -> None:
     """Run one scenario (every variant) and print a comparison table."""
     try:
         doc = load_scenario(scenario, set_)
     except ScenarioError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    made = check_out_dir(out) if out is not None else False
+        raise scenario_error(exc) from None
+    base = seed if seed is not None else int(doc["fabric"]["seed"])
+    sel = Selection(
+        seeds=[base + i for i in range(seeds)] if seed is not None or seeds > 1 else None,
+        variants=variant,
+        quiet=quiet or json_,
+    )
     try:
-        runs = run_scenario_cli(doc, out, made)
+        expand_runs(doc, sel.seeds, sel.variants)
     except ScenarioError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    console.print(results_table(runs, str(doc.get("name", scenario))))
-    print_outages(runs)
+        raise scenario_error(exc) from None
+    made = check_out_dir(out) if out is not None else False
+    started = time.time()
+    runs = run_scenario_cli(doc, out, made, sel)
+    prov = provenance(started, sorted({r.seed for r in runs}))
+    if json_:
+        typer.echo(json.dumps(results_document(runs, doc, provenance=prov), indent=2, default=str))
+    else:
+        table = results_table(runs, str(doc.get("name", scenario)), wide=wide)
+        console.print(table, width=max(console.width, 160) if wide else None)
+        print_notes(runs, doc)
+        print_outages(runs)
     if out is not None:
-        for p in write_runs(runs, out, doc):
-            console.print(f"wrote {p}")
+        written = write_runs(runs, out, doc, provenance=prov)
+        if not quiet and not json_:
+            print_written(out, written)

@@ -54,10 +54,16 @@ def plan(
     if mode not in ("srv6", "ecmp"):
         raise typer.BadParameter(f"--mode {mode!r}: srv6 or ecmp")
     try:
+        loc = int(locator, 16)
+    except ValueError:
+        raise typer.BadParameter(f"{locator!r} is not a hexadecimal number", param_hint="--locator") from None
+    if not 0 < loc < 1 << 32:
+        raise typer.BadParameter(f"{locator!r}: a locator is 32 bits, not zero", param_hint="--locator")
+    try:
         topo = MultiPlaneClos(
             planes, hosts, t0_radix, t1_radix, link_gbps * 10**9, latency_ns, oversubscription
         )
-        usid = UsidPlan(topo, int(locator, 16))
+        usid = UsidPlan(topo, loc)
         export = LinuxFabric(usid, srv6=mode == "srv6", mtu=mtu)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

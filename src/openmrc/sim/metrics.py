@@ -4,19 +4,16 @@ utilisation, and time series (job goodput, EV states) sampled on simulated time.
 `Sampler` is one periodic simulator event: every ``interval`` ns it reads a cumulative "bytes delivered to
 receivers" counter (the transports' own: bytes the MRC responders placed, in-order bytes the RoCE receivers
 accepted) and drains every MRC NIC's EV event queue, so the series cost nothing between samples and the
-EV timeline loses no event. `SimResults` gathers everything `FabricSim.run` returns; `write_results` puts
-it on disk (results.json, flows.csv, links.csv, series.csv) for `openmrc.sim.plots`.
+EV timeline loses no event. `SimResults` gathers everything `FabricSim.run` returns
+(`openmrc.sim.results_files` puts it on disk).
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openmrc.ev.state import EVState
@@ -33,7 +30,6 @@ __all__ = [
     "Sampler",
     "SimResults",
     "outage_report",
-    "write_results",
 ]
 
 
@@ -264,87 +260,3 @@ class SimResults:
             after = [f.finish for f in self.flows if f.finish is not None and f.finish > o.at]
             reps.append(outage_report(o, self.samples, min(after) if after else None))
         return reps
-
-
-def write_results(res: SimResults, out: Path, meta: dict[str, Any] | None = None, prefix: str = "") -> None:
-    """``{prefix}results.json`` (the report and ``meta``), ``flows.csv`` (one row per flow), ``links.csv``
-    (links that carried traffic), ``series.csv`` (the sampled time series) and ``ev_events.csv``."""
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {"meta": meta or {}, "summary": res.report(), "failures": res.failures}
-    (out / f"{prefix}results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    with open(out / f"{prefix}flows.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
-            ["id", "tag", "src", "dst", "size", "start_us", "finish_us", "fct_us", "goodput_gbps", "status"]
-        )
-        for fl in res.flows:
-            fct, gp = fl.fct_ns, fl.goodput_bps
-            w.writerow(
-                [
-                    fl.id,
-                    fl.tag,
-                    fl.src,
-                    fl.dst,
-                    fl.size,
-                    "" if fl.start is None else fl.start / 1000,
-                    "" if fl.finish is None else fl.finish / 1000,
-                    "" if fct is None else fct / 1000,
-                    "" if gp is None else round(gp / 1e9, 3),
-                    "" if fl.status is None else fl.status.name,
-                ]
-            )
-    with open(out / f"{prefix}links.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
-            [
-                "node",
-                "port",
-                "peer",
-                "gbps",
-                "sent_bytes",
-                "utilisation",
-                "drops",
-                "losses",
-                "trims",
-                "ecn",
-                "pfc_pauses",
-                "paused_us",
-            ]
-        )
-        for link in res.links:
-            if link.sent_bytes or link.drops or link.losses:
-                w.writerow(
-                    [
-                        link.node,
-                        link.port,
-                        link.peer,
-                        link.bps / 1e9,
-                        link.sent_bytes,
-                        round(link.utilisation, 4),
-                        link.drops,
-                        link.losses,
-                        link.trims,
-                        link.ecn_marks,
-                        link.pauses,
-                        round(link.paused_us, 3),
-                    ]
-                )
-    with open(out / f"{prefix}series.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["time_us", "delivered_bytes", "goodput_gbps", "evs_bad", "ev_to_bad", "ev_to_good"])
-        for s in res.samples:
-            w.writerow(
-                [
-                    s.time_ns / 1000,
-                    s.delivered_bytes,
-                    round(s.goodput_bps / 1e9, 3),
-                    s.evs_bad,
-                    s.ev_to_bad,
-                    s.ev_to_good,
-                ]
-            )
-    with open(out / f"{prefix}ev_events.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["time_us", "host", "qp", "port", "state"])
-        for t, h, q, p, st in res.ev_log:
-            w.writerow([t / 1000, h, q, p, st])

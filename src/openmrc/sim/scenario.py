@@ -6,7 +6,7 @@ description = "..."
 until_us = 10000            # stop here even if flows are left
 sample_us = 5               # time-series interval (job goodput, EV states)
 
-[fabric]                    # ClosSimConfig fields; link_gbps is accepted for link_bps
+[fabric]                    # ClosSimConfig fields (link_gbps for link_bps) and the topology
 topology = "clos"           # or "fattree" (k = 16, or topo_file = an htsim .topo)
 planes = 4
 hosts = 64
@@ -33,6 +33,7 @@ set = ['fabric.transport="roce"', 'fabric.routing="ecmp"', "fabric.trimming=fals
 [sweep]                     # optional: every combination of these values, for every variant
 "failures.0.probability" = [0.0, 0.001]
 ```
+Every key is in docs/scenarios.md, generated from `openmrc.sim.scenario_schema`, which `validate` applies.
 Links are named by ``plane``/``t0``/``uplink`` (a T0's uplink in a multi-plane Clos) or by ``node``/``port``
 (any topology). Switches by ``node`` or by ``plane``/``tier`` ("t0"|"t1")/``index``. Loss applies to a
 link, to a ``plane`` or (neither given) to every link. Every key can be overridden with
@@ -42,13 +43,12 @@ link, to a ``plane`` or (neither given) to every link. Every key can be overridd
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
-import json
-import re
 import time
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -56,9 +56,10 @@ from typing import Any
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
 from openmrc.sim import workloads
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim, fat_tree_sim
+from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim, Flow, fat_tree_sim
 from openmrc.sim.htsim_cm import CmError, load_cm
-from openmrc.sim.metrics import SimResults, write_results
+from openmrc.sim.metrics import SimResults
+from openmrc.sim.scenario_schema import SchemaError, check
 
 __all__ = [
     "Run",
@@ -69,17 +70,18 @@ __all__ = [
     "expand_runs",
     "load_scenario",
     "run_scenario",
-    "write_results",
+    "victim_alone",
 ]
 
-_FABRIC_FIELDS = {f.name for f in fields(ClosSimConfig)}
 _TOPOLOGY_KEYS = {"topology", "k", "topo_file"}
-_WORKLOADS = ("permutation", "incast", "alltoall", "allreduce", "cm")
-_FAILURES = ("t0_uplink", "link", "switch", "nic_port", "flap", "degrade", "loss")
 
 
 class ScenarioError(ValueError):
-    """A scenario that cannot run; the message names the key."""
+    """A scenario that cannot run: one line per problem (``problems``), each naming the key."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
 def builtin_scenarios() -> dict[str, Path]:
@@ -145,43 +147,25 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: {exc}") from exc
+    if not doc:
+        raise ScenarioError(f"{path}: empty (a scenario needs at least a [fabric] or [workload] table)")
     doc["_dir"] = str(path.parent)
     for o in overrides or []:
         _set(doc, o)
-    return validate(doc)
+    doc = validate(doc)
+    expand_runs(doc)  # every variant's and sweep point's overrides checked before anything runs
+    return doc
 
 
 def validate(doc: dict[str, Any]) -> dict[str, Any]:
-    """Normalise the fabric section and check every key the runs will need, naming the bad one."""
-    fabric = dict(doc.get("fabric", {}))
-    if "link_gbps" in fabric:
-        fabric["link_bps"] = int(fabric.pop("link_gbps") * 1_000_000_000)
-    unknown = set(fabric) - _FABRIC_FIELDS - _TOPOLOGY_KEYS
-    if unknown:
-        known = ", ".join(sorted(_FABRIC_FIELDS | _TOPOLOGY_KEYS))
-        raise ScenarioError(f"fabric.{sorted(unknown)[0]}: unknown key (known: {known})")
-    if fabric.get("topology", "clos") not in ("clos", "fattree"):
-        raise ScenarioError(f"fabric.topology: {fabric['topology']!r} is not 'clos' or 'fattree'")
-    if "ecn" in fabric and fabric["ecn"] is not None:
-        fabric["ecn"] = tuple(fabric["ecn"])
-    doc["fabric"] = fabric
-    wl = doc.setdefault("workload", {})
-    if wl.get("kind", "permutation") not in _WORKLOADS:
-        raise ScenarioError(f"workload.kind: {wl.get('kind')!r} is not one of {', '.join(_WORKLOADS)}")
-    for i, f in enumerate(doc.get("failures", [])):
-        if f.get("kind") not in _FAILURES:
-            raise ScenarioError(f"failures[{i}].kind: {f.get('kind')!r} is not one of {', '.join(_FAILURES)}")
-        if "at_us" not in f and f["kind"] != "loss":
-            raise ScenarioError(f"failures[{i}].at_us: missing")
-    for i, v in enumerate(doc.get("variants", [])):
-        if "name" not in v:
-            raise ScenarioError(f"variants[{i}].name: missing")
-        if not isinstance(v.get("set", []), list):
-            raise ScenarioError(f"variants[{i}].set: a list of key=value strings")
-    for key, values in doc.get("sweep", {}).items():
-        if not isinstance(values, list) or not values:
-            raise ScenarioError(f"sweep.{key}: a non-empty list of values")
-    return doc
+    """The document checked against the scenario schema (`openmrc.sim.scenario_schema`) and resolved: every
+    key present with its default. Raises `ScenarioError` with one problem per broken key."""
+    try:
+        out = check({k: v for k, v in doc.items() if not k.startswith("_")})
+    except SchemaError as exc:
+        raise ScenarioError(*exc.problems) from None
+    out["_dir"] = doc.get("_dir", ".")
+    return out
 
 
 @dataclass(slots=True)
@@ -193,30 +177,77 @@ class Run:
     sim: FabricSim | None = None
     results: SimResults | None = None
     wall_s: float = 0.0
+    variant: str = ""
+    """The variant's name (the label adds sweep values and the seed)."""
+    seed: int = 1
+    """fabric.seed of this run."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Figures measured beside the run (the victim flow alone)."""
+
+    def report(self) -> dict[str, Any]:
+        """The simulator's report, saying plainly whether every flow finished and over which flows the
+        FCT percentiles were taken, and the figures measured beside the run."""
+        assert self.results is not None
+        rep: dict[str, Any] = {"label": self.label, "variant": self.variant, "seed": self.seed}
+        for key, value in self.results.report().items():  # user-facing times in µs
+            if key.endswith("_ns") and isinstance(value, int | float):
+                rep[key.removesuffix("_ns") + "_us"] = value / 1000
+            else:
+                rep[key] = value
+        n, done = rep["flows"], rep["completed"]
+        rep["unfinished"] = n - done
+        if done < n:
+            rep["status"] = f"{n - done:,} of {n:,} flows unfinished at {rep['sim_time_us']:,.1f} µs"
+        else:
+            rep["status"] = f"all {n:,} flows finished"
+        if "median_fct_us" in rep:
+            rep["fct_over"] = f"all {n:,} flows" if done == n else f"the {done:,} finished flows of {n:,}"
+        return rep | self.extra | {"wall_s": self.wall_s}
 
 
-def expand_runs(doc: dict[str, Any]) -> list[Run]:
-    """Every (variant × sweep combination) of a scenario as a resolved, validated document."""
-    variants = doc.get("variants") or [{"name": str(doc.get("name", "run")), "set": []}]
+def expand_runs(
+    doc: dict[str, Any], seeds: list[int] | None = None, variants: list[str] | None = None
+) -> list[Run]:
+    """Every (variant × sweep combination × seed) of a scenario as a resolved, validated document.
+    ``seeds`` replace fabric.seed (one run each); ``variants`` picks variants by name."""
+    declared = doc.get("variants") or [{"name": str(doc.get("name", "run")), "set": []}]
+    chosen = declared
+    if variants:
+        names = {str(v["name"]).lower(): v for v in declared}
+        unknown = [n for n in variants if n.lower() not in names]
+        if unknown:
+            known = ", ".join(repr(str(v["name"])) for v in declared)
+            raise ScenarioError(f"--variant {unknown[0]!r}: no such variant (the scenario has {known})")
+        chosen = [names[n.lower()] for n in variants]
     sweep = doc.get("sweep", {})
     keys = list(sweep)
     runs = []
-    for v in variants:
+    for v in chosen:
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
-            d = copy.deepcopy({k: val for k, val in doc.items() if k not in ("variants", "sweep")})
-            for o in v.get("set", []):
-                _set(d, o)
-            label = str(v["name"])
-            for k, val in zip(keys, combo, strict=True):
-                _assign(d, k, val)
-                label += f" {k.rsplit('.', 1)[-1]}={val}"
-            runs.append(Run(label, validate(d)))
+            for seed in [*seeds] if seeds else [None]:
+                d = copy.deepcopy({k: val for k, val in doc.items() if k not in ("variants", "sweep")})
+                label = str(v["name"])
+                try:
+                    for o in v.get("set", []):
+                        _set(d, o)
+                    for k, val in zip(keys, combo, strict=True):
+                        _assign(d, k, val)
+                        label += f" {k.rsplit('.', 1)[-1]}={val}"
+                    if seed is not None:
+                        _assign(d, "fabric.seed", seed)
+                        if len(seeds or []) > 1:
+                            label += f" seed={seed}"
+                    d = validate(d)
+                except ScenarioError as exc:
+                    raise ScenarioError(*(f"variant {label!r}: {p}" for p in exc.problems)) from None
+                runs.append(Run(label, d, variant=str(v["name"]), seed=int(d["fabric"]["seed"])))
     return runs
 
 
 def _config(doc: dict[str, Any]) -> tuple[ClosSimConfig, dict[str, Any]]:
     fabric = dict(doc["fabric"])
     topo = {k: fabric.pop(k) for k in list(fabric) if k in _TOPOLOGY_KEYS}
+    fabric["link_bps"] = round(fabric.pop("link_gbps") * 1e9)
     try:
         return ClosSimConfig(**fabric), topo
     except (TypeError, ValueError) as exc:
@@ -225,11 +256,23 @@ def _config(doc: dict[str, Any]) -> tuple[ClosSimConfig, dict[str, Any]]:
 
 def build_run(doc: dict[str, Any]) -> FabricSim:
     """The fabric, workload and failures of one resolved scenario document, ready to run."""
+    sim = build_fabric(doc)
+    base = Path(doc.get("_dir", "."))
+    _add_workload(sim, doc["workload"], base)
+    _schedule_failures(sim, doc.get("failures", []))
+    sample = doc.get("sample_us", 5)
+    if sample:
+        sim.sample_every(max(1, int(sample * 1000)))
+    return sim
+
+
+def build_fabric(doc: dict[str, Any]) -> FabricSim:
+    """The fabric of one resolved scenario document, without traffic."""
     cfg, topo = _config(doc)
     base = Path(doc.get("_dir", "."))
     try:
         if topo.get("topology", "clos") == "fattree":
-            if "topo_file" in topo:
+            if topo.get("topo_file") is not None:
                 tree = FatTree.from_topo_file(data_file(str(topo["topo_file"]), base))
             else:
                 tree = FatTree.from_k(int(topo.get("k", 4)))
@@ -238,11 +281,6 @@ def build_run(doc: dict[str, Any]) -> FabricSim:
             sim = ClosSim(cfg)
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"fabric: {exc}") from exc
-    _add_workload(sim, doc["workload"], base)
-    _schedule_failures(sim, doc.get("failures", []))
-    sample = doc.get("sample_us", 5)
-    if sample:
-        sim.sample_every(max(1, int(sample * 1000)))
     return sim
 
 
@@ -347,72 +385,62 @@ def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
                 if prob:
                     sim.failures.append((at, f"{prob:.2%} loss on {where}"))
         except KeyError as exc:
-            raise ScenarioError(f"failures[{i}]: missing {exc.args[0]}") from exc
+            raise ScenarioError(f"failures.{i}: missing {exc.args[0]}") from exc
         except (IndexError, ValueError) as exc:
-            raise ScenarioError(f"failures[{i}]: {exc}") from exc
+            raise ScenarioError(f"failures.{i}: {exc}") from exc
 
 
-def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> list[Run]:
+def run_scenario(
+    doc: dict[str, Any],
+    progress: Callable[[Run, FabricSim], None] | None = None,
+    *,
+    seeds: list[int] | None = None,
+    variants: list[str] | None = None,
+) -> list[Run]:
     """Run every variant of a scenario; ``progress(run, sim)`` is called as simulated time advances."""
-    return list(iter_runs(doc, progress))
+    return list(iter_runs(doc, progress, seeds=seeds, variants=variants))
 
 
-def iter_runs(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> Iterator[Run]:
+def iter_runs(
+    doc: dict[str, Any],
+    progress: Callable[[Run, FabricSim], None] | None = None,
+    *,
+    seeds: list[int] | None = None,
+    variants: list[str] | None = None,
+) -> Iterator[Run]:
     """`run_scenario` one variant at a time: each run is yielded when it has finished. An exception raised
     by ``progress`` (e.g. KeyboardInterrupt for a stop the user asked for) ends the iteration there."""
-    runs = expand_runs(doc)
+    runs = expand_runs(doc, seeds, variants)
     for r in runs:
         sim = r.sim = build_run(r.doc)
-        until = int(r.doc.get("until_us", 100_000) * 1000)
         t0 = time.perf_counter()
-        step = max(1_000, until // 400)
-        t = 0
-        while True:
-            t = min(t + step, until)
-            sim.sim.run(until=t)
-            if progress is not None:
-                progress(r, sim)
-            if sim.done() or t >= until or sim.sim.peek() is None:
-                break
-        r.results = sim.run(until=sim.sim.now)
+        until = int(r.doc.get("until_us", 100_000) * 1000)
+        r.results = _advance(sim, until, None if progress is None else functools.partial(progress, r))
+        victim = [f for f in r.results.flows if f.tag == "victim" and f.fct_ns is not None]
+        if victim:
+            r.extra |= victim_alone(r.doc, victim[0])
         r.wall_s = time.perf_counter() - t0
         yield r
 
 
-def write_runs(runs: list[Run], out: Path, doc: dict[str, Any], interrupted: str | None = None) -> list[Path]:
-    """results.json (every run's report), per-run CSVs (prefixed by the run's index) and the plots.
-    ``interrupted``: the run was stopped there; results.json says so, beside the variants that finished."""
-    from openmrc.sim.plots import plot_fct_cdf, plot_timeline  # matplotlib only when plots are written
+def _advance(sim: FabricSim, until: int, progress: Callable[[FabricSim], None] | None) -> SimResults:
+    step = max(1_000, until // 400)
+    t = 0
+    while True:
+        t = min(t + step, until)
+        sim.sim.run(until=t)
+        if progress is not None:
+            progress(sim)
+        if sim.done() or t >= until or sim.sim.peek() is None:
+            break
+    return sim.run(until=sim.sim.now)
 
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    report = []
-    names: set[str] = set()
-    for r in runs:
-        assert r.results is not None
-        prefix = ""
-        if len(runs) > 1 or interrupted:  # files named by the variant: "mrc-t0-t1-link.flows.csv"
-            base = re.sub(r"[^a-z0-9]+", "-", r.label.lower()).strip("-") or "run"
-            name, n = base, 1
-            while name in names:
-                n += 1
-                name = f"{base}-{n}"
-            names.add(name)
-            prefix = f"{name}."
-        write_results(r.results, out, {"label": r.label}, prefix=prefix)
-        report.append({"label": r.label, "wall_s": r.wall_s, **r.results.report()})
-    clean = {k: v for k, v in doc.items() if not k.startswith("_")}
-    (out / "results.json").write_text(
-        json.dumps(
-            {"scenario": clean, "runs": report, **({"interrupted": interrupted} if interrupted else {})},
-            indent=2,
-            default=str,
-        )
-        + "\n"
-    )
-    written.append(out / "results.json")
-    by_label = {r.label: r.results for r in runs if r.results is not None}
-    name = str(doc.get("name", "scenario"))
-    written.append(plot_timeline(by_label, out / "timeline.png", title=f"{name}: job goodput"))
-    written.append(plot_fct_cdf(by_label, out / "fct_cdf.png", title=f"{name}: flow completion times"))
-    return written
+
+def victim_alone(doc: dict[str, Any], victim: Flow) -> dict[str, Any]:
+    """The victim flow's FCT with nothing else on the same fabric, and its slowdown in the run."""
+    sim = build_fabric(doc)
+    flow = sim.add_flow(victim.src, victim.dst, victim.size, 0, tag="victim")
+    sim.run(until=int(doc.get("until_us", 100_000) * 1000))
+    if flow.fct_ns is None or victim.fct_ns is None:
+        return {}
+    return {"victim_alone_fct_us": flow.fct_ns / 1000, "victim_slowdown": victim.fct_ns / flow.fct_ns}
