@@ -28,7 +28,8 @@ import sys
 import time
 from typing import Any
 
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.scenario import build_run, expand_runs, load_scenario
 from openmrc.sim.workloads import permutation
 
@@ -107,8 +108,8 @@ def link_failure() -> dict[str, Any]:
 def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
     """The production shape (8 planes, 512-port switches) with ``hosts`` hosts; a permutation."""
     t0 = time.perf_counter()
-    cfg = ClosSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=evs, seed=1)
-    sim = ClosSim(cfg)
+    cfg = FabricSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=evs, seed=1)
+    sim = FabricSim.clos(cfg)
     build = time.perf_counter() - t0
     permutation(sim, kib << 10, seed=1)
     setup = time.perf_counter() - t0 - build
@@ -130,7 +131,7 @@ def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
 
 
 def clos_perm() -> dict[str, Any]:
-    sim = ClosSim(ClosSimConfig(planes=4, hosts=64, t0_radix=16, t1_radix=16, seed=1))
+    sim = FabricSim.clos(FabricSimConfig(planes=4, hosts=64, t0_radix=16, t1_radix=16, seed=1))
     permutation(sim, 1 << 20, seed=1)
     rep, wall = _run(sim)
     return {

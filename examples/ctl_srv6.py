@@ -28,7 +28,8 @@ import sys
 
 from openmrc import ctl, verbs
 from openmrc.ev import EVFormatMode, EVProfileMode, EVState
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import Switch
 
 S = ctl.ProfileState
@@ -41,7 +42,7 @@ PROFILES = {"srv6": (21, 31), "srh": (22, 32)}  # section: (EV format profile id
 class Host:
     """A simulated host opened as a verbs device, with a controller context on it."""
 
-    def __init__(self, fabric: ClosSim, host: int, name: str) -> None:
+    def __init__(self, fabric: FabricSim, host: int, name: str) -> None:
         self.host = host
         verbs.add_device(name, fabric.verbs_device(host))
         self.name = name
@@ -59,7 +60,7 @@ class Host:
         verbs.remove_device(self.name)
 
 
-def paths(fabric: ClosSim, src: int, dst: int, srh: bool) -> list[ctl.Ev]:
+def paths(fabric: FabricSim, src: int, dst: int, srh: bool) -> list[ctl.Ev]:
     """One EV per (plane, spine) from ``src`` to ``dst``: 32 bytes, the destination address and, with
     ``srh``, the SRH segment."""
     plan, t = fabric.plan, fabric.topo
@@ -133,7 +134,7 @@ def connect(qp: verbs.Qp, peer_host: int, dest_qpn: int) -> None:
     )
 
 
-def spine_packets(fabric: ClosSim) -> dict[str, int]:
+def spine_packets(fabric: FabricSim) -> dict[str, int]:
     t = fabric.topo
     out = {}
     for plane in range(t.planes):
@@ -144,7 +145,7 @@ def spine_packets(fabric: ClosSim) -> dict[str, int]:
     return out
 
 
-def run(fabric: ClosSim, a: Host, b: Host, section: str) -> bool:
+def run(fabric: FabricSim, a: Host, b: Host, section: str) -> bool:
     srh = section == "srh"
     fmt_id, ev_id = PROFILES[section]
     build_profiles(a, fmt_id, ev_id, paths(fabric, a.host, b.host, srh), srh)
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in args.sections if s not in PROFILES]
     if bad:
         ap.error(f"unknown section {bad[0]!r} (choose from srv6, srh)")
-    fabric = ClosSim(ClosSimConfig(planes=2, hosts=8, t0_radix=8, t1_radix=8, routing="srv6"))
+    fabric = FabricSim.clos(FabricSimConfig(planes=2, hosts=8, t0_radix=8, t1_radix=8, routing="srv6"))
     t = fabric.topo
     print(
         f"fabric: {t.planes} planes x {t.uplinks} spines, {t.num_hosts} hosts, static uSID tables "

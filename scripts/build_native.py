@@ -60,7 +60,10 @@ MODULES = [
     "openmrc/sim/routing.py",
     "openmrc/sim/roce.py",
     "openmrc/sim/failures.py",
-    "openmrc/sim/clos_sim.py",
+    "openmrc/sim/config.py",
+    "openmrc/sim/flows.py",
+    "openmrc/sim/hosts.py",
+    "openmrc/sim/fabric_sim.py",
     "openmrc/sim/metrics.py",
     "openmrc/sim/workloads.py",
 ]

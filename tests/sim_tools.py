@@ -5,23 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from openmrc.fabric import MultiPlaneClos
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, Flow
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.flows import Flow
 from openmrc.transport import WcStatus
 
 UNTIL = 10**9
 
 ROCE: dict[str, Any] = {"routing": "ecmp", "transport": "roce", "trimming": False}
-"""ClosSimConfig fields of the RoCEv2 baseline (ECMP, drop-tail)."""
+"""FabricSimConfig fields of the RoCEv2 baseline (ECMP, drop-tail)."""
 
 
-def clos(**kw: Any) -> ClosSim:
+def clos(**kw: Any) -> FabricSim:
     """Two planes of four T0s (four hosts each, four uplinks) and four T1s: 16 hosts."""
     args: dict[str, Any] = {"planes": 2, "hosts": 16, "t0_radix": 8, "t1_radix": 8, "seed": 1}
     args.update(kw)
-    return ClosSim(ClosSimConfig(**args))
+    return FabricSim.clos(FabricSimConfig(**args))
 
 
-def topo_of(sim: ClosSim) -> MultiPlaneClos:
+def topo_of(sim: FabricSim) -> MultiPlaneClos:
     topo = sim.topo
     assert isinstance(topo, MultiPlaneClos)
     return topo

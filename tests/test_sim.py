@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig
+from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import HEADER_BYTES, Node, Port, SimPacket
 from openmrc.transport import TrimMark
 from openmrc.wire import BTH, METH, RETH, SETH, CcState, Opcode, Packet
@@ -73,7 +74,7 @@ def test_bulk_flow_set_up_pauses_the_collector_and_an_error_restores_it() -> Non
     that fails half-way leaves the collector as it found it."""
     from openmrc.sim import workloads
 
-    sim = ClosSim(ClosSimConfig(planes=2, hosts=8, t0_radix=4, t1_radix=4, seed=1))
+    sim = FabricSim.clos(FabricSimConfig(planes=2, hosts=8, t0_radix=4, t1_radix=4, seed=1))
     runs: list[int] = []
 
     def seen(phase: str, info: dict[str, Any]) -> None:
@@ -266,7 +267,7 @@ def test_last_hop_trims_are_marked_and_drop_tail_without_trimming() -> None:
     assert dt.drops == 3
 
 
-def permutation(sim: ClosSim, size: int, seed: int = 1) -> None:
+def permutation(sim: FabricSim, size: int, seed: int = 1) -> None:
     hosts = sim.topo.num_hosts
     perm = list(range(hosts))
     random.Random(seed).shuffle(perm)
@@ -276,7 +277,7 @@ def permutation(sim: ClosSim, size: int, seed: int = 1) -> None:
 
 
 def run_small(seed: int = 1) -> dict[str, object]:
-    sim = ClosSim(ClosSimConfig(planes=4, hosts=32, seed=seed))
+    sim = FabricSim.clos(FabricSimConfig(planes=4, hosts=32, seed=seed))
     permutation(sim, 256 << 10)
     res = sim.run(until=10**9)
     out = res.summary()
@@ -301,7 +302,7 @@ def test_golden_permutation() -> None:
 
 
 def test_link_failure_is_ridden_out() -> None:
-    sim = ClosSim(ClosSimConfig(planes=4, hosts=32, seed=3))
+    sim = FabricSim.clos(FabricSimConfig(planes=4, hosts=32, seed=3))
     permutation(sim, 1 << 20, seed=3)
     t0 = sim.topo.t0(1, 0)
     uplink = sim.nodes[t0].ports[sim.topo.hosts_per_t0]  # T0 0 of plane 1 -> T1 0
@@ -317,8 +318,8 @@ def test_validation_mode_encodes_every_packet_and_changes_nothing() -> None:
     """With validate_wire every packet goes through openmrc.wire's encoder and parser; the run is the same."""
     runs = []
     for validate in (False, True):
-        cfg = ClosSimConfig(planes=2, hosts=16, t0_radix=8, t1_radix=8, seed=2, validate_wire=validate)
-        sim = ClosSim(cfg)
+        cfg = FabricSimConfig(planes=2, hosts=16, t0_radix=8, t1_radix=8, seed=2, validate_wire=validate)
+        sim = FabricSim.clos(cfg)
         permutation(sim, 64 << 10, seed=2)
         res = sim.run(until=10**9)
         runs.append((res.fcts_us(), res.summary()))

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from openmrc.fabric import FatTree
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, Flow, fat_tree_sim
+from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.flows import Flow
 from openmrc.sim.network import HEADER_BYTES, Node, Port, SimPacket
 from openmrc.sim.routing import EcmpRouting
 from openmrc.sim.workloads import permutation
@@ -20,7 +22,7 @@ from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 from tests.sim_tools import UNTIL, all_succeeded, clos, topo_of
 
 
-def probe(sim: ClosSim, at: int, read: Callable[[], Any]) -> list[Any]:
+def probe(sim: FabricSim, at: int, read: Callable[[], Any]) -> list[Any]:
     """What ``read()`` returns at simulated time ``at`` (a one-element list once the run got there)."""
     out: list[Any] = []
     sim.sim.schedule(at, lambda _: out.append(read()))
@@ -31,10 +33,10 @@ def probe(sim: ClosSim, at: int, read: Callable[[], Any]) -> list[Any]:
 def test_a_link_failing_mid_transfer_loses_packets_and_mrc_completes() -> None:
     sim = clos()
     flows = permutation(sim, 512 << 10, seed=2)
-    node, port = sim.t0_uplink(0, 0, 0)
-    fwd, back = sim.link(node, port)
+    node, port = sim.faults.t0_uplink(0, 0, 0)
+    fwd, back = sim.faults.link(node, port)
     carried = probe(sim, 4_999, lambda: fwd.sent_bytes + back.sent_bytes)
-    sim.fail_link(node, port, at=5_000)
+    sim.faults.fail_link(node, port, at=5_000)
     res = sim.run(until=UNTIL)
     assert carried[0] > 0  # the link was in use when it failed
     assert not fwd.up and not back.up
@@ -62,7 +64,7 @@ def sink_port(sim: Simulator) -> tuple[Port, list[tuple[int, SimPacket]]]:
         last_hop=False,
         rng=random.Random(1),
     )
-    port.guarded = True  # as `FabricSim.fail_port` sets it
+    port.guarded = True  # as `FailureInjector.fail_port` sets it
     return port, got
 
 
@@ -114,9 +116,9 @@ def test_ecmp_reconverges_around_a_dead_t0_uplink_after_the_delay() -> None:
     hpt = topo.hosts_per_t0
     up = tuple(range(hpt, hpt + topo.uplinks))
     t0 = topo.t0(1, 0)
-    node, port = sim.t0_uplink(1, 0, 2)
+    node, port = sim.faults.t0_uplink(1, 0, 2)
     assert (node, port) == (t0, hpt + 2)
-    sim.fail_link(node, port, at=1_000, up_at=200_000)
+    sim.faults.fail_link(node, port, at=1_000, up_at=200_000)
     sim.sim.run(until=1_000 + RECONVERGE - 1)
     assert not sim.nodes[node].ports[port].up
     assert routing.candidates(t0, 15) == up  # not converged yet: still hashed onto the dead link
@@ -126,10 +128,10 @@ def test_ecmp_reconverges_around_a_dead_t0_uplink_after_the_delay() -> None:
     assert routing.candidates(topo.t0(0, 0), 15) == up  # so is the other plane
     assert routing.candidates(topo.t0(1, 1), 15) == up  # and the other T0s (T1 2 still reaches T0 3)
     assert routing.candidates(topo.t0(1, 3), 0) == tuple(p for p in up if p != port)  # T1 2 lost T0 0
-    assert sim.reconvergences == 1
+    assert sim.faults.reconvergences == 1
     sim.sim.run(until=200_000 + RECONVERGE)
     assert routing.candidates(t0, 15) == up and not routing.dead
-    assert sim.reconvergences == 2
+    assert sim.faults.reconvergences == 2
 
 
 def test_ecmp_reconverges_around_a_dead_t1_downlink() -> None:
@@ -140,7 +142,7 @@ def test_ecmp_reconverges_around_a_dead_t1_downlink() -> None:
     hpt = topo.hosts_per_t0
     up = tuple(range(hpt, hpt + topo.uplinks))
     t1 = topo.t1(0, 1)
-    sim.fail_link(t1, 3, at=0)  # T1 1 of plane 0 loses its link to T0 3 (hosts 12..15)
+    sim.faults.fail_link(t1, 3, at=0)  # T1 1 of plane 0 loses its link to T0 3 (hosts 12..15)
     sim.sim.run(until=RECONVERGE)
     without = tuple(p for p in up if p != hpt + 1)
     for t0 in range(3):
@@ -157,16 +159,18 @@ def test_without_reconvergence_ecmp_never_withdraws() -> None:
     routing = sim.routing
     assert isinstance(routing, EcmpRouting)
     hpt = topo.hosts_per_t0
-    sim.fail_link(*sim.t0_uplink(0, 0, 1), at=1_000)
+    sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 1), at=1_000)
     sim.sim.run(until=10_000_000)
     assert not routing.dead
     assert routing.candidates(topo.t0(0, 0), 15) == tuple(range(hpt, hpt + topo.uplinks))
-    assert sim.reconvergences == 0 and "reconvergences" not in sim.counters()
+    assert sim.faults.reconvergences == 0 and "reconvergences" not in sim.counters()
 
 
 def test_ecmp_reconvergence_on_a_fat_tree() -> None:
     topo = FatTree.from_k(4)
-    sim = fat_tree_sim(topo, ClosSimConfig(routing="ecmp", mtu=4084, seed=2, ecmp_reconverge_ns=RECONVERGE))
+    sim = FabricSim.fat_tree(
+        topo, FabricSimConfig(routing="ecmp", mtu=4084, seed=2, ecmp_reconverge_ns=RECONVERGE)
+    )
     routing = sim.routing
     assert isinstance(routing, EcmpRouting)
     tor = topo.tor(0)
@@ -174,7 +178,7 @@ def test_ecmp_reconvergence_on_a_fat_tree() -> None:
     other = topo.port_to(tor, topo.agg(1))
     assert set(routing.candidates(tor, 15)) == {port, other}
     flows = permutation(sim, 256 << 10, seed=2)
-    sim.fail_link(tor, port, at=2_000)
+    sim.faults.fail_link(tor, port, at=2_000)
     res = sim.run(until=UNTIL)
     assert all_succeeded(flows)
     assert res.now > 2_000 + RECONVERGE  # the run outlasted the convergence delay
@@ -182,7 +186,7 @@ def test_ecmp_reconvergence_on_a_fat_tree() -> None:
     assert res.counters["reconvergences"] == 1
 
 
-def roce_clos(**kw: Any) -> ClosSim:
+def roce_clos(**kw: Any) -> FabricSim:
     return clos(planes=1, routing="ecmp", transport="roce", trimming=False, **kw)
 
 
@@ -199,10 +203,10 @@ def test_roce_over_ecmp_rides_out_a_failure_only_by_reconvergence() -> None:
     assert len(used) == 1  # one QP, one ECMP path
     at = f.finish // 4  # mid-transfer
 
-    def failed(reconverge: int | None) -> tuple[ClosSim, Flow]:
+    def failed(reconverge: int | None) -> tuple[FabricSim, Flow]:
         sim = roce_clos(ecmp_reconverge_ns=reconverge)
         fl = sim.add_flow(0, 15, size)
-        sim.fail_link(*sim.t0_uplink(0, 0, used[0]), at=at)
+        sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, used[0]), at=at)
         sim.run(until=3_000_000)
         return sim, fl
 
@@ -219,8 +223,8 @@ def test_roce_over_ecmp_rides_out_a_failure_only_by_reconvergence() -> None:
 def test_a_flapping_link_goes_down_and_up_count_times() -> None:
     sim = clos()
     flows = permutation(sim, 1 << 20, seed=2)
-    node, port = sim.t0_uplink(0, 0, 0)
-    pair = sim.link(node, port)
+    node, port = sim.faults.t0_uplink(0, 0, 0)
+    pair = sim.faults.link(node, port)
     at, down, period, count = 5_000, 2_000, 6_000, 3
 
     def state() -> tuple[bool, bool]:
@@ -231,7 +235,7 @@ def test_a_flapping_link_goes_down_and_up_count_times() -> None:
         t = at + i * period
         probes[t + down // 2] = probe(sim, t + down // 2, state)
         probes[t + down + 1_000] = probe(sim, t + down + 1_000, state)
-    sim.flap_link(node, port, at=at, down_ns=down, period_ns=period, count=count)
+    sim.faults.flap_link(node, port, at=at, down_ns=down, period_ns=period, count=count)
     res = sim.run(until=UNTIL)
     assert all_succeeded(flows)
     assert res.now > 25_000
@@ -250,7 +254,7 @@ def test_a_dead_switch_takes_every_link_with_it(role: str, up_at: int | None) ->
     flows = permutation(sim, 1 << 20, seed=2)
     switch = topo.t1(0, 0) if role == "t1" else topo.t0(1, 2)
     own = sim.nodes[switch].ports
-    toward = [sim.link(switch, i)[1] for i in range(len(own))]
+    toward = [sim.faults.link(switch, i)[1] for i in range(len(own))]
     dead = {id(p) for p in [*own, *toward]}
 
     def downs() -> set[int]:
@@ -258,7 +262,7 @@ def test_a_dead_switch_takes_every_link_with_it(role: str, up_at: int | None) ->
 
     during = probe(sim, 6_000, downs)
     after = probe(sim, 31_000, downs)
-    sim.fail_switch(switch, at=5_000, up_at=up_at)
+    sim.faults.fail_switch(switch, at=5_000, up_at=up_at)
     res = sim.run(until=UNTIL)
     assert res.now > 31_000
     assert during == [dead]  # exactly the switch's ports and the ports facing it
@@ -272,21 +276,21 @@ def test_a_dead_switch_takes_every_link_with_it(role: str, up_at: int | None) ->
 def test_a_degraded_link_runs_at_the_fraction_until_restored() -> None:
     sim = clos()
     permutation(sim, 1 << 20, seed=2)
-    node, port = sim.t0_uplink(1, 3, 1)
-    pair = sim.link(node, port)
+    node, port = sim.faults.t0_uplink(1, 3, 1)
+    pair = sim.faults.link(node, port)
 
     def rates() -> list[int]:
         return [p.bps for p in pair]
 
     before, during, after = probe(sim, 999, rates), probe(sim, 1_001, rates), probe(sim, 20_001, rates)
-    sim.degrade_link(node, port, at=1_000, fraction=0.3, until=20_000)
+    sim.faults.degrade_link(node, port, at=1_000, fraction=0.3, until=20_000)
     sim.run(until=UNTIL)
     nominal = 100_000_000_000
     assert before == [[nominal] * 2]
     assert during == [[30_000_000_000] * 2]
     assert after == [[nominal] * 2]
     assert all(p.nominal_bps == nominal for p in pair)
-    assert (1_000, f"link {node}:{port} at 30%") in sim.failures
+    assert (1_000, f"link {node}:{port} at 30%") in sim.faults.failures
 
 
 def test_a_degraded_link_slows_the_flow_pinned_to_it() -> None:
@@ -302,7 +306,7 @@ def test_a_degraded_link_slows_the_flow_pinned_to_it() -> None:
 
     sim = roce_clos()
     slow = sim.add_flow(0, 15, size)
-    sim.degrade_link(t0, used, at=0, fraction=fraction)
+    sim.faults.degrade_link(t0, used, at=0, fraction=fraction)
     res = sim.run(until=UNTIL)
     assert slow.status is WcStatus.SUCCESS and slow.fct_ns is not None
     assert slow.fct_ns >= size * 8e9 / (fraction * 100e9)  # every byte crossed the slow link
@@ -316,7 +320,7 @@ def test_plane_ports_are_both_directions_of_every_link_of_the_plane() -> None:
     sim = clos()
     topo = topo_of(sim)
     for plane in range(topo.planes):
-        ports = sim.plane_ports(plane)
+        ports = sim.faults.plane_ports(plane)
         assert (
             len({id(p) for p in ports})
             == len(ports)
@@ -331,7 +335,7 @@ def test_plane_ports_are_both_directions_of_every_link_of_the_plane() -> None:
 def test_loss_on_one_plane_is_ridden_out() -> None:
     sim = clos()
     flows = permutation(sim, 256 << 10, seed=2)
-    plane = {id(p) for p in sim.plane_ports(1)}
+    plane = {id(p) for p in sim.faults.plane_ports(1)}
 
     def losses() -> tuple[set[float], set[float]]:
         mine = {p.loss for n in sim.nodes for p in n.ports if id(p) in plane}
@@ -339,7 +343,7 @@ def test_loss_on_one_plane_is_ridden_out() -> None:
         return mine, rest
 
     before, during = probe(sim, 1_999, losses), probe(sim, 2_001, losses)
-    sim.set_loss(sim.plane_ports(1), 0.02, at=2_000)
+    sim.faults.set_loss(sim.faults.plane_ports(1), 0.02, at=2_000)
     res = sim.run(until=UNTIL)
     assert before == [({0.0}, {0.0})] and during == [({0.02}, {0.0})]
     assert res.counters["losses"] > 0 and res.counters["retransmits"] > 0
@@ -353,10 +357,10 @@ def test_loss_on_one_plane_is_ridden_out() -> None:
 def test_loss_stops_at_until() -> None:
     sim = clos()
     permutation(sim, 512 << 10, seed=2)
-    ports = sim.plane_ports(0)
+    ports = sim.faults.plane_ports(0)
     during = probe(sim, 5_000, lambda: {p.loss for p in ports})
     after = probe(sim, 8_001, lambda: {p.loss for p in ports})
-    sim.set_loss(ports, 0.5, at=1_000, until=8_000)
+    sim.faults.set_loss(ports, 0.5, at=1_000, until=8_000)
     sim.run(until=UNTIL)
     assert during == [{0.5}] and after == [{0.0}]
 
@@ -364,7 +368,7 @@ def test_loss_stops_at_until() -> None:
 def test_a_black_holed_plane_marks_its_evs_bad_and_mrc_completes() -> None:
     sim = clos()
     flows = permutation(sim, 256 << 10, seed=2)
-    sim.set_loss(sim.plane_ports(1), 1.0, at=2_000)
+    sim.faults.set_loss(sim.faults.plane_ports(1), 1.0, at=2_000)
     sim.sample_every(5_000)
     res = sim.run(until=UNTIL)
     assert all_succeeded(flows)
@@ -379,30 +383,45 @@ def test_a_black_holed_plane_marks_its_evs_bad_and_mrc_completes() -> None:
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda s: s.degrade_link(*s.t0_uplink(0, 0, 0), at=0, fraction=0.0), "fraction"),
-        (lambda s: s.degrade_link(*s.t0_uplink(0, 0, 0), at=0, fraction=1.5), "fraction"),
-        (lambda s: s.set_loss(s.plane_ports(0), 1.5), "probability"),
-        (lambda s: s.set_loss(s.plane_ports(0), -0.1), "probability"),
-        (lambda s: s.flap_link(*s.t0_uplink(0, 0, 0), at=0, down_ns=10, period_ns=10, count=2), "flap"),
-        (lambda s: s.flap_link(*s.t0_uplink(0, 0, 0), at=0, down_ns=0, period_ns=10, count=2), "flap"),
-        (lambda s: s.flap_link(*s.t0_uplink(0, 0, 0), at=0, down_ns=5, period_ns=10, count=0), "flap"),
-        (lambda s: s.fail_switch(3, at=0), "not a switch"),
-        (lambda s: s.fail_switch(len(s.nodes), at=0), "not a switch"),
-        (lambda s: s.t0_uplink(2, 0, 0), "plane 2"),
-        (lambda s: s.t0_uplink(0, 4, 0), "t0 4"),
-        (lambda s: s.t0_uplink(0, 0, -1), "uplink -1"),
-        (lambda s: s.link(0, 2), "no port 2"),
-        (lambda s: s.plane_ports(2), "plane 2"),
-        (lambda s: s.fail_nic_port(16, 1, at=0), "no host 16"),
-        (lambda s: s.fail_nic_port(0, 0, at=0), "no port 0"),
-        (lambda s: s.fail_nic_port(0, 3, at=0), "no port 3"),
+        (lambda s: s.faults.degrade_link(*s.faults.t0_uplink(0, 0, 0), at=0, fraction=0.0), "fraction"),
+        (lambda s: s.faults.degrade_link(*s.faults.t0_uplink(0, 0, 0), at=0, fraction=1.5), "fraction"),
+        (lambda s: s.faults.set_loss(s.faults.plane_ports(0), 1.5), "probability"),
+        (lambda s: s.faults.set_loss(s.faults.plane_ports(0), -0.1), "probability"),
+        (
+            lambda s: s.faults.flap_link(
+                *s.faults.t0_uplink(0, 0, 0), at=0, down_ns=10, period_ns=10, count=2
+            ),
+            "flap",
+        ),
+        (
+            lambda s: s.faults.flap_link(
+                *s.faults.t0_uplink(0, 0, 0), at=0, down_ns=0, period_ns=10, count=2
+            ),
+            "flap",
+        ),
+        (
+            lambda s: s.faults.flap_link(
+                *s.faults.t0_uplink(0, 0, 0), at=0, down_ns=5, period_ns=10, count=0
+            ),
+            "flap",
+        ),
+        (lambda s: s.faults.fail_switch(3, at=0), "not a switch"),
+        (lambda s: s.faults.fail_switch(len(s.nodes), at=0), "not a switch"),
+        (lambda s: s.faults.t0_uplink(2, 0, 0), "plane 2"),
+        (lambda s: s.faults.t0_uplink(0, 4, 0), "t0 4"),
+        (lambda s: s.faults.t0_uplink(0, 0, -1), "uplink -1"),
+        (lambda s: s.faults.link(0, 2), "no port 2"),
+        (lambda s: s.faults.plane_ports(2), "plane 2"),
+        (lambda s: s.faults.fail_nic_port(16, 1, at=0), "no host 16"),
+        (lambda s: s.faults.fail_nic_port(0, 0, at=0), "no port 0"),
+        (lambda s: s.faults.fail_nic_port(0, 3, at=0), "no port 3"),
     ],
 )
-def test_failure_argument_errors(call: Callable[[ClosSim], object], match: str) -> None:
+def test_failure_argument_errors(call: Callable[[FabricSim], object], match: str) -> None:
     sim = clos()
     with pytest.raises(ValueError, match=match):
         call(sim)
-    assert not sim.failures and sim.sim.peek() is None  # nothing was scheduled
+    assert not sim.faults.failures and sim.sim.peek() is None  # nothing was scheduled
 
 
 def test_port_rejects_bad_rates_and_losses() -> None:
@@ -416,8 +435,8 @@ def test_port_rejects_bad_rates_and_losses() -> None:
 
 
 def test_planes_and_t0_uplinks_need_a_multi_plane_clos() -> None:
-    sim = fat_tree_sim(FatTree.from_k(4))
+    sim = FabricSim.fat_tree(FatTree.from_k(4))
     with pytest.raises(ValueError, match="multi-plane Clos"):
-        sim.t0_uplink(0, 0, 0)
+        sim.faults.t0_uplink(0, 0, 0)
     with pytest.raises(ValueError, match="multi-plane Clos"):
-        sim.plane_ports(0)
+        sim.faults.plane_ports(0)

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig
+from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import HEADER_BYTES, PAUSED, Node, Port, SimPacket
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 
@@ -114,14 +115,14 @@ def test_thresholds_are_checked() -> None:
     with pytest.raises(ValueError, match="xon"):
         first.enable_pfc(xoff=PKT, xon=PKT)
     with pytest.raises(ValueError, match="pfc_xon"):
-        ClosSim(ClosSimConfig(pfc=True, pfc_xon=0.5, pfc_xoff=0.25))
+        FabricSim.clos(FabricSimConfig(pfc=True, pfc_xon=0.5, pfc_xoff=0.25))
 
 
-def roce_incast(pfc: bool, seed: int = 1) -> ClosSim:
-    cfg = ClosSimConfig(
+def roce_incast(pfc: bool, seed: int = 1) -> FabricSim:
+    cfg = FabricSimConfig(
         planes=2, hosts=32, transport="roce", routing="ecmp", trimming=False, pfc=pfc, seed=seed
     )
-    sim = ClosSim(cfg)
+    sim = FabricSim.clos(cfg)
     for s in range(16, 24):
         sim.add_flow(s, 0, 1 << 19, 0, tag="incast")
     return sim
@@ -156,7 +157,7 @@ def test_a_link_failure_in_a_lossless_fabric_releases_what_it_held() -> None:
     def fail(_: object) -> None:
         n, i, port = max(inner, key=lambda x: x[2].queued_bytes)
         failed.append((port, port.queued_bytes))
-        sim.fail_link(n, i, sim.sim.now)
+        sim.faults.fail_link(n, i, sim.sim.now)
 
     sim.sim.schedule(20_000, fail)
     res = sim.run(until=10**8)
@@ -167,7 +168,7 @@ def test_a_link_failure_in_a_lossless_fabric_releases_what_it_held() -> None:
 
 
 def test_mrc_runs_on_a_lossless_fabric_too() -> None:
-    sim = ClosSim(ClosSimConfig(planes=2, hosts=32, pfc=True))
+    sim = FabricSim.clos(FabricSimConfig(planes=2, hosts=32, pfc=True))
     for s in range(16, 24):
         sim.add_flow(s, 0, 1 << 19, 0)
     res = sim.run(until=10**8)

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig
+from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import HEADER_BYTES, Port, SimPacket
 from openmrc.sim.roce import CNP_OPCODE, DcqcnConfig, ReactionPoint, RoceConfig, RoceHost, RoceQp
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
@@ -178,9 +179,9 @@ def test_a_qp_is_paced_at_its_current_rate() -> None:
 
 
 # -- a fabric ------------------------------------------------------------------------------------------------
-def incast(dcqcn: bool) -> tuple[ClosSim, dict[str, object]]:
+def incast(dcqcn: bool) -> tuple[FabricSim, dict[str, object]]:
     # 1 MiB flows: a 256 KiB flow fits in one 64-packet window and leaves before the first CNP is back.
-    cfg = ClosSimConfig(
+    cfg = FabricSimConfig(
         planes=1,
         hosts=16,
         t0_radix=8,
@@ -190,7 +191,7 @@ def incast(dcqcn: bool) -> tuple[ClosSim, dict[str, object]]:
         trimming=False,
         dcqcn=dcqcn,
     )
-    sim = ClosSim(cfg)
+    sim = FabricSim.clos(cfg)
     for s in range(1, 8):
         sim.add_flow(s, 0, 1 << 20)
     return sim, sim.run(until=10**9).summary()

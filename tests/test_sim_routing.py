@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openmrc.fabric import FatTree, MultiPlaneClos, UsidPlan
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, fat_tree_sim
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import SimPacket
 from openmrc.sim.routing import EcmpRouting, SrRouting
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
@@ -58,7 +59,9 @@ def test_clos_ecmp_candidates() -> None:
 
 @pytest.mark.parametrize("routing", ["ecmp", "srv6"])
 def test_clos_both_routings_complete(routing: str) -> None:
-    sim = ClosSim(ClosSimConfig(planes=2, hosts=16, t0_radix=8, t1_radix=8, routing=routing, evs_per_qp=16))
+    sim = FabricSim.clos(
+        FabricSimConfig(planes=2, hosts=16, t0_radix=8, t1_radix=8, routing=routing, evs_per_qp=16)
+    )
     for s in range(8):
         sim.add_flow(s, 15 - s, 128 << 10)
     res = sim.run(until=10**9)
@@ -67,7 +70,7 @@ def test_clos_both_routings_complete(routing: str) -> None:
 
 def test_mrc_over_a_fat_tree_is_deterministic() -> None:
     def run() -> list[float]:
-        sim = fat_tree_sim(FatTree.from_k(4), ClosSimConfig(routing="ecmp", mtu=4084, seed=2))
+        sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", mtu=4084, seed=2))
         perm = list(range(16))
         random.Random(2).shuffle(perm)
         for s, d in enumerate(perm):
@@ -84,17 +87,17 @@ def test_mrc_over_a_fat_tree_is_deterministic() -> None:
 
 def test_bad_routing_configs() -> None:
     with pytest.raises(ValueError, match="routing"):
-        ClosSim(ClosSimConfig(routing="ospf"))
+        FabricSim.clos(FabricSimConfig(routing="ospf"))
     with pytest.raises(ValueError, match="ECMP"):
-        fat_tree_sim(FatTree.from_k(4), ClosSimConfig(routing="srv6"))
+        FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="srv6"))
 
 
 def test_roce_baseline_completes_with_go_back_n() -> None:
     def run(qps: int, trimming: bool) -> dict[str, object]:
-        cfg = ClosSimConfig(
+        cfg = FabricSimConfig(
             routing="ecmp", mtu=4084, seed=1, transport="roce", roce_qps=qps, trimming=trimming
         )
-        sim = fat_tree_sim(FatTree.from_k(4), cfg)
+        sim = FabricSim.fat_tree(FatTree.from_k(4), cfg)
         perm = list(range(16))
         random.Random(1).shuffle(perm)
         for s, d in enumerate(perm):
@@ -112,9 +115,9 @@ def test_roce_baseline_completes_with_go_back_n() -> None:
 
 def test_roce_needs_ecmp() -> None:
     with pytest.raises(ValueError, match="RoCEv2 needs"):
-        ClosSim(ClosSimConfig(transport="roce"))
+        FabricSim.clos(FabricSimConfig(transport="roce"))
     with pytest.raises(ValueError, match="transport"):
-        ClosSim(ClosSimConfig(transport="tcp", routing="ecmp"))
+        FabricSim.clos(FabricSimConfig(transport="tcp", routing="ecmp"))
 
 
 def sr_walk(topo: MultiPlaneClos, r: SrRouting, p: SimPacket, src: int, plane: int) -> list[int]:

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from openmrc.cli.main import app
 from openmrc.cli.sim import results_table
 from openmrc.fabric.clos import MultiPlaneClos
-from openmrc.sim.clos_sim import ClosSimConfig, FabricSim
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.metrics import SimResults
 from openmrc.sim.results_files import aggregate, name_nodes
 from openmrc.sim.scenario import (
@@ -204,9 +205,9 @@ def test_every_problem_of_a_file_is_reported_and_an_empty_file_is_refused(tmp_pa
 
 
 def test_the_schema_fabric_is_the_simulators_config() -> None:
-    """Every fabric key but the topology's is a ClosSimConfig field under the same name (link_gbps is
+    """Every fabric key but the topology's is a FabricSimConfig field under the same name (link_gbps is
     link_bps in Gb/s), and their defaults agree."""
-    cfg = ClosSimConfig()
+    cfg = FabricSimConfig()
     for key, info in Fabric.model_fields.items():
         if key in ("topology", "k", "topo_file"):
             continue

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from openmrc.fabric import FatTree
-from openmrc.sim.clos_sim import ClosSimConfig, Trigger, fat_tree_sim
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.flows import Trigger
 from openmrc.sim.htsim_cm import parse_cm
 from openmrc.sim.results_files import write_run_files
 from openmrc.sim.scenario import Run
@@ -89,7 +91,7 @@ def test_ring_allreduce_rejects_bad_ranks() -> None:
 
 
 def test_ring_allreduce_over_roce_on_a_fat_tree() -> None:
-    sim = fat_tree_sim(FatTree.from_k(4), ClosSimConfig(mtu=4084, seed=1, **ROCE))
+    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(mtu=4084, seed=1, **ROCE))
     n = 5
     flows = ring_allreduce(sim, 128 << 10, ranks=[0, 3, 6, 9, 12])
     sim.run(until=UNTIL)
@@ -297,7 +299,7 @@ def test_samples_are_monotone_and_end_with_every_byte_delivered() -> None:
 
 
 def test_roce_delivered_bytes_count_each_byte_once() -> None:
-    sim = fat_tree_sim(FatTree.from_k(4), ClosSimConfig(mtu=4084, seed=1, **ROCE))
+    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(mtu=4084, seed=1, **ROCE))
     flows = permutation(sim, 300_001, seed=1)
     sim.sample_every(5_000)
     res = sim.run(until=UNTIL)

@@ -622,12 +622,13 @@ def _program(name_a: str, name_b: str, peer_of_a: object, peer_of_b: object, ev_
 def test_the_same_program_runs_on_sockets_and_on_simulated_hosts(
     devices: tuple[str, str, UdpDevice, UdpDevice],
 ) -> None:
-    from openmrc.sim.clos_sim import ClosSim, ClosSimConfig
+    from openmrc.sim.config import FabricSimConfig
+    from openmrc.sim.fabric_sim import FabricSim
 
     na, nb, a, b = devices
     assert _program(na, nb, Peer.of(b.endpoints()), Peer.of(a.endpoints()), (0, 0))
     for routing in ("ecmp", "srv6"):
-        fabric = ClosSim(ClosSimConfig(planes=2, hosts=8, t0_radix=8, t1_radix=8, routing=routing))
+        fabric = FabricSim.clos(FabricSimConfig(planes=2, hosts=8, t0_radix=8, t1_radix=8, routing=routing))
         ha, hb = fabric.verbs_device(1), fabric.verbs_device(6)  # under different T0s
         sa, sb = _names()
         v.add_device(sa, ha)

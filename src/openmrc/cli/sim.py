@@ -19,7 +19,7 @@ from rich.table import Table
 
 from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.render import make_console
-from openmrc.sim.clos_sim import FabricSim
+from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.results_files import name_nodes, provenance, results_document, write_runs
 from openmrc.sim.scenario import (
     Run,

@@ -1,51 +1,57 @@
-"""Timed failures of a simulated fabric, as a mixin of `openmrc.sim.clos_sim.FabricSim`.
+"""Timed failures of a simulated fabric: `FailureInjector`, one per `openmrc.sim.fabric_sim.FabricSim`.
 
 Links go down and up (what is queued on a port or travelling along its link is lost: the port's epoch
 moves on), flap, run degraded, lose packets at random (per link, per plane, everywhere); switches and NIC
 ports die (a NIC is told about its own port and tells its peers). Static SRv6 tables never change: MRC
-senders bypass dead paths themselves. ECMP routing withdraws dead links only `ecmp_reconverge_ns` after a
+senders bypass dead paths themselves. ECMP routing withdraws dead links only ``reconverge_ns`` after a
 change, as a routing protocol converges. Every failure is noted (time, description) for plots, and those
 with ports are kept as outages so that a run can report how long traffic still went into them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.fabric.topology import PortRef, Topology
+from openmrc.sim.engine import Simulator
 from openmrc.sim.network import Host, Node, Port
 from openmrc.sim.routing import EcmpRouting, Routing
 
-if TYPE_CHECKING:
-    from openmrc.fabric.topology import Topology
-    from openmrc.sim.clos_sim import ClosSimConfig
-    from openmrc.sim.engine import Simulator
-
-__all__ = ["Failures"]
+__all__ = ["FailureInjector"]
 
 
-class Failures:
-    """The failure methods of a fabric simulation (the attributes below are the simulation's)."""
+class FailureInjector:
+    """Schedules failures on the ``nodes`` (ports wired as ``topo`` says) of one simulation."""
 
-    sim: Simulator
-    topo: Topology
-    nodes: list[Node]
-    routing: Routing
-    config: ClosSimConfig
-    failures: list[tuple[int, str]]
-    _outages: list[tuple[int, str, list[Port], int | None]]
-    watched: int | None
-    reconvergences: int
-    _reconverge_at: int | None = None
+    def __init__(
+        self, sim: Simulator, topo: Topology, nodes: list[Node], routing: Routing, reconverge_ns: int | None
+    ) -> None:
+        self.sim = sim
+        self.topo = topo
+        self.nodes = nodes
+        self.routing = routing
+        self.reconverge_ns = reconverge_ns
+        """ECMP routing: how long after a link changes state the switches route around it (None: never)."""
+        self.failures: list[tuple[int, str]] = []
+        """(time ns, description) of every failure noted so far."""
+        self.outages: list[tuple[int, str, list[Port], int | None]] = []
+        """Failures with ports: (time, description, the ports, the host whose NIC port failed)."""
+        self.watched: int | None = None
+        """A host that lost a NIC port (its outgoing goodput is worth watching)."""
+        self.reconvergences = 0
+        self._reconverge_at: int | None = None
 
-    def link(self, node: int, port: int) -> tuple[Port, Port]:
-        """Both directions of the link on ``port`` (0-based) of ``node``: (node's side, the peer's side)."""
+    def _ref(self, node: int, port: int) -> PortRef:
         if not 0 <= node < len(self.nodes):
             raise ValueError(f"no node {node} (nodes are 0..{len(self.nodes) - 1})")
         refs = self.topo.ports(node)
-        if not 0 <= port < len(refs):
-            raise ValueError(f"node {node} has no port {port} (it has {len(refs)})")
-        ref = refs[port]
+        for ref in refs:  # a partly filled T0 has no ports toward the hosts it lacks
+            if ref.port == port:
+                return ref
+        raise ValueError(f"node {node} has no port {port} (it has {len(refs)})")
+
+    def link(self, node: int, port: int) -> tuple[Port, Port]:
+        """Both directions of the link on ``port`` (0-based) of ``node``: (node's side, the peer's side)."""
+        ref = self._ref(node, port)
         return self.nodes[node].ports[port], self.nodes[ref.peer].ports[ref.peer_port]
 
     def t0_uplink(self, plane: int, t0: int, uplink: int) -> tuple[int, int]:
@@ -62,10 +68,11 @@ class Failures:
                 raise ValueError(f"{name} {v} outside 0..{hi - 1}")
         return topo.t0(plane, t0), topo.hosts_per_t0 + uplink
 
-    def _note(self, at: int, what: str, ports: list[Port] | None = None, host: int | None = None) -> None:
+    def note(self, at: int, what: str, ports: list[Port] | None = None, host: int | None = None) -> None:
+        """Record a failure at ``at`` (an outage too when it took ``ports`` down)."""
         self.failures.append((at, what))
         if ports:
-            self._outages.append((at, what, ports, host))
+            self.outages.append((at, what, ports, host))
 
     def fail_port(self, port: Port, at: int, up_at: int | None = None) -> None:
         """One direction of a link down at ``at`` (what it queues or carries is lost), up at ``up_at``."""
@@ -79,8 +86,8 @@ class Failures:
     def _set_port(self, arg: tuple[Port, bool]) -> None:
         port, up = arg
         port.set_up(up)
-        if isinstance(self.routing, EcmpRouting) and self.config.ecmp_reconverge_ns is not None:
-            at = self.sim.now + self.config.ecmp_reconverge_ns
+        if isinstance(self.routing, EcmpRouting) and self.reconverge_ns is not None:
+            at = self.sim.now + self.reconverge_ns
             if at != self._reconverge_at:  # a switch's 1,000 ports going down converge once
                 self._reconverge_at = at
                 self.sim.schedule(at, self._reconverge)
@@ -103,9 +110,9 @@ class Failures:
         ports = list(self.link(node, port))
         for p in ports:
             self.fail_port(p, at, up_at)
-        self._note(at, f"link {node}:{port} down", ports)
+        self.note(at, f"link {node}:{port} down", ports)
         if up_at is not None:
-            self._note(up_at, f"link {node}:{port} up")
+            self.note(up_at, f"link {node}:{port} up")
 
     def flap_link(self, node: int, port: int, at: int, down_ns: int, period_ns: int, count: int) -> None:
         """``count`` times, starting at ``at`` and every ``period_ns``: down for ``down_ns``."""
@@ -115,16 +122,16 @@ class Failures:
             t = at + i * period_ns
             for p in self.link(node, port):
                 self.fail_port(p, t, t + down_ns)
-        self._note(at, f"link {node}:{port} flaps ×{count}")
+        self.note(at, f"link {node}:{port} flaps ×{count}")
 
     def fail_switch(self, node: int, at: int, up_at: int | None = None) -> None:
         """Every link of switch ``node`` down at ``at`` (and up at ``up_at``)."""
         if node < self.topo.num_hosts or node >= len(self.nodes):
             raise ValueError(f"node {node} is not a switch")
-        ports = [p for i in range(len(self.nodes[node].ports)) for p in self.link(node, i)]
+        ports = [p for ref in self.topo.ports(node) for p in self.link(node, ref.port)]
         for p in ports:
             self.fail_port(p, at, up_at)
-        self._note(at, f"switch {node} down", ports)
+        self.note(at, f"switch {node} down", ports)
 
     def degrade_link(self, node: int, port: int, at: int, fraction: float, until: int | None = None) -> None:
         """Both directions of a link run at ``fraction`` of their rate from ``at`` (until ``until``)."""
@@ -136,7 +143,7 @@ class Failures:
             self.sim.schedule(at, self._set_rate, (p, max(1, int(p.nominal_bps * fraction))))
             if until is not None:
                 self.sim.schedule(until, self._set_rate, (p, p.nominal_bps))
-        self._note(at, f"link {node}:{port} at {fraction:.0%}")
+        self.note(at, f"link {node}:{port} at {fraction:.0%}")
 
     @staticmethod
     def _set_rate(arg: tuple[Port, int]) -> None:
@@ -151,7 +158,8 @@ class Failures:
             raise ValueError(f"plane {plane} outside 0..{topo.planes - 1}")
         out = [self.nodes[h].ports[plane] for h in range(topo.num_hosts)]
         for n in range(topo.t0(plane, 0), topo.t1(plane, topo.t1_per_plane - 1) + 1):
-            out.extend(self.nodes[n].ports)
+            ports = self.nodes[n].ports
+            out.extend(ports[r.port] for r in topo.ports(n))
         return out
 
     def set_loss(self, ports: list[Port], probability: float, at: int = 0, until: int | None = None) -> None:
@@ -180,7 +188,7 @@ class Failures:
         ports = list(self.link(host, port - 1))
         for p in ports:
             self.fail_port(p, at, up_at)
-        self._note(at, f"host {host} NIC port {port} down", ports, host)
+        self.note(at, f"host {host} NIC port {port} down", ports, host)
         self.watched = host
         if isinstance(h, Host):
             self.sim.schedule(at, self._nic_port, (h, port, False))

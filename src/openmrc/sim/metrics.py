@@ -14,13 +14,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from openmrc.ev.state import EVState
 
 if TYPE_CHECKING:
-    from openmrc.sim.clos_sim import Flow
     from openmrc.sim.engine import Simulator
+    from openmrc.sim.flows import Flow
     from openmrc.transport import Nic
 
 __all__ = [
@@ -31,6 +31,10 @@ __all__ = [
     "SimResults",
     "outage_report",
 ]
+
+
+_EV_BATCH: Final = 4096
+"""EV events taken from a NIC per `Nic.poll_ev_events` call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +110,17 @@ class Sampler:
         to_bad = to_good = 0
         log = self.ev_log
         for host, nic in self._nics():
-            events = nic.ev_events
-            while events:
-                ev = events.popleft()
-                if ev.state is EVState.ASSUMED_BAD:
-                    to_bad += 1
-                elif ev.state is EVState.GOOD:
-                    to_good += 1
-                if len(log) < self.ev_log_limit:
-                    log.append((ev.time, host, ev.qp_num, ev.port, ev.state.name))
+            while True:
+                events = nic.poll_ev_events(_EV_BATCH)
+                for ev in events:
+                    if ev.state is EVState.ASSUMED_BAD:
+                        to_bad += 1
+                    elif ev.state is EVState.GOOD:
+                        to_good += 1
+                    if len(log) < self.ev_log_limit:
+                        log.append((ev.time, host, ev.qp_num, ev.port, ev.state.name))
+                if len(events) < _EV_BATCH:
+                    break
         self._bad += to_bad - to_good
         got = self._delivered()
         t0, b0 = self._last

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
     from openmrc.sim.routing import Routing
 
-__all__ = ["HEADER_BYTES", "PAUSED", "Host", "Port", "SimNic", "SimPacket", "Switch"]
+__all__ = ["HEADER_BYTES", "PAUSED", "Host", "Port", "SimNic", "SimPacket", "Switch", "Unwired"]
 
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
 #: a 4,086-byte payload makes htsim's 4,150-byte packet.
@@ -427,6 +427,21 @@ class Node:
 
     def arrive(self, p: SimPacket) -> None:  # pragma: no cover - every node kind overrides
         raise NotImplementedError
+
+
+class Unwired(Node):
+    """The far end of a switch port with no cable: a partly filled T0's ports toward hosts it lacks keep
+    their numbers, so their places in ``ports`` hold a port to here. No route leads to them; a packet
+    that came anyway would be counted and dropped."""
+
+    __slots__ = ("arrivals",)
+
+    def __init__(self, node_id: int) -> None:
+        super().__init__(node_id)
+        self.arrivals = 0
+
+    def arrive(self, p: SimPacket) -> None:
+        self.arrivals += 1
 
 
 class Switch(Node):

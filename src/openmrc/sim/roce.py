@@ -1,6 +1,6 @@
 """The RoCEv2 baseline: one path per QP (ECMP-hashed UDP source port), go-back-N, optionally DCQCN
 congestion control; on a lossy fabric by default, or lossless with priority flow control
-(`ClosSimConfig.pfc`, `openmrc.sim.network.Port.enable_pfc`).
+(`FabricSimConfig.pfc`, `openmrc.sim.network.Port.enable_pfc`).
 
 A flow of ``size`` bytes is split over ``qps`` queue pairs, each with its own UDP source port (so ECMP may
 put them on different paths). A QP keeps up to ``window`` packets in flight. The receiver accepts only the

@@ -6,7 +6,7 @@ description = "..."
 until_us = 10000            # stop here even if flows are left
 sample_us = 5               # time-series interval (job goodput, EV states)
 
-[fabric]                    # ClosSimConfig fields (link_gbps for link_bps) and the topology
+[fabric]                    # FabricSimConfig fields (link_gbps for link_bps) and the topology
 topology = "clos"           # or "fattree" (k = 16, or topo_file = an htsim .topo)
 planes = 4
 hosts = 64
@@ -56,7 +56,10 @@ from typing import Any
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
 from openmrc.sim import workloads
-from openmrc.sim.clos_sim import ClosSim, ClosSimConfig, FabricSim, Flow, fat_tree_sim
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.failures import FailureInjector
+from openmrc.sim.flows import Flow
 from openmrc.sim.htsim_cm import CmError, load_cm
 from openmrc.sim.metrics import SimResults
 from openmrc.sim.scenario_schema import SchemaError, check
@@ -244,12 +247,12 @@ def expand_runs(
     return runs
 
 
-def _config(doc: dict[str, Any]) -> tuple[ClosSimConfig, dict[str, Any]]:
+def _config(doc: dict[str, Any]) -> tuple[FabricSimConfig, dict[str, Any]]:
     fabric = dict(doc["fabric"])
     topo = {k: fabric.pop(k) for k in list(fabric) if k in _TOPOLOGY_KEYS}
     fabric["link_bps"] = round(fabric.pop("link_gbps") * 1e9)
     try:
-        return ClosSimConfig(**fabric), topo
+        return FabricSimConfig(**fabric), topo
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"fabric: {exc}") from exc
 
@@ -276,9 +279,9 @@ def build_fabric(doc: dict[str, Any]) -> FabricSim:
                 tree = FatTree.from_topo_file(data_file(str(topo["topo_file"]), base))
             else:
                 tree = FatTree.from_k(int(topo.get("k", 4)))
-            sim: FabricSim = fat_tree_sim(tree, cfg)
+            sim: FabricSim = FabricSim.fat_tree(tree, cfg)
         else:
-            sim = ClosSim(cfg)
+            sim = FabricSim.clos(cfg)
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"fabric: {exc}") from exc
     return sim
@@ -326,10 +329,10 @@ def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
         raise ScenarioError(f"workload: {exc}") from exc
 
 
-def _link(sim: FabricSim, f: dict[str, Any]) -> tuple[int, int]:
+def _link(faults: FailureInjector, f: dict[str, Any]) -> tuple[int, int]:
     if "node" in f:
         return int(f["node"]), int(f["port"])
-    return sim.t0_uplink(int(f["plane"]), int(f["t0"]), int(f["uplink"]))
+    return faults.t0_uplink(int(f["plane"]), int(f["t0"]), int(f["uplink"]))
 
 
 def _switch(sim: FabricSim, f: dict[str, Any]) -> int:
@@ -352,38 +355,39 @@ def _us(f: dict[str, Any], key: str) -> int | None:
 
 
 def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
+    faults = sim.faults
     for i, f in enumerate(failures):
         kind = f["kind"]
         at = _us(f, "at_us") or 0
         up = _us(f, "up_at_us")
         try:
             if kind in ("t0_uplink", "link"):
-                sim.fail_link(*_link(sim, f), at, up)
+                faults.fail_link(*_link(faults, f), at, up)
             elif kind == "switch":
-                sim.fail_switch(_switch(sim, f), at, up)
+                faults.fail_switch(_switch(sim, f), at, up)
             elif kind == "nic_port":
-                sim.fail_nic_port(int(f["host"]), int(f["port"]), at, up)
+                faults.fail_nic_port(int(f["host"]), int(f["port"]), at, up)
             elif kind == "flap":
                 down, period = _us(f, "down_us"), _us(f, "period_us")
                 if down is None or period is None:
                     raise KeyError("down_us and period_us")
-                sim.flap_link(*_link(sim, f), at, down, period, int(f.get("count", 1)))
+                faults.flap_link(*_link(faults, f), at, down, period, int(f.get("count", 1)))
             elif kind == "degrade":
-                sim.degrade_link(*_link(sim, f), at, float(f["fraction"]), _us(f, "until_us"))
+                faults.degrade_link(*_link(faults, f), at, float(f["fraction"]), _us(f, "until_us"))
             else:
                 prob = float(f["probability"])
                 if "plane" in f and "t0" not in f:
-                    ports = sim.plane_ports(int(f["plane"]))
+                    ports = faults.plane_ports(int(f["plane"]))
                     where = f"plane {f['plane']}"
                 elif "node" in f or "t0" in f:
-                    ports = list(sim.link(*_link(sim, f)))
-                    where = "link {}:{}".format(*_link(sim, f))
+                    ports = list(faults.link(*_link(faults, f)))
+                    where = "link {}:{}".format(*_link(faults, f))
                 else:
                     ports = [p for node in sim.nodes for p in node.ports]
                     where = "every link"
-                sim.set_loss(ports, prob, at, _us(f, "until_us"))
+                faults.set_loss(ports, prob, at, _us(f, "until_us"))
                 if prob:
-                    sim.failures.append((at, f"{prob:.2%} loss on {where}"))
+                    faults.note(at, f"{prob:.2%} loss on {where}")
         except KeyError as exc:
             raise ScenarioError(f"failures.{i}: missing {exc.args[0]}") from exc
         except (IndexError, ValueError) as exc:

@@ -14,12 +14,12 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from openmrc.sim.clos_sim import ClosSimConfig
+from openmrc.sim.config import FabricSimConfig
 from openmrc.transport.config import NicConfig
 
 __all__ = ["SECTIONS", "Scenario", "SchemaError", "check", "markdown"]
 
-_SIM = ClosSimConfig()
+_SIM = FabricSimConfig()
 _EV_PORTS = NicConfig().default_ev_sports
 MAX_EVS = _EV_PORTS[1] - _EV_PORTS[0]
 """The UDP source ports an AUTO EV profile draws its EVs from."""

@@ -1,7 +1,8 @@
 """A simulated host as a device for `openmrc.verbs`: the same program that drives a software NIC over UDP
 drives a host of a `FabricSim`, selected by the device name it opens.
 
-`SimHostDevice` wraps one host of a built fabric (`FabricSim.verbs_device(h)`). Its clock is the
+`SimHostDevice` wraps one host of a built fabric (`FabricSim.verbs_device(h)`, over the host's public API,
+`openmrc.sim.hosts.MrcHost`). Its clock is the
 simulator's; its progress runs the simulator: ``progress(0)`` runs the events of the next instant that has
 any (so a loop of ``poll_cq`` walks simulated time forward event by event), ``progress(t)`` runs ``t``
 seconds of simulated time. Every host of the fabric moves on together (there is one event queue), so
@@ -29,18 +30,17 @@ from openmrc.transport import (
 )
 
 if TYPE_CHECKING:
-    from openmrc.sim.clos_sim import FabricSim
-    from openmrc.sim.network import Host
+    from openmrc.sim.hosts import MrcHost
 
 __all__ = ["SimHostDevice"]
 
 
 class SimHostDevice:
-    """Host ``host`` of ``fabric`` as a verbs device (see the module's docstring)."""
+    """``host`` of a fabric of ``hosts`` hosts as a verbs device (see the module's docstring)."""
 
-    def __init__(self, fabric: FabricSim, host: Host) -> None:
-        self._fabric = fabric
+    def __init__(self, host: MrcHost, hosts: int) -> None:
         self._host = host
+        self._hosts = hosts
         self._lock = threading.RLock()
         self._cqs: list[CompletionQueue] = []
         self._closed = False
@@ -72,13 +72,13 @@ class SimHostDevice:
         self._closed = True
 
     def now(self) -> int:
-        return self._fabric.sim.now
+        return self._host.now()
 
     def progress(self, timeout: float | None = 0.0) -> int:
         """Run the simulator: to the next instant with events (``timeout`` 0 or None), or ``timeout``
         seconds of simulated time on; returns the events run."""
-        sim = self._fabric.sim
-        self._host.pump(sim.now)  # what the program's calls made ready since the last round
+        sim = self._host.engine
+        self._host.pump()  # what the program's calls made ready since the last round
         nxt = sim.peek()
         if nxt is None:
             return 0
@@ -89,13 +89,13 @@ class SimHostDevice:
     def register(
         self, buffer: Any, access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE
     ) -> MemoryRegion:
-        return self.nic.register(buffer, access)
+        return self._host.register(buffer, access)
 
     def deregister(self, mr: MemoryRegion) -> None:
         self.nic.deregister(mr)
 
     def create_cq(self, depth: int = 65536) -> CompletionQueue:
-        cq = self.nic.create_cq(depth)
+        cq = self._host.create_cq(depth)
         self._cqs.append(cq)
         return cq
 
@@ -105,7 +105,7 @@ class SimHostDevice:
             self._cqs.remove(cq)
 
     def create_qp(self, init: QpInitAttr | None = None) -> Qp:
-        return self.nic.create_qp(init or QpInitAttr(send_cq=self.create_cq(), recv_cq=self.create_cq()))
+        return self._host.create_qp(init or QpInitAttr(send_cq=self.create_cq(), recv_cq=self.create_cq()))
 
     def destroy_qp(self, qp: Qp) -> None:
         self.nic.destroy_qp(qp)
@@ -114,7 +114,7 @@ class SimHostDevice:
         """Every EV of a simulated fabric can be carried: nothing to check."""
 
     def add_peer(self, peer: Any) -> None:
-        n = self._fabric.topo.num_hosts
+        n = self._hosts
         own = self._host.id
         if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < n or peer == own:
             raise LocalProtocolError(
@@ -125,13 +125,11 @@ class SimHostDevice:
         """The EV profile id for QPs towards host ``peer`` (installed on first use: SRv6 source routes over
         every plane; 0, the NIC's UDP source-port profile, on an ECMP fabric)."""
         self.add_peer(peer)
-        return self._fabric.ev_profile_id(self._host.id, peer)
+        return self._host.ev_profile_for(peer)
 
     # -- work ------------------------------------------------------------------------------------------------
     def post_send(self, qp: Qp, wr: SendWR) -> None:
-        now = self.now()
-        qp.post_send(wr, now=now)
-        self._host.pump(now)
+        self._host.post_send(qp, wr)
 
     def post_recv(self, qp: Qp, wr: RecvWR) -> None:
-        qp.post_recv(wr)
+        self._host.post_recv(qp, wr)

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FoldedClos
-from openmrc.sim.clos_sim import FabricSim, Flow, Trigger
 from openmrc.sim.engine import PausedGc
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.flows import Flow, Trigger
 
 if TYPE_CHECKING:
     from openmrc.sim.htsim_cm import ConnectionMatrix

@@ -1,0 +1,339 @@
+"""`FabricSim`: the simulator's front door. A fabric running a real transport on every host.
+
+Construction goes in named steps: routing (SRv6 uSID plan on a `MultiPlaneClos`, or ECMP on any topology),
+buffer sizing from the longest path's bandwidth-delay product, the hosts (`openmrc.sim.hosts.HOST_KINDS`
+picks MRC or RoCEv2 hosts once, from `FabricSimConfig.transport`), the switches, and every link wired as two
+`Port`s. Failures are scheduled through ``faults`` (`FailureInjector`). Flows are messages between hosts
+(`openmrc.sim.flows.Flow`); each starts at a time or on a `Trigger`, and finishes when its sender's (and,
+with an immediate, its receiver's) completion arrives. `run` returns the flows' completion times and the
+fabric's counters (`openmrc.sim.metrics.SimResults`).
+
+Applications drive hosts directly as well: ``host(i)`` is host i's `MrcHost` (NIC, QPs, CQs, memory
+registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` device.
+"""
+
+from __future__ import annotations
+
+import random
+
+from openmrc.fabric.clos import MultiPlaneClos
+from openmrc.fabric.fattree import FoldedClos
+from openmrc.fabric.srv6 import UsidPlan
+from openmrc.fabric.topology import Topology
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.engine import Simulator
+from openmrc.sim.failures import FailureInjector
+from openmrc.sim.flows import Flow, Trigger
+from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, SimHost
+from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
+from openmrc.sim.network import HEADER_BYTES, Node, Port, Switch, Unwired
+from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
+from openmrc.sim.verbs_host import SimHostDevice
+from openmrc.transport import Nic, WcStatus
+
+__all__ = ["FabricSim"]
+
+
+class FabricSim:
+    """Build once, add flows, run. Works on any topology with ECMP routing; SRv6 needs a MultiPlaneClos."""
+
+    def __init__(self, topo: Topology, config: FabricSimConfig, *, longest_path_links: int) -> None:
+        self.config = config
+        self.topo = topo
+        self.sim = Simulator()
+        self.rng = random.Random(config.seed)
+        self.flows: list[Flow] = []
+        self.completed = 0
+        self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
+        self.sampler: Sampler | None = None
+        self.plan, self.routing = self._build_routing()
+        self.base_rtt_ns = self._base_rtt(longest_path_links)
+        self.hosts = self._build_hosts()
+        self.nodes: list[Node] = [h.node for h in self.hosts]
+        self.nodes.extend(Switch(self.sim, n, self.routing) for n in range(topo.num_hosts, topo.num_nodes()))
+        self._wire()
+        self.faults = FailureInjector(self.sim, topo, self.nodes, self.routing, config.ecmp_reconverge_ns)
+        """Links, switches and NIC ports failing on schedule."""
+
+    @classmethod
+    def clos(cls, config: FabricSimConfig | None = None) -> FabricSim:
+        """A simulation of the `MultiPlaneClos` that ``config`` describes."""
+        cfg = config or FabricSimConfig()
+        return cls(cfg.clos(), cfg, longest_path_links=4)
+
+    @classmethod
+    def fat_tree(cls, topo: FoldedClos, config: FabricSimConfig | None = None) -> FabricSim:
+        """A simulation of a fat tree or leaf-spine (`openmrc.fabric.FatTree`): one plane, ECMP routing, MRC
+        EVs are UDP source ports that every switch hashes."""
+        cfg = config or FabricSimConfig(routing="ecmp")
+        if cfg.routing != "ecmp":
+            raise ValueError("FabricSimConfig.routing: a fat tree routes by ECMP")
+        return cls(topo, cfg, longest_path_links=2 * topo.tiers)
+
+    # -- construction steps ----------------------------------------------------------------------------------
+    def _build_routing(self) -> tuple[UsidPlan | None, Routing]:
+        topo, cfg = self.topo, self.config
+        if cfg.routing == "srv6":
+            if not isinstance(topo, MultiPlaneClos):
+                raise ValueError("FabricSimConfig.routing: srv6 needs a MultiPlaneClos fabric")
+            plan = UsidPlan(topo)
+            return plan, SrRouting(plan)
+        return None, EcmpRouting(topo, cfg.seed)
+
+    def _base_rtt(self, hops: int) -> int:
+        """Round trip of a full packet over the longest path, unloaded."""
+        refs = self.topo.ports(0)
+        link_bps = max(r.bps for r in refs)
+        lat = max(r.latency_ns for r in refs)
+        pkt_ns = (self.config.mtu + HEADER_BYTES) * 8_000_000_000 // link_bps
+        return 2 * hops * lat + hops * pkt_ns + hops * HEADER_BYTES * 8_000_000_000 // link_bps
+
+    def _build_hosts(self) -> list[SimHost]:
+        refs = self.topo.ports(0)
+        env = HostEnv(
+            engine=self.sim,
+            config=self.config,
+            rng=self.rng,
+            hosts=self.topo.num_hosts,
+            planes=len(refs),
+            link_bps=max(r.bps for r in refs),
+            base_rtt_ns=self.base_rtt_ns,
+            plan=self.plan,
+            flows=self.flows,
+            finished=self._finished,
+            received=self._received,
+        )
+        return HOST_KINDS[self.config.transport](env)
+
+    def _wire(self) -> None:
+        """Every link as two ports. Switch buffers hold one bandwidth-delay product (or ``buffer_bytes``)."""
+        cfg, topo, hosts = self.config, self.topo, self.topo.num_hosts
+        link_bps = max(r.bps for r in topo.ports(0))
+        bdp = link_bps * self.base_rtt_ns // 8_000_000_000
+        buffer = cfg.buffer_bytes if cfg.buffer_bytes is not None else max(bdp, 2 * (cfg.mtu + HEADER_BYTES))
+        ecn = None if cfg.ecn is None else (int(buffer * cfg.ecn[0]), int(buffer * cfg.ecn[1]))
+        last_hop_apart = self.hosts[0].last_hop_apart if self.hosts else False
+        port_rng = random.Random(self.rng.getrandbits(64))
+        unwired = Unwired(-1)
+        for n, node in enumerate(self.nodes):
+            is_host = n < hosts
+            for ref in topo.ports(n):
+                while len(node.ports) < ref.port:  # a partly filled T0's ports toward hosts it lacks
+                    node.ports.append(
+                        Port(
+                            self.sim, unwired, ref.bps, 0, buffer=buffer, ecn=None, trimming=False,
+                            last_hop=False, rng=port_rng,
+                        )
+                    )  # fmt: skip
+                node.ports.append(
+                    Port(
+                        self.sim,
+                        self.nodes[ref.peer],
+                        ref.bps,
+                        ref.latency_ns,
+                        buffer=1 << 62 if is_host else buffer,
+                        ecn=None if is_host else ecn,
+                        trimming=cfg.trimming and not is_host,
+                        last_hop=not is_host and ref.peer < hosts and last_hop_apart,
+                        rng=port_rng,
+                    )
+                )
+                if cfg.pfc:
+                    xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
+                    resumed = self.hosts[n].resumed if is_host else None
+                    node.ports[-1].enable_pfc(xoff, min(int(buffer * cfg.pfc_xon), xoff - 1), resumed)
+
+    # -- hosts -----------------------------------------------------------------------------------------------
+    def host(self, host: int) -> MrcHost:
+        """Host ``host``'s NIC, QPs, CQs and memory, for an application to drive (MRC hosts only)."""
+        h = self.hosts[host] if 0 <= host < len(self.hosts) else None
+        if not isinstance(h, MrcHost):
+            raise ValueError(f"host {host}: not an MRC host of this fabric (0..{self.topo.num_hosts - 1})")
+        return h
+
+    def verbs_device(self, host: int) -> SimHostDevice:
+        """Host ``host`` as a device for `openmrc.verbs` (register it with ``verbs.add_device``)."""
+        return SimHostDevice(self.host(host), self.topo.num_hosts)
+
+    # -- flows -----------------------------------------------------------------------------------------------
+    def add_flow(
+        self,
+        src: int,
+        dst: int,
+        size: int,
+        start: int | None = None,
+        *,
+        tag: str = "",
+        imm: bool = False,
+        trigger: Trigger | None = None,
+        send_done: Trigger | None = None,
+        recv_done: Trigger | None = None,
+    ) -> Flow:
+        """A message of ``size`` bytes from host ``src`` to host ``dst``, starting at ``start`` ns (default 0)
+        or, with ``trigger``, when that trigger fires. ``imm`` (Write-with-Immediate) lets the receiver see it
+        complete; a ``recv_done`` trigger implies it."""
+        hosts = self.topo.num_hosts
+        if not (0 <= src < hosts and 0 <= dst < hosts):
+            raise ValueError(f"flow {src}->{dst}: hosts are 0..{hosts - 1}")
+        if src == dst:
+            raise ValueError("a flow needs two different hosts")
+        if size < 1:
+            raise ValueError(f"flow {src}->{dst}: size {size} must be at least one byte")
+        if trigger is not None and start is not None:
+            raise ValueError(f"flow {src}->{dst}: give a start time or a trigger, not both")
+        if trigger is None and start is None:
+            start = 0
+        f = Flow(
+            src,
+            dst,
+            size,
+            start,
+            id=len(self.flows),
+            tag=tag,
+            imm=imm or recv_done is not None,
+            trigger=trigger,
+            send_done=send_done,
+            recv_done=recv_done,
+        )
+        self.flows.append(f)
+        self.hosts[src].add_flow(f, self.hosts[dst])
+        if trigger is not None:
+            trigger.flows.append(f)
+        else:
+            assert start is not None
+            self.sim.schedule(start, self._start, f)
+        return f
+
+    def fire(self, trigger: Trigger) -> None:
+        """One arrival at ``trigger``; at its count its flows start now."""
+        trigger.arrivals += 1
+        if trigger.multishot:
+            if trigger.arrivals <= len(trigger.flows):
+                self._start_now(trigger.flows[trigger.arrivals - 1])
+        elif trigger.arrivals == trigger.count:
+            for f in trigger.flows:
+                self._start_now(f)
+
+    def _start_now(self, f: Flow) -> None:
+        f.start = self.sim.now
+        self._start(f)
+
+    def _start(self, f: Flow) -> None:
+        if f.imm:
+            self._recv_wait += 1
+        self.hosts[f.src].start(f, self.hosts[f.dst], self.sim.now)
+
+    def _finished(self, f: Flow, now: int, status: WcStatus) -> None:
+        if f.finish is not None:
+            return
+        f.finish = now
+        f.status = status
+        self.completed += 1
+        if f.send_done is not None:
+            self.fire(f.send_done)
+        if self.done():
+            self.sim.halted = True
+
+    def _received(self, f: Flow, now: int) -> None:
+        if f.recv_finish is not None:
+            return
+        f.recv_finish = now
+        self._recv_wait -= 1
+        if f.recv_done is not None:
+            self.fire(f.recv_done)
+        if self.done():
+            self.sim.halted = True
+
+    # -- running ---------------------------------------------------------------------------------------------
+    def sample_every(self, interval_ns: int) -> Sampler:
+        """Record job goodput and EV states every ``interval_ns`` (call before `run`)."""
+        self.sampler = Sampler(self.sim, interval_ns, self.delivered_bytes, self._nics, self._watched_bytes)
+        return self.sampler
+
+    def _nics(self) -> list[tuple[int, Nic]]:
+        return [(h.id, h.nic) for h in self.hosts if isinstance(h, MrcHost)]
+
+    def delivered_bytes(self, src: int | None = None) -> int:
+        """Bytes the receivers have accepted so far, each once (only from host ``src`` if given)."""
+        if src is not None:
+            return self.hosts[src].delivered_bytes()
+        return sum(h.delivered_bytes() for h in self.hosts)
+
+    def _watched_bytes(self) -> int:
+        watched = self.faults.watched
+        return 0 if watched is None else self.delivered_bytes(watched)
+
+    def done(self) -> bool:
+        return self.completed >= len(self.flows) and self._recv_wait <= 0
+
+    def run(self, until: int | None = None) -> SimResults:
+        if not self.done():
+            self.sim.run(until=until)
+        if self.sampler is not None:
+            self.sampler.sample()
+        return SimResults(
+            self.flows,
+            self.sim.now,
+            self.sim.events,
+            self.counters(),
+            samples=[] if self.sampler is None else self.sampler.samples,
+            links=self.link_stats(),
+            ev_log=[] if self.sampler is None else self.sampler.ev_log,
+            failures=sorted(self.faults.failures),
+            outages=[self._outage(*o) for o in self.faults.outages],
+        )
+
+    @staticmethod
+    def _outage(at: int, what: str, ports: list[Port], host: int | None) -> Outage:
+        drops = [p.down_drop_at for p in ports if p.down_drop_at is not None and p.down_drop_at >= at]
+        return Outage(at, what, max(drops) - at if drops else None, host)
+
+    def link_stats(self) -> list[LinkStat]:
+        now = max(self.sim.now, 1)
+        out = []
+        for n, node in enumerate(self.nodes):
+            for i, p in enumerate(node.ports):
+                if isinstance(p.peer, Unwired):
+                    continue
+                out.append(
+                    LinkStat(
+                        n,
+                        i,
+                        p.peer.id,
+                        p.nominal_bps,
+                        p.sent_bytes,
+                        p.sent_bytes * 8e9 / (p.nominal_bps * now),
+                        p.drops,
+                        p.losses,
+                        p.trims,
+                        p.marks,
+                        p.pauses,
+                        p.paused_total_ns(self.sim.now) / 1000,
+                    )
+                )
+        return out
+
+    def counters(self) -> dict[str, int]:
+        drops = trims = marks = hops = losses = 0
+        for node in self.nodes:
+            for p in node.ports:
+                drops += p.drops
+                trims += p.trims
+                marks += p.marks
+                hops += p.sent_packets
+                losses += p.losses
+        rtx = sum(h.retransmits() for h in self.hosts)
+        out = {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
+        if losses:
+            out["losses"] = losses
+        cnps = sum(h.cnps() for h in self.hosts)
+        if cnps:
+            out["cnps"] = cnps
+        if self.faults.reconvergences:
+            out["reconvergences"] = self.faults.reconvergences
+        if self.config.pfc:
+            ports = [p for node in self.nodes for p in node.ports]
+            out["pfc_pauses"] = sum(p.pauses for p in ports)
+            out["pfc_paused_ns"] = sum(p.paused_total_ns(self.sim.now) for p in ports)
+            out["max_queue_bytes"] = max((p.max_queued for p in ports), default=0)
+        return out

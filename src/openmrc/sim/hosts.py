@@ -1,0 +1,395 @@
+"""The hosts of a `openmrc.sim.fabric_sim.FabricSim`: one class per host behaviour, chosen once.
+
+`MrcHost` runs the openmrc transport (`openmrc.transport.Nic`, one port per plane) and is also the public
+face of a simulated host: an application (a collective, `openmrc.sim.verbs_host.SimHostDevice`) registers
+memory, creates CQs and QPs, connects them and posts work requests on it as it would on a real NIC.
+`RoceV2Host` runs the RoCEv2 baseline (`openmrc.sim.roce`): go-back-N QPs, one plane, ECMP.
+
+Flows are carried the same way by both: `add_flow` prepares what a flow needs (the MRC QP pair of the two
+hosts, made on first use; the RoCE QPs of that flow), `start` posts it, and completions reach the
+simulation through the two callbacks in `HostEnv` (``finished``, ``received``). `HOST_KINDS` maps
+`FabricSimConfig.transport` to the class.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from openmrc.fabric.srv6 import UsidPlan
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.engine import Simulator
+from openmrc.sim.flows import Flow
+from openmrc.sim.network import Host, Node
+from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
+from openmrc.transport import (
+    Access,
+    CompletionQueue,
+    MemoryRegion,
+    Nic,
+    NicConfig,
+    Qp,
+    QpInitAttr,
+    QpState,
+    RecvWR,
+    SendWR,
+    Sge,
+    WcOpcode,
+    WcStatus,
+    WorkCompletion,
+    WrOpcode,
+)
+
+__all__ = ["HOST_KINDS", "HostEnv", "MrcHost", "RoceV2Host", "SimHost"]
+
+
+@dataclass(slots=True, kw_only=True)
+class HostEnv:
+    """What every host of one simulation shares."""
+
+    engine: Simulator
+    """The event engine (its clock is every host's clock)."""
+    config: FabricSimConfig
+    rng: random.Random
+    """The simulation's RNG (NIC seeds, RoCE QP numbers and source ports are drawn from it in order)."""
+    hosts: int
+    """Hosts in the fabric (ids 0..hosts-1)."""
+    planes: int
+    """NIC ports per host."""
+    link_bps: int
+    base_rtt_ns: int
+    plan: UsidPlan | None
+    """The SRv6 plan (None: ECMP routing, EVs are UDP source ports)."""
+    flows: list[Flow]
+    """The simulation's flows, indexed by id (an MRC completion's ``wr_id``)."""
+    finished: Callable[[Flow, int, WcStatus], None]
+    """A flow's sender saw it complete (flow, now, status)."""
+    received: Callable[[Flow, int], None]
+    """A flow's receiver saw it complete (flow, now)."""
+
+
+class SimHost:
+    """One host as the simulation drives it (one subclass per transport)."""
+
+    node: Node
+    """The host's node in the simulated network."""
+    resumed: Callable[[None], None]
+    """What a PFC-paused port of this host calls when it may send again."""
+    last_hop_apart: ClassVar[bool] = False
+    """Switch ports toward this kind of host mark last-hop trims apart and set no ECN (MRC's NSCC tells
+    last-hop congestion from trims); RoCEv2 hosts want the last hop ECN-marked like any other."""
+
+    @property
+    def id(self) -> int:
+        return self.node.id
+
+    def add_flow(self, f: Flow, peer: Any) -> None:  # pragma: no cover - every host kind overrides
+        """Prepare flow ``f`` from this host to ``peer`` (a host of the same kind)."""
+        raise NotImplementedError
+
+    def start(self, f: Flow, peer: Any, now: int) -> None:  # pragma: no cover - every host kind overrides
+        raise NotImplementedError
+
+    def delivered_bytes(self) -> int:  # pragma: no cover - every host kind overrides
+        """Bytes the receivers of this host's flows have accepted, each once."""
+        raise NotImplementedError
+
+    def retransmits(self) -> int:  # pragma: no cover - every host kind overrides
+        raise NotImplementedError
+
+    def cnps(self) -> int:
+        """Congestion notification packets this host sent (RoCEv2 with DCQCN)."""
+        return 0
+
+
+class _SimCq(CompletionQueue):
+    """A completion queue that tells the simulation it has something (no polling every CQ per event)."""
+
+    def __init__(self, ready: list[CompletionQueue]) -> None:
+        super().__init__()
+        self._notify = ready
+
+    def push(self, wc: WorkCompletion) -> None:
+        super().push(wc)
+        self._notify.append(self)
+
+
+class _MrcShared:
+    """What the MRC hosts of one simulation share: the CQs with new completions, the flows' buffer."""
+
+    __slots__ = ("buf", "env", "ready", "timeout")
+
+    def __init__(self, env: HostEnv) -> None:
+        self.env = env
+        self.ready: list[CompletionQueue] = []  # flow CQs that got completions since the last drain
+        self.buf = bytearray(1 << 20)  # every flow writes from and into this one buffer
+        self.timeout = max(0, (4 * env.base_rtt_ns // 1024).bit_length())
+
+    def after_pump(self, _node: Host) -> None:
+        if self.ready:
+            self.drain()
+
+    def drain(self) -> None:
+        """Turn the completions the transports produced into flow finishes."""
+        ready = self.ready
+        env = self.env
+        now = env.engine.now
+        flows = env.flows
+        while ready:
+            cq = ready.pop()
+            for wc in cq.poll(len(cq)):
+                f = flows[wc.wr_id]
+                if wc.opcode is WcOpcode.RECV_RDMA_WITH_IMM:
+                    env.received(f, now)
+                else:
+                    env.finished(f, now, wc.status)
+
+
+class MrcHost(SimHost):
+    """A host running the MRC transport; its NIC, QPs, CQs and memory are open to applications."""
+
+    last_hop_apart = True
+
+    def __init__(self, node: Host, shared: _MrcShared) -> None:
+        self.node = node
+        self._node = node
+        self.resumed = node.resumed
+        self.nic: Nic = node.nic
+        self._shared = shared
+        self.engine = shared.env.engine
+        """The simulation's event engine (its ``now`` is this host's clock)."""
+        self._profiles: set[int] = set()  # peers whose SRv6 EV profile is installed
+        self._flow_cqs: tuple[CompletionQueue, CompletionQueue] | None = None
+        self._flow_mr: MemoryRegion | None = None
+        self.connections: dict[int, tuple[Qp, Qp]] = {}
+        """peer -> (this host's QP, the peer's QP): the pair that carries every flow towards that peer."""
+
+    @classmethod
+    def build_all(cls, env: HostEnv) -> list[SimHost]:
+        cfg = env.config
+        nic_cfg = NicConfig(
+            mtu=cfg.mtu,
+            link_bps=env.link_bps,
+            base_rtt_ns=env.base_rtt_ns,
+            trimming=cfg.trimming,
+            default_ev_count=max(cfg.evs_per_qp, env.planes),
+            validate_wire=cfg.validate_wire,
+        )
+        shared = _MrcShared(env)
+        out: list[SimHost] = []
+        for n in range(env.hosts):
+            nic = Nic(env.planes, rng=random.Random(env.rng.getrandbits(64)), config=nic_cfg)
+            node = Host(env.engine, n, nic)
+            node.on_pump = shared.after_pump
+            out.append(cls(node, shared))
+        return out
+
+    # -- the public per-host API -----------------------------------------------------------------------------
+    @property
+    def qps(self) -> dict[int, Qp]:
+        """Every QP of this host's NIC by QP number."""
+        return self.nic.qps
+
+    def now(self) -> int:
+        return self.engine.now
+
+    def pump(self) -> None:
+        """Let the NIC send what the application's calls made ready (posting through this object does)."""
+        self._node.pump(self.engine.now)
+
+    def register(
+        self, buffer: Any, access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE
+    ) -> MemoryRegion:
+        return self.nic.register(buffer, access)
+
+    def create_cq(self, depth: int = 65536) -> CompletionQueue:
+        return self.nic.create_cq(depth)
+
+    def create_qp(self, init: QpInitAttr | None = None) -> Qp:
+        """A QP in RESET (with a CQ of its own for sends and one for receives unless ``init`` names them)."""
+        return self.nic.create_qp(init or QpInitAttr(send_cq=self.create_cq(), recv_cq=self.create_cq()))
+
+    def ev_profile_for(self, peer: int) -> int:
+        """The EV profile QPs of this host towards host ``peer`` bind: SRv6 source routes over every plane
+        (installed on first use, as a controller would), or 0, the NIC's UDP source-port profile, on an
+        ECMP fabric."""
+        plan = self._shared.env.plan
+        if plan is None:
+            return 0
+        if peer not in self._profiles:
+            total = plan.topo.paths_between(self._node.id, peer)
+            prof, ports = plan.ev_profile(self._node.id, peer, min(self._shared.env.config.evs_per_qp, total))
+            self.nic.add_ev_profile(peer + 1, prof, ports)
+            self._profiles.add(peer)
+        return peer + 1
+
+    def connect(self, peer: MrcHost) -> tuple[Qp, Qp]:
+        """The QP pair (this host's, ``peer``'s) that carries this host's flows to ``peer``, in RTS
+        (made on first use; completions go to the simulation's flow CQs)."""
+        pair = self.connections.get(peer._node.id)
+        if pair is None:
+            a, b = self._flow_qp(peer._node.id), peer._flow_qp(self._node.id)
+            timeout = self._shared.timeout
+            for qp, other, host in ((a, b, peer._node.id), (b, a, self._node.id)):
+                qp.modify(
+                    QpState.RTR, dest_qp_num=other.qp_num, peer=host, rq_psn=0, mpr_dest=64, max_wimm_dest=0
+                )
+                qp.modify(
+                    QpState.RTS, sq_psn=0, mpr=64, max_wimm=0, timeout=timeout, retry_linear=7, retry_exp=25
+                )
+            pair = self.connections[peer._node.id] = (a, b)
+        return pair
+
+    def post_send(self, qp: Qp, wr: SendWR) -> None:
+        now = self.engine.now
+        qp.post_send(wr, now=now)
+        self._node.pump(now)
+
+    def post_recv(self, qp: Qp, wr: RecvWR) -> None:
+        qp.post_recv(wr)
+
+    @staticmethod
+    def poll(cq: CompletionQueue, n: int = 64) -> list[WorkCompletion]:
+        return cq.poll(n)
+
+    # -- flows -----------------------------------------------------------------------------------------------
+    def _flow_qp(self, peer: int) -> Qp:
+        cqs = self._flow_cqs
+        if cqs is None:  # one send and one receive CQ per host: completions name their flow by wr_id
+            ready = self._shared.ready
+            cqs = self._flow_cqs = (_SimCq(ready), _SimCq(ready))
+        qp = self.nic.create_qp(QpInitAttr(send_cq=cqs[0], recv_cq=cqs[1]))
+        qp.modify(QpState.INIT, ev_profile_id=self.ev_profile_for(peer), cc_profile_id=0)
+        return qp
+
+    def _memory(self) -> MemoryRegion:
+        mr = self._flow_mr
+        buf = self._shared.buf
+        if mr is None or mr.length < len(buf):
+            mr = self._flow_mr = self.nic.register(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+        return mr
+
+    def add_flow(self, f: Flow, peer: MrcHost) -> None:
+        shared = self._shared
+        if len(shared.buf) < f.size:
+            shared.buf = bytearray(f.size)
+        f.qp = self.connect(peer)[0]
+
+    def start(self, f: Flow, peer: MrcHost, now: int) -> None:
+        smr, dmr = self._memory(), peer._memory()
+        a, b = self.connect(peer)
+        if f.imm:
+            b.post_recv(RecvWR(f.id))
+        a.post_send(
+            SendWR(
+                f.id,
+                WrOpcode.RDMA_WRITE_WITH_IMM if f.imm else WrOpcode.RDMA_WRITE,
+                [Sge(smr.addr, f.size, smr.lkey)],
+                dmr.addr,
+                dmr.rkey,
+                imm_data=f.id & 0xFFFFFFFF if f.imm else None,
+            ),
+            now=now,
+        )
+        self._node.pump(now)
+
+    def delivered_bytes(self) -> int:
+        return sum(b.responder.rcvd_bytes for _a, b in self.connections.values())
+
+    def retransmits(self) -> int:
+        return self.nic.stats.retransmits
+
+
+class _RoceShared:
+    """What the RoCEv2 hosts of one simulation share: QP numbers in use and which flow each QP carries."""
+
+    __slots__ = ("config", "env", "flows", "pending", "qpns")
+
+    def __init__(self, env: HostEnv) -> None:
+        cfg = env.config
+        self.env = env
+        self.config = RoceConfig(
+            mtu=cfg.mtu, window=cfg.roce_window, dcqcn=DcqcnConfig() if cfg.dcqcn else None
+        )
+        self.qpns: set[int] = set()
+        self.flows: dict[int, Flow] = {}  # QP number -> its flow
+        self.pending: dict[int, list[int]] = {}  # flow id -> [QPs not yet acked, not yet received]
+
+    def done(self, q: RoceQp) -> None:
+        f = self.flows[q.qpn]
+        left = self.pending[f.id]
+        left[0] -= 1
+        if left[0] == 0:
+            self.env.finished(f, self.env.engine.now, WcStatus.SUCCESS)
+
+    def received(self, q: RoceQp) -> None:
+        f = self.flows[q.qpn]
+        left = self.pending[f.id]
+        left[1] -= 1
+        if left[1] == 0 and f.imm:
+            self.env.received(f, self.env.engine.now)
+
+
+class RoceV2Host(SimHost):
+    """A host running the RoCEv2 baseline: each flow is ``roce_qps`` go-back-N QPs (ECMP paths)."""
+
+    def __init__(self, node: RoceHost, shared: _RoceShared) -> None:
+        self.node = node
+        self._node = node
+        self.resumed = node.resumed
+        self._shared = shared
+        self._qps: dict[int, list[RoceQp]] = {}  # flow id -> the RoCE QPs of this host's flow
+
+    @classmethod
+    def build_all(cls, env: HostEnv) -> list[SimHost]:
+        shared = _RoceShared(env)
+        out: list[SimHost] = []
+        for n in range(env.hosts):
+            node = RoceHost(env.engine, n, shared.config)
+            node.on_done = shared.done
+            node.on_received = shared.received
+            out.append(cls(node, shared))
+        return out
+
+    def add_flow(self, f: Flow, peer: RoceV2Host) -> None:
+        shared = self._shared
+        rng = shared.env.rng
+        k = shared.env.config.roce_qps
+        parts = [f.size // k + (1 if i < f.size % k else 0) for i in range(k)]
+        qps = []
+        for part in parts:
+            if part == 0:
+                continue
+            q = RoceQp(
+                new_qpn(rng, shared.qpns), f.src, f.dst, part, shared.config.mtu, rng.randrange(49152, 65536)
+            )
+            qps.append(q)
+            shared.flows[q.qpn] = f
+        self._qps[f.id] = qps
+
+    def start(self, f: Flow, peer: RoceV2Host, now: int) -> None:
+        qps = self._qps[f.id]
+        for q in qps:
+            self._node.add_sender(q)
+            peer._node.rcv[q.qpn] = q
+        self._shared.pending[f.id] = [len(qps), len(qps)]
+        self._node.pump(now)
+
+    def delivered_bytes(self) -> int:
+        mtu = self._shared.config.mtu
+        return sum(min(q.expected * mtu, q.size) for qps in self._qps.values() for q in qps)
+
+    def retransmits(self) -> int:
+        return self._node.resent
+
+    def cnps(self) -> int:
+        return self._node.cnps_sent
+
+
+HOST_KINDS: dict[str, Callable[[HostEnv], list[SimHost]]] = {
+    "mrc": MrcHost.build_all,
+    "roce": RoceV2Host.build_all,
+}
+"""`FabricSimConfig.transport` -> how that kind of host is built."""
