@@ -161,10 +161,9 @@ class MrcHost(SimHost):
         self.engine = shared.env.engine
         """The simulation's event engine (its ``now`` is this host's clock)."""
         self._profiles: set[int] = set()  # peers whose SRv6 EV profile is installed
-        self._flow_cqs: tuple[CompletionQueue, CompletionQueue] | None = None
+        self._cqs: tuple[CompletionQueue, CompletionQueue] | None = None
         self._flow_mr: MemoryRegion | None = None
-        self.connections: dict[int, tuple[Qp, Qp]] = {}
-        """peer -> (this host's QP, the peer's QP): the pair that carries every flow towards that peer."""
+        self._flow_pairs: dict[int, tuple[Qp, Qp]] = {}  # peer -> the QP pair of this host's flows to it
 
     @classmethod
     def build_all(cls, env: HostEnv) -> list[SimHost]:
@@ -225,22 +224,21 @@ class MrcHost(SimHost):
             self._profiles.add(peer)
         return peer + 1
 
-    def connect(self, peer: MrcHost) -> tuple[Qp, Qp]:
-        """The QP pair (this host's, ``peer``'s) that carries this host's flows to ``peer``, in RTS
-        (made on first use; completions go to the simulation's flow CQs)."""
-        pair = self.connections.get(peer._node.id)
-        if pair is None:
-            a, b = self._flow_qp(peer._node.id), peer._flow_qp(self._node.id)
-            timeout = self._shared.timeout
-            for qp, other, host in ((a, b, peer._node.id), (b, a, self._node.id)):
-                qp.modify(
-                    QpState.RTR, dest_qp_num=other.qp_num, peer=host, rq_psn=0, mpr_dest=64, max_wimm_dest=0
-                )
-                qp.modify(
-                    QpState.RTS, sq_psn=0, mpr=64, max_wimm=0, timeout=timeout, retry_linear=7, retry_exp=25
-                )
-            pair = self.connections[peer._node.id] = (a, b)
-        return pair
+    def connect(self, qp: Qp, peer: int, dest_qp_num: int) -> None:
+        """Take ``qp`` from RESET to RTS towards QP ``dest_qp_num`` of host ``peer``, over the EV profile
+        towards that peer, with the simulation's defaults (MPR 64, a retransmit timeout of about four
+        base RTTs)."""
+        qp.modify(QpState.INIT, ev_profile_id=self.ev_profile_for(peer), cc_profile_id=0)
+        qp.modify(QpState.RTR, dest_qp_num=dest_qp_num, peer=peer, rq_psn=0, mpr_dest=64, max_wimm_dest=0)
+        qp.modify(
+            QpState.RTS,
+            sq_psn=0,
+            mpr=64,
+            max_wimm=0,
+            timeout=self._shared.timeout,
+            retry_linear=7,
+            retry_exp=25,
+        )
 
     def post_send(self, qp: Qp, wr: SendWR) -> None:
         now = self.engine.now
@@ -254,15 +252,27 @@ class MrcHost(SimHost):
     def poll(cq: CompletionQueue, n: int = 64) -> list[WorkCompletion]:
         return cq.poll(n)
 
-    # -- flows -----------------------------------------------------------------------------------------------
-    def _flow_qp(self, peer: int) -> Qp:
-        cqs = self._flow_cqs
+    # -- flows ---------------------------------------------------------------------------------------------
+    def _flow_pair(self, peer: MrcHost) -> tuple[Qp, Qp]:
+        """The QP pair (this host's, ``peer``'s) that carries every flow from this host to ``peer`` (made on
+        first use; its completions go to the flow CQs the simulation drains)."""
+        pair = self._flow_pairs.get(peer._node.id)
+        if pair is None:
+            cqs = self._flow_cqs()
+            a = self.nic.create_qp(QpInitAttr(send_cq=cqs[0], recv_cq=cqs[1]))
+            pcqs = peer._flow_cqs()
+            b = peer.nic.create_qp(QpInitAttr(send_cq=pcqs[0], recv_cq=pcqs[1]))
+            self.connect(a, peer._node.id, b.qp_num)
+            peer.connect(b, self._node.id, a.qp_num)
+            pair = self._flow_pairs[peer._node.id] = (a, b)
+        return pair
+
+    def _flow_cqs(self) -> tuple[CompletionQueue, CompletionQueue]:
+        cqs = self._cqs
         if cqs is None:  # one send and one receive CQ per host: completions name their flow by wr_id
             ready = self._shared.ready
-            cqs = self._flow_cqs = (_SimCq(ready), _SimCq(ready))
-        qp = self.nic.create_qp(QpInitAttr(send_cq=cqs[0], recv_cq=cqs[1]))
-        qp.modify(QpState.INIT, ev_profile_id=self.ev_profile_for(peer), cc_profile_id=0)
-        return qp
+            cqs = self._cqs = (_SimCq(ready), _SimCq(ready))
+        return cqs
 
     def _memory(self) -> MemoryRegion:
         mr = self._flow_mr
@@ -275,11 +285,11 @@ class MrcHost(SimHost):
         shared = self._shared
         if len(shared.buf) < f.size:
             shared.buf = bytearray(f.size)
-        f.qp = self.connect(peer)[0]
+        f.qp = self._flow_pair(peer)[0]
 
     def start(self, f: Flow, peer: MrcHost, now: int) -> None:
         smr, dmr = self._memory(), peer._memory()
-        a, b = self.connect(peer)
+        a, b = self._flow_pair(peer)
         if f.imm:
             b.post_recv(RecvWR(f.id))
         a.post_send(
@@ -296,7 +306,7 @@ class MrcHost(SimHost):
         self._node.pump(now)
 
     def delivered_bytes(self) -> int:
-        return sum(b.responder.rcvd_bytes for _a, b in self.connections.values())
+        return sum(b.responder.rcvd_bytes for _a, b in self._flow_pairs.values())
 
     def retransmits(self) -> int:
         return self.nic.stats.retransmits
