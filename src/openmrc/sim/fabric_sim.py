@@ -21,7 +21,7 @@ from openmrc.fabric.fattree import FoldedClos
 from openmrc.fabric.srv6 import UsidPlan
 from openmrc.fabric.topology import Topology
 from openmrc.sim.config import FabricSimConfig
-from openmrc.sim.engine import Simulator
+from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, SimHost
@@ -46,12 +46,15 @@ class FabricSim:
         self.completed = 0
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
         self.sampler: Sampler | None = None
-        self.plan, self.routing = self._build_routing()
-        self.base_rtt_ns = self._base_rtt(longest_path_links)
-        self.hosts = self._build_hosts()
-        self.nodes: list[Node] = [h.node for h in self.hosts]
-        self.nodes.extend(Switch(self.sim, n, self.routing) for n in range(topo.num_hosts, topo.num_nodes()))
-        self._wire()
+        with PausedGc():  # a large fabric is millions of long-lived objects: see PausedGc
+            self.plan, self.routing = self._build_routing()
+            self.base_rtt_ns = self._base_rtt(longest_path_links)
+            self.hosts = self._build_hosts()
+            self.nodes: list[Node] = [h.node for h in self.hosts]
+            self.nodes.extend(
+                Switch(self.sim, n, self.routing) for n in range(topo.num_hosts, topo.num_nodes())
+            )
+            self._wire()
         self.faults = FailureInjector(self.sim, topo, self.nodes, self.routing, config.ecmp_reconverge_ns)
         """Links, switches and NIC ports failing on schedule."""
 
