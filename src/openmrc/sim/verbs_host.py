@@ -1,14 +1,13 @@
 """A simulated host as a device for `openmrc.verbs`: the same program that drives a software NIC over UDP
 drives a host of a `FabricSim`, selected by the device name it opens.
 
-`SimHostDevice` wraps one host of a built fabric (`FabricSim.verbs_device(h)`, over the host's public API,
-`openmrc.sim.hosts.MrcHost`). Its clock is the
-simulator's; its progress runs the simulator: ``progress(0)`` runs the events of the next instant that has
-any (so a loop of ``poll_cq`` walks simulated time forward event by event), ``progress(t)`` runs ``t``
-seconds of simulated time. Every host of the fabric moves on together (there is one event queue), so
-several programs in one process can drive several hosts, as the collectives do. A QP's ``ah_attr`` (its
-peer) is the peer's host number; EV profile 0 (UDP source ports) suits an ECMP fabric, and
-`ev_profile_for` installs the SRv6 source-route profile towards a peer, as a controller would.
+`SimHostDevice` wraps one host of a built fabric (`FabricSim.verbs_device(h)`) through that host's public API
+(`openmrc.sim.hosts.MrcHost`). Its clock is the simulator's; its progress runs the simulator: ``progress(0)``
+runs the events of the next instant that has any (so a loop of ``poll_cq`` walks simulated time forward event
+by event), ``progress(t)`` runs ``t`` seconds of simulated time. Every host of the fabric moves on together
+(there is one event queue), so several programs in one process can drive several hosts, as the collectives do.
+A QP's ``ah_attr`` (its peer) is the peer's host number; EV profile 0 (UDP source ports) suits an ECMP fabric,
+and `ev_profile_for` installs the SRv6 source-route profile towards a peer, as a controller would.
 """
 
 from __future__ import annotations
