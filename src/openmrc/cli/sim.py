@@ -63,19 +63,24 @@ def results_table(runs: list[Run], title: str, extra: tuple[str, ...] = ()) -> T
 
 
 def print_outages(runs: list[Run]) -> None:
-    """One line per failure of each run: when, the bypass time, goodput before and after."""
+    """One line per failure of each run: when, how long until the affected connections were back (bypass),
+    the last packet into the dead element, and the rate of all flows just before and after."""
     for r in runs:
         assert r.results is not None
         for o in r.results.outage_reports():
-            bypass = (
-                "no data packet went into it"
-                if o["bypass_us"] is None
-                else f"last data packet into it after {o['bypass_us']:.1f} µs"
-            )
+            n, rec = o["affected"], o["bypass_us"]
+            back = "not recovered" if rec is None else f"back to 90 % goodput after {rec:.1f} µs"
+            bypass = f"{n} connection(s) through it {back}"
+            last = o["last_packet_us"]
             line = f"  {r.label}: {o['what']} at {o['at_us']:.0f} µs; {bypass}"
+            line += (
+                "; no data packet went into it"
+                if last is None
+                else f"; last packet into it at +{last:.1f} µs"
+            )
             before, after = o.get("goodput_before_gbps"), o.get("goodput_after_gbps")
             if before is not None and after is not None:
-                line += f"; job goodput {before:,.0f} → {after:,.0f} Gb/s"
+                line += f"; all flows {before:,.0f} → {after:,.0f} Gb/s"
             hb, ha = o.get("host_goodput_before_gbps"), o.get("host_goodput_after_gbps")
             if hb is not None and ha is not None:
                 line += f"; the host's own {hb:,.0f} → {ha:,.0f} Gb/s"
