@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from openmrc.cli.interrupt import deferred_interrupt
+from openmrc.cli.progress import PHASES, RunProgress
 from openmrc.cli.render import make_console
 from openmrc.sim.clos_sim import FabricSim
 from openmrc.sim.scenario import (
@@ -98,30 +98,22 @@ class RunInterrupted(Exception):
 
 
 def run_with_progress(doc: dict[str, Any]) -> list[Run]:
-    """`run_scenario` under a rich progress bar per run (flows completed; simulated time). Ctrl-C stops it
-    between simulation steps (`openmrc.cli.interrupt`) and raises `RunInterrupted`."""
+    """`run_scenario` under a progress bar per run (`openmrc.cli.progress`). Ctrl-C stops it between
+    simulation steps (`openmrc.cli.interrupt`) and raises `RunInterrupted`."""
     finished: list[Run] = []
     total = len(expand_runs(doc))
     where = "while building the first variant"
-    with (
-        deferred_interrupt("the simulation") as stop,
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} flows"),
-            TextColumn("{task.fields[sim_us]:>10,.1f} µs simulated"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as bar,
-    ):
-        tasks: dict[str, Any] = {}
+    with deferred_interrupt("the simulation") as stop, RunProgress() as bar:
+
+        def phase(run: Run, name: str) -> None:
+            nonlocal where
+            bar.phase(run.label, name)
+            where = f"in variant {run.label!r}, {PHASES[name]}"
+            stop.check()
 
         def progress(run: Run, sim: FabricSim) -> None:
             nonlocal where
-            if run.label not in tasks:
-                tasks[run.label] = bar.add_task(run.label, total=len(sim.flows), sim_us=0.0)
-            bar.update(tasks[run.label], completed=sim.completed, sim_us=sim.sim.now / 1000)
+            bar.update(run.label, sim)
             where = (
                 f"in variant {run.label!r} at {sim.sim.now / 1000:,.1f} µs simulated, "
                 f"{sim.completed:,} of {len(sim.flows):,} flows finished"
@@ -129,11 +121,12 @@ def run_with_progress(doc: dict[str, Any]) -> list[Run]:
             stop.check()
 
         try:
-            for r in iter_runs(doc, progress):
+            for r in iter_runs(doc, progress, phase):
+                bar.finish(r.label)
                 finished.append(r)
                 where = f"after variant {r.label!r}"
                 if total > 1:
-                    bar.console.print(f"finished {r.label} ({len(finished)} of {total}) in {r.wall_s:.1f} s")
+                    console.print(f"finished {r.label} ({len(finished)} of {total}) in {r.wall_s:.1f} s")
                 stop.check()
         except KeyboardInterrupt:
             raise RunInterrupted(finished, total, where) from None

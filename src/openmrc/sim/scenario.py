@@ -42,6 +42,7 @@ link, to a ``plane`` or (neither given) to every link. Every key can be overridd
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 import re
@@ -223,8 +224,9 @@ def _config(doc: dict[str, Any]) -> tuple[ClosSimConfig, dict[str, Any]]:
         raise ScenarioError(f"fabric: {exc}") from exc
 
 
-def build_run(doc: dict[str, Any]) -> FabricSim:
-    """The fabric, workload and failures of one resolved scenario document, ready to run."""
+def build_run(doc: dict[str, Any], phase: Callable[[str], None] | None = None) -> FabricSim:
+    """The fabric, workload and failures of one resolved scenario document, ready to run; ``phase("set-up")``
+    is called once the fabric is built, before the flows are added."""
     cfg, topo = _config(doc)
     base = Path(doc.get("_dir", "."))
     try:
@@ -238,6 +240,8 @@ def build_run(doc: dict[str, Any]) -> FabricSim:
             sim = ClosSim(cfg)
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"fabric: {exc}") from exc
+    if phase is not None:
+        phase("set-up")
     _add_workload(sim, doc["workload"], base)
     _schedule_failures(sim, doc.get("failures", []))
     sample = doc.get("sample_us", 5)
@@ -357,19 +361,35 @@ def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None]
     return list(iter_runs(doc, progress))
 
 
-def iter_runs(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> Iterator[Run]:
-    """`run_scenario` one variant at a time: each run is yielded when it has finished. An exception raised
-    by ``progress`` (e.g. KeyboardInterrupt for a stop the user asked for) ends the iteration there."""
+def iter_runs(
+    doc: dict[str, Any],
+    progress: Callable[[Run, FabricSim], None] | None = None,
+    phase: Callable[[Run, str], None] | None = None,
+) -> Iterator[Run]:
+    """`run_scenario` one variant at a time: each run is yielded when it has finished. ``phase(run, name)``
+    is called as a run enters "build" and "set-up"; ``progress`` about every `PROGRESS_S` seconds of the
+    run. An exception raised by either (e.g. KeyboardInterrupt for a stop the user asked for) ends the
+    iteration there. A run's ``wall_s`` counts from the start of its build."""
     runs = expand_runs(doc)
     for r in runs:
-        sim = r.sim = build_run(r.doc)
-        until = int(r.doc.get("until_us", 100_000) * 1000)
         t0 = time.perf_counter()
+        if phase is not None:
+            phase(r, "build")
+        sim = r.sim = build_run(r.doc, None if phase is None else functools.partial(phase, r))
+        until = int(r.doc.get("until_us", 100_000) * 1000)
         step = max(1_000, until // 400)
         t = 0
         while True:
             t = min(t + step, until)
+            wall = time.perf_counter()
             sim.sim.run(until=t)
+            # simulated time costs very different wall time from one fabric to the next: aim for a call
+            # to ``progress`` every PROGRESS_S seconds
+            took = time.perf_counter() - wall
+            if took > 2 * PROGRESS_S:
+                step = max(1_000, step // 2)
+            elif took < PROGRESS_S / 2:
+                step *= 2
             if progress is not None:
                 progress(r, sim)
             if sim.done() or t >= until or sim.sim.peek() is None:
@@ -377,6 +397,10 @@ def iter_runs(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | 
         r.results = sim.run(until=sim.sim.now)
         r.wall_s = time.perf_counter() - t0
         yield r
+
+
+PROGRESS_S = 0.2
+"""How often (wall-clock seconds) `iter_runs` reports progress while a run runs, about."""
 
 
 def write_runs(runs: list[Run], out: Path, doc: dict[str, Any], interrupted: str | None = None) -> list[Path]:
