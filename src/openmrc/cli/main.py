@@ -160,7 +160,13 @@ def _failure_cost(label: str, failed: SimResults | None, clean: SimResults | Non
     if not a or not b or failed is None:
         return f"{label}: not comparable (a run did not finish)"
     rec = failed.report().get("bypass_us")
-    back = "not recovered" if rec is None else f"recovered in {rec:,.1f} µs"
+    back = (
+        "not recovered"
+        if rec is None
+        else "its connections never fell below 90 %"
+        if rec == 0
+        else f"recovered in {rec:,.1f} µs"
+    )
     return f"{label} {(a / b - 1) * 100:+.1f} % job time ({back})"
 
 

@@ -266,9 +266,9 @@ class FabricSim(Failures):
         self._outages: list[tuple[int, str, list[Port], int | None]] = []
         self.watched: int | None = None  # a host whose outgoing goodput the sampler records
         self.sampler: Sampler | None = None
-        self._pair_keys: list[tuple[int, int]] = []  # connections watched for the outages' recovery
-        self._pair_qps: list[list[RoceQp]] = []
-        self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into _pair_keys
+        self._watched_qps: list[Qp] = []  # QPs watched for the outages' recovery (MRC: responders)
+        self._watched_roce: list[RoceQp] = []
+        self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched QPs
         self.reconvergences = 0
 
     # -- flows ---------------------------------------------------------------------------------------------
@@ -511,33 +511,43 @@ class FabricSim(Failures):
         """Record job goodput and EV states every ``interval_ns`` (call before `run`, after the flows and
         failures: the connections a failure can touch are watched one by one, to time their recovery)."""
         self._watch_pairs()
-        pairs = self._pair_bytes if self._pair_keys else None
+        pairs = self._pair_bytes if self._watched_qps or self._watched_roce else None
         self.sampler = Sampler(
             self.sim, interval_ns, self.delivered_bytes, self._nics, self._watched_bytes, pairs
         )
         return self.sampler
 
     def _watch_pairs(self) -> None:
+        """The transport connections a failure can touch, each watched for its recovery: the QP of each
+        (src, dst) pair with a path through the failed element (MRC sprays one QP over every plane); for
+        RoCEv2, each QP of such a pair's flows."""
         index = {id(p): (n, i) for n, node in enumerate(self.nodes) for i, p in enumerate(node.ports)}
         conns = sorted({(f.src, f.dst) for f in self.flows})
-        keys: dict[tuple[int, int], int] = {}
+        mrc: dict[Qp, int] = {}
+        roce: dict[RoceQp, int] = {}
         self._outage_pairs = []
         for _at, _what, ports, _host in self._outages:
-            hit = crossing_pairs(self.topo, {index[id(p)] for p in ports}, conns)
-            self._outage_pairs.append(tuple(keys.setdefault(k, len(keys)) for k in hit))
-        self._pair_keys = list(keys)
-        if self.roce is not None:
-            qps: dict[tuple[int, int], list[RoceQp]] = {k: [] for k in keys}
-            for f in self.flows:
-                if (f.src, f.dst) in qps:
-                    qps[(f.src, f.dst)].extend(self._roce_qps[f.id])
-            self._pair_qps = [qps[k] for k in keys]
+            hit = set(crossing_pairs(self.topo, {index[id(p)] for p in ports}, conns))
+            if self.roce is None:
+                got = [mrc.setdefault(self._conns[k][1], len(mrc)) for k in sorted(hit)]
+            else:
+                qps = [q for f in self.flows if (f.src, f.dst) in hit for q in self._roce_qps[f.id]]
+                got = [roce.setdefault(q, len(roce)) for q in qps]
+            self._outage_pairs.append(tuple(got))
+        self._watched_qps, self._watched_roce = list(mrc), list(roce)
 
     def _pair_bytes(self) -> tuple[int, ...]:
         if self.roce is None:
-            return tuple(self._conns[k][1].responder.rcvd_bytes for k in self._pair_keys)
+            return tuple(qp.responder.rcvd_bytes for qp in self._watched_qps)
         mtu = self.roce.mtu
-        return tuple(sum(min(q.expected * mtu, q.size) for q in qps) for qps in self._pair_qps)
+        return tuple(min(q.expected * mtu, q.size) for q in self._watched_roce)
+
+    def _pairs_done(self) -> list[bool]:
+        """Whether each watched connection has delivered everything it was given."""
+        if self.roce is None:
+            busy = {self._conns[(f.src, f.dst)][1] for f in self.flows if f.finish is None}
+            return [qp not in busy for qp in self._watched_qps]
+        return [q.expected >= q.npkts for q in self._watched_roce]
 
     def _nics(self) -> list[tuple[int, Nic]]:
         return [(n.id, n.nic) for n in self.nodes[: self.topo.num_hosts] if isinstance(n, Host)]
@@ -577,7 +587,7 @@ class FabricSim(Failures):
             ev_log=[] if self.sampler is None else self.sampler.ev_log,
             failures=sorted(self.failures),
             outages=[self._outage(i, *o) for i, o in enumerate(self._outages)],
-            pair_keys=self._pair_keys,
+            pair_done=self._pairs_done(),
             pair_bytes=[] if self.sampler is None else self.sampler.pair_bytes,
         )
 

@@ -154,7 +154,7 @@ class Outage:
     host: int | None = None
     """The host whose NIC port failed (its outgoing goodput is watched)."""
     pairs: tuple[int, ...] = ()
-    """Indices into the sampler's watched pairs: the connections with a path through the failed element."""
+    """Indices into `SimResults.pair_bytes`: the connections (QPs) with a path through the failed element."""
 
 
 def _rate(samples: Sequence[Sample], lo: int, hi: int, watched: bool) -> float | None:
@@ -250,10 +250,10 @@ class SimResults:
     failures: list[tuple[int, str]] = field(default_factory=list)
     """(time ns, description) of every failure event, for plots."""
     outages: list[Outage] = field(default_factory=list)
-    pair_keys: list[tuple[int, int]] = field(default_factory=list)
-    """The (src, dst) connections watched for the outages' recovery, in `pair_bytes` order."""
     pair_bytes: list[tuple[int, ...]] = field(default_factory=list)
-    """Per sample: each watched connection's cumulative delivered bytes."""
+    """Per sample: each connection watched for the outages' recovery, its cumulative delivered bytes."""
+    pair_done: list[bool] = field(default_factory=list)
+    """Per watched connection: it delivered everything it was given."""
 
     def fcts_us(self, tag: str | None = None) -> list[float]:
         return sorted(
@@ -317,13 +317,11 @@ class SimResults:
         return out
 
     def outage_reports(self) -> list[dict[str, Any]]:
-        unfinished = {(f.src, f.dst) for f in self.flows if f.finish is None}
-        done = [k not in unfinished for k in self.pair_keys]
         reps = []
         for o in self.outages:
             after = [f.finish for f in self.flows if f.finish is not None and f.finish > o.at]
             first = min(after) if after else None
-            reps.append(outage_report(o, self.samples, first, self.pair_bytes, done))
+            reps.append(outage_report(o, self.samples, first, self.pair_bytes, self.pair_done))
         return reps
 
 
