@@ -41,7 +41,7 @@ def _colours(labels: list[str]) -> dict[str, str]:
 def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = "") -> Path:
     """Goodput of each run against simulated time (µs), as a fraction of the senders' line rate (per
     sample interval); a dashed red line and a label at every failure event; the number of EVs marked bad on
-    a second axis for MRC runs."""
+    a second axis for MRC runs with failures. Runs without their failure are drawn dashed in the same colour."""
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     ev_ax = None
     failures: dict[int, str] = {}
@@ -63,7 +63,7 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
             linestyle="--" if base else "-",
             alpha=0.7 if base else 1.0,
         )
-        if any(s.evs_bad for s in res.samples):
+        if res.failures and any(s.evs_bad for s in res.samples):
             if ev_ax is None:
                 ev_ax = ax.twinx()
                 ev_ax.set_ylabel("MRC paths (EVs) marked bad")
@@ -82,13 +82,14 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
         ax.axvline(t / 1000, color="red", linestyle="--", linewidth=0.9)
         ax.annotate(
             f"{what} at {t / 1000:g} µs",
-            (t / 1000, 0.02),
+            (t / 1000, 0.03),
             xytext=(4, 0),
             textcoords="offset points",
             rotation=90,
             fontsize=8,
             color="red",
             va="bottom",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
         )
     ax.set_xlabel("simulated time (µs)")
     rate = f" = {next(iter(rates)) / 1e9:,.0f} Gb/s" if len(rates) == 1 else ""
