@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: before pyplot is imported
 
 import matplotlib.pyplot as plt
+from matplotlib import ticker
 
 from openmrc.sim.metrics import SimResults
 
@@ -41,7 +42,7 @@ def _colours(labels: list[str]) -> dict[str, str]:
 def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = "") -> Path:
     """Goodput of each run against simulated time (µs), as a fraction of the senders' line rate (per
     sample interval); a dashed red line and a label at every failure event; the number of EVs marked bad on
-    a second axis for MRC runs with failures. Runs without their failure are drawn dashed in the same colour."""
+    a second axis for MRC runs with failures. A run without its failure is dashed, in the same colour."""
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     ev_ax = None
     failures: dict[int, str] = {}
@@ -126,12 +127,15 @@ def plot_fct_cdf(runs: Mapping[str, SimResults], path: Path, *, title: str = "")
                 linestyle="--" if base else "-",
             )
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _pos: f"{x:,.0f}"))
+    ax.xaxis.set_minor_formatter(ticker.FuncFormatter(lambda x, _pos: f"{x:,.0f}"))
+    ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel("flow completion time (µs, log scale)")
     ax.set_ylabel("fraction of flows finished")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
     if runs:
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="lower right")
     return _save(fig, ax, title or "flow completion times", path)
 
 
