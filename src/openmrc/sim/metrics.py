@@ -227,7 +227,7 @@ def outage_report(
         return out
     step = samples[1].time_ns - samples[0].time_ns
     end = first_finish_after if first_finish_after is not None else samples[-1].time_ns
-    settle = o.at + (rec or 0) + 2 * step
+    settle = o.at + (o.last_packet_ns or 0) + 2 * step  # once nothing goes into the dead element
     for key, watched in (("goodput", False), ("host_goodput", True)):
         if watched and o.host is None:
             continue
