@@ -21,7 +21,7 @@ from openmrc.sim.failures import Failures
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
 from openmrc.sim.network import HEADER_BYTES, Host, Node, Port, Switch
 from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
-from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
+from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import (
     Access,
@@ -90,6 +90,8 @@ class ClosSimConfig:
     """"mrc" (the openmrc transport on every host) or "roce" (the RoCEv2 baseline; ECMP, one plane)."""
     roce_qps: int = 1
     """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
+    roce_planes: int = 1
+    """RoCE only: a flow's QPs take NIC ports (planes) 0..roce_planes-1 in turn (multi-rail); 0: all."""
     roce_window: int = 64
     """RoCE only: packets in flight per QP."""
     validate_wire: bool = False
@@ -170,6 +172,8 @@ class FabricSim(Failures):
             raise ValueError(f"ClosSimConfig.transport: {cfg.transport!r} is not 'mrc' or 'roce'")
         if cfg.transport == "roce" and cfg.routing != "ecmp":
             raise ValueError("ClosSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
+        if not 0 <= cfg.roce_planes <= len(topo.ports(0)):
+            raise ValueError(f"ClosSimConfig.roce_planes: {cfg.roce_planes} outside 0..{len(topo.ports(0))}")
         if cfg.pfc and not 0 <= cfg.pfc_xon < cfg.pfc_xoff <= 1:
             raise ValueError(
                 f"ClosSimConfig.pfc_xon / pfc_xoff: need 0 <= pfc_xon ({cfg.pfc_xon}) "
@@ -262,6 +266,9 @@ class FabricSim(Failures):
         self._outages: list[tuple[int, str, list[Port], int | None]] = []
         self.watched: int | None = None  # a host whose outgoing goodput the sampler records
         self.sampler: Sampler | None = None
+        self._watched_qps: list[Qp] = []  # QPs watched for the outages' recovery (MRC: responders)
+        self._watched_roce: list[RoceQp] = []
+        self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched QPs
         self.reconvergences = 0
 
     # -- flows ---------------------------------------------------------------------------------------------
@@ -457,7 +464,7 @@ class FabricSim(Failures):
         k = self.config.roce_qps
         parts = [f.size // k + (1 if i < f.size % k else 0) for i in range(k)]
         qps = []
-        for part in parts:
+        for i, part in enumerate(parts):
             if part == 0:
                 continue
             q = RoceQp(
@@ -467,6 +474,7 @@ class FabricSim(Failures):
                 part,
                 self.roce.mtu,
                 self.rng.randrange(49152, 65536),
+                i % (self.config.roce_planes or len(self.topo.ports(f.src))),
             )
             qps.append(q)
             self._roce_flows[q.qpn] = f
@@ -500,9 +508,46 @@ class FabricSim(Failures):
 
     # -- running -------------------------------------------------------------------------------------------
     def sample_every(self, interval_ns: int) -> Sampler:
-        """Record job goodput and EV states every ``interval_ns`` (call before `run`)."""
-        self.sampler = Sampler(self.sim, interval_ns, self.delivered_bytes, self._nics, self._watched_bytes)
+        """Record job goodput and EV states every ``interval_ns`` (call before `run`, after the flows and
+        failures: the connections a failure can touch are watched one by one, to time their recovery)."""
+        self._watch_pairs()
+        pairs = self._pair_bytes if self._watched_qps or self._watched_roce else None
+        self.sampler = Sampler(
+            self.sim, interval_ns, self.delivered_bytes, self._nics, self._watched_bytes, pairs
+        )
         return self.sampler
+
+    def _watch_pairs(self) -> None:
+        """The transport connections a failure can touch, each watched for its recovery: the QP of each
+        (src, dst) pair with a path through the failed element (MRC sprays one QP over every plane); for
+        RoCEv2, each QP of such a pair's flows."""
+        index = {id(p): (n, i) for n, node in enumerate(self.nodes) for i, p in enumerate(node.ports)}
+        conns = sorted({(f.src, f.dst) for f in self.flows})
+        mrc: dict[Qp, int] = {}
+        roce: dict[RoceQp, int] = {}
+        self._outage_pairs = []
+        for _at, _what, ports, _host in self._outages:
+            hit = set(crossing_pairs(self.topo, {index[id(p)] for p in ports}, conns))
+            if self.roce is None:
+                got = [mrc.setdefault(self._conns[k][1], len(mrc)) for k in sorted(hit)]
+            else:
+                qps = [q for f in self.flows if (f.src, f.dst) in hit for q in self._roce_qps[f.id]]
+                got = [roce.setdefault(q, len(roce)) for q in qps]
+            self._outage_pairs.append(tuple(got))
+        self._watched_qps, self._watched_roce = list(mrc), list(roce)
+
+    def _pair_bytes(self) -> tuple[int, ...]:
+        if self.roce is None:
+            return tuple(qp.responder.rcvd_bytes for qp in self._watched_qps)
+        mtu = self.roce.mtu
+        return tuple(min(q.expected * mtu, q.size) for q in self._watched_roce)
+
+    def _pairs_done(self) -> list[bool]:
+        """Whether each watched connection has delivered everything it was given."""
+        if self.roce is None:
+            busy = {self._conns[(f.src, f.dst)][1] for f in self.flows if f.finish is None}
+            return [qp not in busy for qp in self._watched_qps]
+        return [q.expected >= q.npkts for q in self._watched_roce]
 
     def _nics(self) -> list[tuple[int, Nic]]:
         return [(n.id, n.nic) for n in self.nodes[: self.topo.num_hosts] if isinstance(n, Host)]
@@ -541,13 +586,15 @@ class FabricSim(Failures):
             links=self.link_stats(),
             ev_log=[] if self.sampler is None else self.sampler.ev_log,
             failures=sorted(self.failures),
-            outages=[self._outage(*o) for o in self._outages],
+            outages=[self._outage(i, *o) for i, o in enumerate(self._outages)],
+            pair_done=self._pairs_done(),
+            pair_bytes=[] if self.sampler is None else self.sampler.pair_bytes,
         )
 
-    @staticmethod
-    def _outage(at: int, what: str, ports: list[Port], host: int | None) -> Outage:
+    def _outage(self, i: int, at: int, what: str, ports: list[Port], host: int | None) -> Outage:
         drops = [p.down_drop_at for p in ports if p.down_drop_at is not None and p.down_drop_at >= at]
-        return Outage(at, what, max(drops) - at if drops else None, host)
+        pairs = self._outage_pairs[i] if i < len(self._outage_pairs) else ()
+        return Outage(at, what, max(drops) - at if drops else None, host, pairs)
 
     def link_stats(self) -> list[LinkStat]:
         now = max(self.sim.now, 1)
