@@ -88,7 +88,7 @@ class Fabric(_Section):
     roce_planes: int = _field(
         _SIM.roce_planes,
         "",
-        "roce: a flow's QPs take NIC ports (planes) 1..roce_planes in turn, as multi-rail libraries do; 0: all",
+        "roce: a flow's QPs take NIC ports (planes) 1..roce_planes in turn (multi-rail); 0: every plane",
         ge=0,
         le=64,
     )
