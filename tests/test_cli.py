@@ -72,8 +72,8 @@ def test_tour_runs() -> None:
 
 
 def test_demo_runs_small(tmp_path: Path) -> None:
-    """The demo's scenario shrunk: both transports finish the all-reduce, the link failure is reported,
-    and the plots are written."""
+    """The demo's scenario shrunk: both transports, with and without the failure, finish every flow, the link
+    failure is reported, and the plots are written."""
     small = ["fabric.hosts=16", "fabric.planes=2", "fabric.t0_radix=8", "fabric.t1_radix=8"]
     small += ["workload.size_kib=128", "failures.0.at_us=20"]
     args = ["demo", "--out", str(tmp_path)]
@@ -84,7 +84,8 @@ def test_demo_runs_small(tmp_path: Path) -> None:
     assert "MRC" in res.output and "RoCEv2 + ECMP" in res.output and "down at 20 µs" in res.output
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
     data = json.loads((tmp_path / "results.json").read_text())
-    assert [r["completed"] for r in data["runs"]] == [r["flows"] for r in data["runs"]] == [2 * 15 * 16] * 2
+    flows = [r["flows"] for r in data["runs"]]
+    assert [r["completed"] for r in data["runs"]] == flows and len(flows) == 4 and flows[0] > 0
 
 
 def test_an_interrupted_testbed_command_says_so_and_exits_130(capsys: pytest.CaptureFixture[str]) -> None:

@@ -198,10 +198,10 @@ def test_seeds_and_a_variant_give_mean_and_spread_and_files_named_by_label(tmp_p
         assert links and all(r["node_name"] == topo.node_name(int(r["node"])) for r in links)
         assert all(r["peer_name"] == topo.node_name(int(r["peer"])) for r in links)
         failures = list(csv.DictReader((tmp_path / f"mrc-t0-t1-link-seed-{seed}.failures.csv").open()))
-        up = topo.t0(1, 0)
+        t1 = topo.node_name(topo.ports(topo.t0(1, 0))[4].peer)
         assert (float(failures[0]["at_us"]), failures[0]["what"]) == (
             20.0,
-            f"link p1-t0-0:4 (node {up}) down",
+            f"plane 1: T0 0 ↔ T1 {t1.rsplit('-', 1)[1]} link (p1-t0-0 ↔ {t1}) down",
         )
     assert doc["runs"][0]["failures"][0]["at_us"] == 20.0
 

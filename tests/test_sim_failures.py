@@ -43,7 +43,7 @@ def test_a_link_failing_mid_transfer_loses_packets_and_mrc_completes() -> None:
     assert fwd.drops + back.drops > 0  # what it queued or carried was lost
     assert res.counters["retransmits"] > 0
     assert all_succeeded(flows)
-    assert res.failures == [(5_000, f"link {node}:{port} down")]
+    assert res.failures == [(5_000, "plane 0: T0 0 ↔ T1 0 link (p0-t0-0 ↔ p0-t1-0) down")]
 
 
 def sink_port(sim: Simulator) -> tuple[Port, list[tuple[int, SimPacket]]]:

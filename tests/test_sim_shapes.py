@@ -80,10 +80,15 @@ def test_a_partly_filled_t0_keeps_its_port_numbers() -> None:
     sim.faults.fail_switch(t0, at=0)
     assert len(sim.faults.outages[0][2]) == 2 * 9
     assert len(sim.faults.plane_ports(0)) == 2 * topo.num_links() // topo.planes
+    sim.faults.fail_link(topo.t0(1, 4), 9, at=0, up_at=50_000)  # plane 1: T0 4's uplink to T1 1
+    assert sim.faults.failures[-2][1] == "plane 1: T0 4 ↔ T1 1 link (p1-t0-4 ↔ p1-t1-1) down"
     f = sim.add_flow(32, 0, 100_000)
     g = sim.add_flow(0, 32, 100_000)
+    sim.add_flow(1, 2, 100_000)  # under T0 0: touched by neither failure
+    sim.sample_every(2_000)
     res = sim.run(until=10_000_000)
-    assert f.status is WcStatus.SUCCESS and g.status is WcStatus.SUCCESS  # over plane 1 only
+    assert f.status is WcStatus.SUCCESS and g.status is WcStatus.SUCCESS
+    assert [len(o.pairs) for o in res.outages] == [2, 2]  # both directions of 0 <-> 32, each failure
     assert {(s.node, s.port) for s in res.links} == {
         (n, r.port) for n in range(topo.num_nodes()) for r in topo.ports(n)
     }

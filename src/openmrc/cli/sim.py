@@ -14,10 +14,10 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from openmrc.cli.interrupt import deferred_interrupt
+from openmrc.cli.progress import PHASES, RunProgress
 from openmrc.cli.render import make_console
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.results_files import name_nodes, provenance, results_document, write_runs
@@ -120,20 +120,31 @@ def print_notes(runs: list[Run], doc: dict[str, Any]) -> None:
 
 
 def print_outages(runs: list[Run]) -> None:
-    """One line per failure of each run: when, the bypass time, goodput before and after."""
+    """One line per failure of each run: when, how long until the affected connections were back (bypass),
+    the last packet into the dead element, and the rate of all flows just before and after."""
     for r in runs:
         assert r.results is not None
         for o in r.results.outage_reports():
-            bypass = (
-                "no data packet went into it"
-                if o["bypass_us"] is None
-                else f"last data packet into it after {o['bypass_us']:.1f} µs"
+            n, rec = o["affected"], o["bypass_us"]
+            back = (
+                "not recovered"
+                if rec is None
+                else "never below 90 % of their goodput"
+                if rec == 0
+                else f"back to 90 % goodput after {rec:.1f} µs"
             )
+            bypass = f"{n} connection(s) through it {back}"
+            last = o["last_packet_us"]
             what = name_nodes(o["what"], r.sim.topo) if r.sim is not None else o["what"]
             line = f"  {r.label}: {what} at {o['at_us']:.0f} µs; {bypass}"
+            line += (
+                "; no data packet went into it"
+                if last is None
+                else f"; last packet into it at +{last:.1f} µs"
+            )
             before, after = o.get("goodput_before_gbps"), o.get("goodput_after_gbps")
             if before is not None and after is not None:
-                line += f"; job goodput {before:,.0f} → {after:,.0f} Gb/s"
+                line += f"; all flows {before:,.0f} → {after:,.0f} Gb/s"
             hb, ha = o.get("host_goodput_before_gbps"), o.get("host_goodput_after_gbps")
             if hb is not None and ha is not None:
                 line += f"; the host's own {hb:,.0f} → {ha:,.0f} Gb/s"
@@ -167,32 +178,22 @@ class Selection:
 
 
 def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list[Run]:
-    """`run_scenario` under a rich progress bar per run (flows completed; simulated time; none when
-    ``sel.quiet``). Ctrl-C stops it between simulation steps (`openmrc.cli.interrupt`) and raises
-    `RunInterrupted`."""
+    """`run_scenario` under a progress bar per run (`openmrc.cli.progress`; none when ``sel.quiet``).
+    Ctrl-C stops it between simulation steps (`openmrc.cli.interrupt`) and raises `RunInterrupted`."""
     finished: list[Run] = []
     total = len(expand_runs(doc, sel.seeds, sel.variants))
     where = "while building the first variant"
-    with (
-        deferred_interrupt("the simulation") as stop,
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} flows"),
-            TextColumn("{task.fields[sim_us]:>10,.1f} µs simulated"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=sel.quiet,
-        ) as bar,
-    ):
-        tasks: dict[str, Any] = {}
+    with deferred_interrupt("the simulation") as stop, RunProgress(quiet=sel.quiet) as bar:
+
+        def phase(run: Run, name: str) -> None:
+            nonlocal where
+            bar.phase(run.label, name)
+            where = f"in variant {run.label!r}, {PHASES[name]}"
+            stop.check()
 
         def progress(run: Run, sim: FabricSim) -> None:
             nonlocal where
-            if run.label not in tasks:
-                tasks[run.label] = bar.add_task(run.label, total=len(sim.flows), sim_us=0.0)
-            bar.update(tasks[run.label], completed=sim.completed, sim_us=sim.sim.now / 1000)
+            bar.update(run.label, sim)
             where = (
                 f"in variant {run.label!r} at {sim.sim.now / 1000:,.1f} µs simulated, "
                 f"{sim.completed:,} of {len(sim.flows):,} flows finished"
@@ -200,7 +201,8 @@ def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list
             stop.check()
 
         try:
-            for r in iter_runs(doc, progress, seeds=sel.seeds, variants=sel.variants):
+            for r in iter_runs(doc, progress, seeds=sel.seeds, variants=sel.variants, phase=phase):
+                bar.finish(r.label)
                 finished.append(r)
                 where = f"after variant {r.label!r}"
                 if total > 1 and not sel.quiet:

@@ -48,6 +48,8 @@ class FabricSimConfig:
     """"mrc" (the openmrc transport on every host) or "roce" (the RoCEv2 baseline; ECMP, one plane)."""
     roce_qps: int = 1
     """RoCE only: QPs (UDP source ports, hence ECMP paths) per flow."""
+    roce_planes: int = 1
+    """RoCE only: a flow's QPs take NIC ports (planes) 0..roce_planes-1 in turn (multi-rail); 0: all."""
     roce_window: int = 64
     """RoCE only: packets in flight per QP."""
     validate_wire: bool = False

@@ -15,6 +15,7 @@ registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` d
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FoldedClos
@@ -27,7 +28,7 @@ from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, SimHost
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
 from openmrc.sim.network import HEADER_BYTES, Node, Port, Switch, Unwired
-from openmrc.sim.routing import EcmpRouting, Routing, SrRouting
+from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import Nic, WcStatus
 
@@ -46,6 +47,11 @@ class FabricSim:
         self.completed = 0
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
         self.sampler: Sampler | None = None
+        self._watched: list[tuple[SimHost, Any, list[Flow]]] = []  # connections watched for recovery
+        self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched connections
+        planes = len(topo.ports(0))
+        if not 0 <= config.roce_planes <= planes:
+            raise ValueError(f"FabricSimConfig.roce_planes: {config.roce_planes} outside 0..{planes}")
         with PausedGc():  # a large fabric is millions of long-lived objects: see PausedGc
             self.plan, self.routing = self._build_routing()
             self.base_rtt_ns = self._base_rtt(longest_path_links)
@@ -249,9 +255,43 @@ class FabricSim:
 
     # -- running ---------------------------------------------------------------------------------------------
     def sample_every(self, interval_ns: int) -> Sampler:
-        """Record job goodput and EV states every ``interval_ns`` (call before `run`)."""
-        self.sampler = Sampler(self.sim, interval_ns, self.delivered_bytes, self._nics, self._watched_bytes)
+        """Record job goodput and EV states every ``interval_ns`` (call before `run`, after the flows and
+        failures: the connections a failure can touch are watched one by one, to time their recovery)."""
+        self._watch_pairs()
+        pairs = self._pair_bytes if self._watched else None
+        self.sampler = Sampler(
+            self.sim, interval_ns, self.delivered_bytes, self._nics, self._watched_bytes, pairs
+        )
         return self.sampler
+
+    def _watch_pairs(self) -> None:
+        """The transport connections a failure can touch, each watched for its recovery: those of each
+        (src, dst) pair with a path through the failed element (MRC sprays one QP pair over every plane;
+        RoCEv2 has QPs per flow)."""
+        index = {id(p): (n, i) for n, node in enumerate(self.nodes) for i, p in enumerate(node.ports)}
+        by_pair: dict[tuple[int, int], list[Flow]] = {}
+        for f in self.flows:
+            by_pair.setdefault((f.src, f.dst), []).append(f)
+        conns = sorted(by_pair)
+        watched: dict[int, int] = {}  # id(connection) -> its index
+        self._watched, self._outage_pairs = [], []
+        for _at, _what, ports, _host in self.faults.outages:
+            got = []
+            for s, d in sorted(crossing_pairs(self.topo, {index[id(p)] for p in ports}, conns)):
+                host, flows = self.hosts[s], by_pair[(s, d)]
+                for c in host.carriers(d, flows):
+                    if id(c) not in watched:
+                        watched[id(c)] = len(self._watched)
+                        self._watched.append((host, c, flows))
+                    got.append(watched[id(c)])
+            self._outage_pairs.append(tuple(got))
+
+    def _pair_bytes(self) -> tuple[int, ...]:
+        return tuple(host.carried_bytes(c) for host, c, _flows in self._watched)
+
+    def _pairs_done(self) -> list[bool]:
+        """Whether each watched connection has delivered everything it was given."""
+        return [host.carrier_done(c, flows) for host, c, flows in self._watched]
 
     def _nics(self) -> list[tuple[int, Nic]]:
         return [(h.id, h.nic) for h in self.hosts if isinstance(h, MrcHost)]
@@ -283,13 +323,15 @@ class FabricSim:
             links=self.link_stats(),
             ev_log=[] if self.sampler is None else self.sampler.ev_log,
             failures=sorted(self.faults.failures),
-            outages=[self._outage(*o) for o in self.faults.outages],
+            outages=[self._outage(i, *o) for i, o in enumerate(self.faults.outages)],
+            pair_done=self._pairs_done(),
+            pair_bytes=[] if self.sampler is None else self.sampler.pair_bytes,
         )
 
-    @staticmethod
-    def _outage(at: int, what: str, ports: list[Port], host: int | None) -> Outage:
+    def _outage(self, i: int, at: int, what: str, ports: list[Port], host: int | None) -> Outage:
         drops = [p.down_drop_at for p in ports if p.down_drop_at is not None and p.down_drop_at >= at]
-        return Outage(at, what, max(drops) - at if drops else None, host)
+        pairs = self._outage_pairs[i] if i < len(self._outage_pairs) else ()
+        return Outage(at, what, max(drops) - at if drops else None, host, pairs)
 
     def link_stats(self) -> list[LinkStat]:
         now = max(self.sim.now, 1)

@@ -68,6 +68,19 @@ class FailureInjector:
                 raise ValueError(f"{name} {v} outside 0..{hi - 1}")
         return topo.t0(plane, t0), topo.hosts_per_t0 + uplink
 
+    def link_name(self, node: int, port: int) -> str:
+        """A link as a reader names it, with the node names `topo plan` gives: "plane 0: T0 3 ↔ T1 1 link
+        (p0-t0-3 ↔ p0-t1-1)" between the switches of a multi-plane Clos, else "link N:P"."""
+        topo, peer = self.topo, self._ref(node, port).peer
+        if isinstance(topo, MultiPlaneClos) and min(node, peer) >= topo.num_hosts:
+            (r0, plane, i0), (r1, _, i1) = sorted((topo.switch_info(node), topo.switch_info(peer)))
+            a, b = sorted((node, peer), key=topo.switch_info)
+            return (
+                f"plane {plane}: {r0.name} {i0} ↔ {r1.name} {i1} link "
+                f"({topo.node_name(a)} ↔ {topo.node_name(b)})"
+            )
+        return f"link {node}:{port}"
+
     def note(self, at: int, what: str, ports: list[Port] | None = None, host: int | None = None) -> None:
         """Record a failure at ``at`` (an outage too when it took ``ports`` down)."""
         self.failures.append((at, what))
@@ -110,9 +123,10 @@ class FailureInjector:
         ports = list(self.link(node, port))
         for p in ports:
             self.fail_port(p, at, up_at)
-        self.note(at, f"link {node}:{port} down", ports)
+        name = self.link_name(node, port)
+        self.note(at, f"{name} down", ports)
         if up_at is not None:
-            self.note(up_at, f"link {node}:{port} up")
+            self.note(up_at, f"{name} up")
 
     def flap_link(self, node: int, port: int, at: int, down_ns: int, period_ns: int, count: int) -> None:
         """``count`` times, starting at ``at`` and every ``period_ns``: down for ``down_ns``."""

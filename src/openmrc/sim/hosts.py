@@ -103,6 +103,21 @@ class SimHost:
         """Congestion notification packets this host sent (RoCEv2 with DCQCN)."""
         return 0
 
+    # the connections a failure touches are watched one by one (`FabricSim.sample_every`)
+    def carriers(self, dst: int, flows: list[Flow]) -> list[Any]:  # pragma: no cover - every kind overrides
+        """The transport connections that carry ``flows``, this host's flows to ``dst``."""
+        raise NotImplementedError
+
+    def carried_bytes(self, carrier: Any) -> int:  # pragma: no cover - every host kind overrides
+        """Bytes the receiving end of ``carrier`` (one of `carriers`) accepted so far, each once."""
+        raise NotImplementedError
+
+    def carrier_done(
+        self, carrier: Any, flows: list[Flow]
+    ) -> bool:  # pragma: no cover - every kind overrides
+        """``carrier`` delivered everything it was given (``flows``: the flows it carries)."""
+        raise NotImplementedError
+
 
 class _SimCq(CompletionQueue):
     """A completion queue that tells the simulation it has something (no polling every CQ per event)."""
@@ -311,6 +326,16 @@ class MrcHost(SimHost):
     def retransmits(self) -> int:
         return self.nic.stats.retransmits
 
+    def carriers(self, dst: int, flows: list[Flow]) -> list[Any]:
+        return [self._flow_pairs[dst][1]]  # one QP pair carries them all: its responder
+
+    def carried_bytes(self, carrier: Any) -> int:
+        qp: Qp = carrier
+        return qp.responder.rcvd_bytes
+
+    def carrier_done(self, carrier: Any, flows: list[Flow]) -> bool:
+        return all(f.finish is not None for f in flows)
+
 
 class _RoceShared:
     """What the RoCEv2 hosts of one simulation share: QP numbers in use and which flow each QP carries."""
@@ -369,11 +394,18 @@ class RoceV2Host(SimHost):
         k = shared.env.config.roce_qps
         parts = [f.size // k + (1 if i < f.size % k else 0) for i in range(k)]
         qps = []
-        for part in parts:
+        rails = shared.env.config.roce_planes or shared.env.planes
+        for i, part in enumerate(parts):
             if part == 0:
                 continue
             q = RoceQp(
-                new_qpn(rng, shared.qpns), f.src, f.dst, part, shared.config.mtu, rng.randrange(49152, 65536)
+                new_qpn(rng, shared.qpns),
+                f.src,
+                f.dst,
+                part,
+                shared.config.mtu,
+                rng.randrange(49152, 65536),
+                i % rails,
             )
             qps.append(q)
             shared.flows[q.qpn] = f
@@ -388,14 +420,24 @@ class RoceV2Host(SimHost):
         self._node.pump(now)
 
     def delivered_bytes(self) -> int:
-        mtu = self._shared.config.mtu
-        return sum(min(q.expected * mtu, q.size) for qps in self._qps.values() for q in qps)
+        return sum(self.carried_bytes(q) for qps in self._qps.values() for q in qps)
 
     def retransmits(self) -> int:
         return self._node.resent
 
     def cnps(self) -> int:
         return self._node.cnps_sent
+
+    def carriers(self, dst: int, flows: list[Flow]) -> list[Any]:
+        return [q for f in flows for q in self._qps[f.id]]
+
+    def carried_bytes(self, carrier: Any) -> int:
+        q: RoceQp = carrier
+        return min(q.expected * self._shared.config.mtu, q.size)
+
+    def carrier_done(self, carrier: Any, flows: list[Flow]) -> bool:
+        q: RoceQp = carrier
+        return q.expected >= q.npkts
 
 
 HOST_KINDS: dict[str, Callable[[HostEnv], list[SimHost]]] = {

@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Final
 
 from openmrc.ev.state import EVState
@@ -24,6 +23,8 @@ if TYPE_CHECKING:
     from openmrc.transport import Nic
 
 __all__ = [
+    "RECOVER_FRACTION",
+    "RECOVER_WINDOW_SAMPLES",
     "LinkStat",
     "Outage",
     "Sample",
@@ -86,6 +87,7 @@ class Sampler:
         delivered: Callable[[], int],
         nics: Callable[[], list[tuple[int, Nic]]],
         watched: Callable[[], int] | None = None,
+        pairs: Callable[[], tuple[int, ...]] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"sample interval {interval} ns must be positive")
@@ -94,7 +96,9 @@ class Sampler:
         self._delivered = delivered
         self._nics = nics
         self.watched = watched
+        self._pairs = pairs
         self.samples: list[Sample] = []
+        self.pair_bytes: list[tuple[int, ...]] = []  # per sample: cumulative bytes of each watched pair
         self.ev_log: list[tuple[int, int, int, int, str]] = []  # (ns, host index, qp, port, new state)
         self.ev_log_limit = 100_000
         self._last = (0, 0)
@@ -129,7 +133,15 @@ class Sampler:
         w = self.watched() if self.watched is not None else 0
         s = Sample(now, got, rate, self._bad, to_bad, to_good, w)
         self.samples.append(s)
+        if self._pairs is not None:
+            self.pair_bytes.append(self._pairs())
         return s
+
+
+RECOVER_FRACTION = 0.9
+"""An affected connection has recovered once it delivers this fraction of its pre-failure goodput."""
+RECOVER_WINDOW_SAMPLES = 5
+"""Goodputs (before the failure, and each candidate after it) are measured over this many sample intervals."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +150,13 @@ class Outage:
 
     at: int
     what: str
-    bypass_ns: int | None
-    """From the failure to the last data packet sent into the dead link (None: none was)."""
+    last_packet_ns: int | None
+    """From the failure to the last data packet sent into the dead link (None: none was). Not a recovery
+    time: a sender that stalls (go-back-N waiting on a dead path) stops sending into it at once."""
     host: int | None = None
     """The host whose NIC port failed (its outgoing goodput is watched)."""
+    pairs: tuple[int, ...] = ()
+    """Indices into `SimResults.pair_bytes`: the connections (QPs) with a path through the failed element."""
 
 
 def _rate(samples: Sequence[Sample], lo: int, hi: int, watched: bool) -> float | None:
@@ -154,16 +169,67 @@ def _rate(samples: Sequence[Sample], lo: int, hi: int, watched: bool) -> float |
     return got * 8e9 / (b.time_ns - a.time_ns)
 
 
-def outage_report(o: Outage, samples: Sequence[Sample], first_finish_after: int | None) -> dict[str, Any]:
-    """Bypass time, goodput before and after (job, and the failed host's when one is watched) and the time
-    until goodput is back within 5 % of its new level."""
+def recover_ns(
+    at: int,
+    times: Sequence[int],
+    pair_bytes: Sequence[Sequence[int]],
+    pairs: Sequence[int],
+    done: Sequence[bool],
+) -> int | None:
+    """Time from the failure at ``at`` until every affected connection is back: the start of the first
+    window of `RECOVER_WINDOW_SAMPLES` samples, wholly after the failure, in which the connection delivers at
+    least `RECOVER_FRACTION` of its goodput over the same span just before the failure, or from which on it
+    has nothing left to deliver (``done[i]``: its flows all finished, and the counter stays put). Connections
+    idle before the failure are not affected. None: one never got back (not recovered)."""
+    w = RECOVER_WINDOW_SAMPLES
+    k0 = next((k for k, t in enumerate(times) if t >= at), None)
+    if k0 is None or k0 < w:
+        return None
+    worst = 0
+    for i in pairs:
+        before = pair_bytes[k0][i] - pair_bytes[k0 - w][i]
+        span = times[k0] - times[k0 - w]
+        if before <= 0 or span <= 0:
+            continue
+        final = pair_bytes[-1][i]
+        back = None
+        for k in range(k0, len(times)):
+            if done[i] and pair_bytes[k][i] == final:
+                back = k
+                break
+            if k + w < len(times):
+                got = pair_bytes[k + w][i] - pair_bytes[k][i]
+                if got * span >= RECOVER_FRACTION * before * (times[k + w] - times[k]):
+                    back = k
+                    break
+        if back is None:
+            return None
+        worst = max(worst, times[back] - at)
+    return worst
+
+
+def outage_report(
+    o: Outage,
+    samples: Sequence[Sample],
+    first_finish_after: int | None,
+    pair_bytes: Sequence[Sequence[int]] = (),
+    pair_done: Sequence[bool] = (),
+) -> dict[str, Any]:
+    """What one failure cost: ``bypass_us`` (`recover_ns`: until every affected connection is back to
+    90 % of its pre-failure goodput; None when one never is), ``affected`` connections, ``last_packet_us``
+    (the last data packet into the dead element), and the rate of all flows (and of the failed host's,
+    when one is watched) over the sample intervals just before and just after the failure."""
     out: dict[str, Any] = {"at_us": o.at / 1000, "what": o.what}
-    out["bypass_us"] = None if o.bypass_ns is None else o.bypass_ns / 1000
+    out["last_packet_us"] = None if o.last_packet_ns is None else o.last_packet_ns / 1000
+    times = [s.time_ns for s in samples]
+    out["affected"] = len(o.pairs)
+    rec = recover_ns(o.at, times, pair_bytes, o.pairs, pair_done) if pair_bytes else None
+    out["bypass_us"] = None if rec is None else rec / 1000
     if len(samples) < 3:
         return out
     step = samples[1].time_ns - samples[0].time_ns
     end = first_finish_after if first_finish_after is not None else samples[-1].time_ns
-    settle = o.at + (o.bypass_ns or 0) + 2 * step
+    settle = o.at + (o.last_packet_ns or 0) + 2 * step  # once nothing goes into the dead element
     for key, watched in (("goodput", False), ("host_goodput", True)):
         if watched and o.host is None:
             continue
@@ -171,17 +237,6 @@ def outage_report(o: Outage, samples: Sequence[Sample], first_finish_after: int 
         after = _rate(samples, settle, end, watched)
         out[f"{key}_before_gbps"] = None if before is None else before / 1e9
         out[f"{key}_after_gbps"] = None if after is None else after / 1e9
-        if not watched and after:
-            recovered = next(
-                (
-                    b.time_ns
-                    for a, b in pairwise(samples)
-                    if b.time_ns > o.at
-                    and (b.delivered_bytes - a.delivered_bytes) * 8e9 / step >= 0.95 * after
-                ),
-                None,
-            )
-            out["recovery_us"] = None if recovered is None else (recovered - o.at) / 1000
     return out
 
 
@@ -197,6 +252,10 @@ class SimResults:
     failures: list[tuple[int, str]] = field(default_factory=list)
     """(time ns, description) of every failure event, for plots."""
     outages: list[Outage] = field(default_factory=list)
+    pair_bytes: list[tuple[int, ...]] = field(default_factory=list)
+    """Per sample: each connection watched for the outages' recovery, its cumulative delivered bytes."""
+    pair_done: list[bool] = field(default_factory=list)
+    """Per watched connection: it delivered everything it was given."""
 
     def fcts_us(self, tag: str | None = None) -> list[float]:
         return sorted(
@@ -254,15 +313,15 @@ class SimResults:
             out["ev_to_bad"] = sum(s.ev_to_bad for s in self.samples)
             out["ev_to_good"] = sum(s.ev_to_good for s in self.samples)
         if self.outages:
-            out["outages"] = self.outage_reports()
-            bypass = [o.bypass_ns for o in self.outages if o.bypass_ns is not None]
-            if bypass:
-                out["bypass_us"] = max(bypass) / 1000
+            reps = out["outages"] = self.outage_reports()
+            bypass = [r["bypass_us"] for r in reps]
+            out["bypass_us"] = None if None in bypass else max(bypass)
         return out
 
     def outage_reports(self) -> list[dict[str, Any]]:
         reps = []
         for o in self.outages:
             after = [f.finish for f in self.flows if f.finish is not None and f.finish > o.at]
-            reps.append(outage_report(o, self.samples, min(after) if after else None))
+            first = min(after) if after else None
+            reps.append(outage_report(o, self.samples, first, self.pair_bytes, self.pair_done))
         return reps

@@ -3,11 +3,13 @@ congestion control; on a lossy fabric by default, or lossless with priority flow
 (`FabricSimConfig.pfc`, `openmrc.sim.network.Port.enable_pfc`).
 
 A flow of ``size`` bytes is split over ``qps`` queue pairs, each with its own UDP source port (so ECMP may
-put them on different paths). A QP keeps up to ``window`` packets in flight. The receiver accepts only the
-next expected PSN: anything else is dropped, and the first out-of-order arrival after progress answers a
-NAK (PSN sequence error) carrying the expected PSN, upon which the sender goes back to it and resends
-everything from there. A retransmission timeout does the same. ACKs are cumulative, one per ``ack_every``
-packets and on the last. Trimmed packets are simply lost to RoCE (it has no trim NACK).
+put them on different paths) and its own NIC port: all on port 0 (one plane), or one per plane in turn as
+multi-rail collective libraries open one QP per rail (`FabricSimConfig.roce_planes`). A QP keeps up to
+``window`` packets in flight. The receiver accepts only the next expected PSN: anything else is dropped,
+and the first out-of-order arrival after progress answers a NAK (PSN sequence error) carrying the expected
+PSN, upon which the sender goes back to it and resends everything from there. A retransmission timeout
+does the same. ACKs are cumulative, one per ``ack_every`` packets and on the last. Trimmed
+packets are simply lost to RoCE (it has no trim NACK).
 
 DCQCN: theory of operation
 --------------------------
@@ -202,6 +204,7 @@ class RoceQp:
         "nak_sent",
         "next_psn",
         "npkts",
+        "port",
         "qpn",
         "rcv_count",
         "ready_at",
@@ -213,8 +216,9 @@ class RoceQp:
         "src",
     )
 
-    def __init__(self, qpn: int, src: int, dst: int, size: int, mtu: int, sport: int) -> None:
+    def __init__(self, qpn: int, src: int, dst: int, size: int, mtu: int, sport: int, port: int = 0) -> None:
         self.qpn = qpn
+        self.port = port  # the NIC port (plane, 0-based) both ends send this QP's packets on
         self.src = src
         self.dst = dst
         self.size = size
@@ -236,7 +240,7 @@ class RoceQp:
 
 
 class RoceHost(Node):
-    """A host running RoCEv2 QPs over its one port per plane (all on plane 0: RoCE uses one NIC port)."""
+    """A host running RoCEv2 QPs, each on one of its ports (one port per plane)."""
 
     __slots__ = (
         "_by_qpn",
@@ -246,6 +250,7 @@ class RoceHost(Node):
         "on_done",
         "on_received",
         "pace_at",
+        "ports_used",
         "qps",
         "rcv",
         "resent",
@@ -261,6 +266,7 @@ class RoceHost(Node):
         self._by_qpn: dict[int, RoceQp] = {}
         self.rcv: dict[int, RoceQp] = {}  # receiving QPs by QPN
         self.pace_at: int | None = None  # the pending pace event
+        self.ports_used = 0  # bit p: a sending QP uses port p
         self.timer_pending = False
         self.on_done: Callable[[RoceQp], None] | None = None
         self.on_received: Callable[[RoceQp], None] | None = None  # the receiver got a QP's last byte
@@ -271,8 +277,9 @@ class RoceHost(Node):
     def add_sender(self, qp: RoceQp) -> None:
         self.qps.append(qp)
         self._by_qpn[qp.qpn] = qp
+        self.ports_used |= 1 << qp.port
         if self.cfg.dcqcn is not None:
-            qp.rp = ReactionPoint(self.cfg.dcqcn, self.ports[0].bps)
+            qp.rp = ReactionPoint(self.cfg.dcqcn, self.ports[qp.port].bps)
 
     # -- sending ---------------------------------------------------------------------------------------------
     def _packet(self, qp: RoceQp, psn: int) -> SimPacket:
@@ -286,21 +293,29 @@ class RoceHost(Node):
             None,
             RETH(psn * mtu, 1, qp.size),
         )
-        sp = SimPacket(pkt, size + HEADER_BYTES, 0, self.id, qp.dst, 1, qp.sport)
+        sp = SimPacket(pkt, size + HEADER_BYTES, 0, self.id, qp.dst, qp.port + 1, qp.sport)
         return sp
 
     def _can_send(self, qp: RoceQp) -> bool:
         return qp.done_at is None and qp.next_psn < qp.npkts and qp.next_psn - qp.acked < self.cfg.window
 
     def pump(self, now: int) -> None:
-        port = self.ports[0]
+        ports = self.ports
         paced = self.cfg.dcqcn is not None
         sent = True
         while sent:
             sent = False
+            busy = 0  # ports that cannot take another packet now (sending only makes them busier)
             for qp in self.qps:
+                bit = 1 << qp.port
+                if busy & bit:
+                    continue
+                port = ports[qp.port]
                 if port.free_at - now >= port.pace_ns:
-                    break
+                    busy |= bit
+                    if busy == self.ports_used:
+                        break
+                    continue
                 if self._can_send(qp) and (not paced or qp.ready_at <= now):
                     sp = self._packet(qp, qp.next_psn)
                     port.send(sp, now)
@@ -315,17 +330,23 @@ class RoceHost(Node):
                     if qp.rto_at <= now:
                         qp.rto_at = now + self.cfg.rto_ns
                     sent = True
-        if port.free_at >= PAUSED:
-            pass  # PFC-paused with data waiting: `resumed` pumps again
-        elif paced:
-            ready = [q.ready_at for q in self.qps if self._can_send(q)]
-            if ready:
-                at = max(port.free_at - port.pace_ns, min(ready), now + 1)
-                if self.pace_at is None or at < self.pace_at:  # a QP may become ready before the pending one
-                    self.pace_at = at
-                    self.sim.schedule(at, self._pace, at)
-        elif self.pace_at is None and any(self._can_send(q) for q in self.qps):
-            self.pace_at = at = max(port.free_at - port.pace_ns, now + 1)
+        # the next time a QP that has something to send may send (PFC-paused ports wait for `resumed`)
+        at = None
+        seen = 0  # unpaced, a port's first sendable QP says when that port's QPs may go
+        for qp in self.qps:
+            bit = 1 << qp.port
+            if seen & bit and not paced:
+                continue
+            port = ports[qp.port]
+            if port.free_at < PAUSED and self._can_send(qp):
+                seen |= bit
+                t = max(port.free_at - port.pace_ns, qp.ready_at if paced else 0, now + 1)
+                if at is None or t < at:
+                    at = t
+                if seen == self.ports_used and not paced:
+                    break
+        if at is not None and (self.pace_at is None or at < self.pace_at):
+            self.pace_at = at  # a QP may become ready before the pending one
             self.sim.schedule(at, self._pace, at)
         self._arm(now)
 
@@ -413,7 +434,9 @@ class RoceHost(Node):
         qp.cnp_at = now
         self.cnps_sent += 1
         pkt = Packet(BTH(CNP_OPCODE, dest_qp=qp.qpn), payload=_EMPTY)
-        self.ports[0].send(SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, 1, qp.sport ^ 0x8000), now)
+        self.ports[qp.port].send(
+            SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
+        )
 
     def _on_cnp(self, pkt: Packet, now: int) -> None:
         q = self._by_qpn.get(pkt.bth.dest_qp)
@@ -430,7 +453,9 @@ class RoceHost(Node):
             aeth=AETH(syndrome, 0),
             payload=_EMPTY,
         )
-        self.ports[0].send(SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, 1, qp.sport ^ 0x8000), now)
+        self.ports[qp.port].send(
+            SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
+        )
 
     def _on_ack(self, pkt: Packet, now: int) -> None:
         q = self._by_qpn.get(pkt.bth.dest_qp)

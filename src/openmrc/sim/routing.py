@@ -11,6 +11,7 @@ ECMP routing reconverges: `EcmpRouting.withdraw` takes the set of dead links (as
 either direction) and from then on switches hash only over next hops that still reach the destination, as
 the fabric's routing protocol would after its convergence delay (the simulator calls it that long after a
 failure). Static SRv6 tables never change; MRC senders route around dead paths themselves.
+`crossing_pairs` names the host pairs whose shortest paths cross given links (the flows a failure touches).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from openmrc.fabric.topology import Role, Topology
 if TYPE_CHECKING:
     from openmrc.sim.network import SimPacket
 
-__all__ = ["EcmpRouting", "Routing", "SrRouting"]
+__all__ = ["EcmpRouting", "Routing", "SrRouting", "crossing_pairs"]
 
 
 class Routing:
@@ -155,3 +156,28 @@ class EcmpRouting(Routing):
         if salt < 0:
             salt = self._salts[switch] = self.hash.salt(switch)
         return hops[fmix32(crc ^ salt) % len(hops)]
+
+
+def crossing_pairs(
+    topo: Topology, links: set[tuple[int, int]], pairs: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The (src, dst) host pairs of ``pairs`` that have a shortest path (on any plane) through one of
+    ``links``, given as (node, egress port): the connections a failure of those links can touch, whether
+    they spray over every path (MRC) or hash onto one (ECMP)."""
+    ecmp = EcmpRouting(topo)
+    hosts = topo.num_hosts
+    out = []
+    for src, dst in pairs:
+        seen: set[int] = set()
+        todo: list[tuple[int, int]] = [(src, i) for i in range(len(topo.ports(src)))]
+        while todo:
+            node, port = todo.pop()
+            if (node, port) in links:
+                out.append((src, dst))
+                break
+            nxt = next(r.peer for r in topo.ports(node) if r.port == port)  # numbers may skip (partial T0)
+            if nxt < hosts or nxt in seen:
+                continue
+            seen.add(nxt)
+            todo.extend((nxt, p) for p in ecmp.candidates(nxt, dst))
+    return out

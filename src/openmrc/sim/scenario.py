@@ -257,9 +257,12 @@ def _config(doc: dict[str, Any]) -> tuple[FabricSimConfig, dict[str, Any]]:
         raise ScenarioError(f"fabric: {exc}") from exc
 
 
-def build_run(doc: dict[str, Any]) -> FabricSim:
-    """The fabric, workload and failures of one resolved scenario document, ready to run."""
+def build_run(doc: dict[str, Any], phase: Callable[[str], None] | None = None) -> FabricSim:
+    """The fabric, workload and failures of one resolved scenario document, ready to run; ``phase("set-up")``
+    is called once the fabric is built, before the flows are added."""
     sim = build_fabric(doc)
+    if phase is not None:
+        phase("set-up")
     base = Path(doc.get("_dir", "."))
     _add_workload(sim, doc["workload"], base)
     _schedule_failures(sim, doc.get("failures", []))
@@ -411,13 +414,18 @@ def iter_runs(
     *,
     seeds: list[int] | None = None,
     variants: list[str] | None = None,
+    phase: Callable[[Run, str], None] | None = None,
 ) -> Iterator[Run]:
-    """`run_scenario` one variant at a time: each run is yielded when it has finished. An exception raised
-    by ``progress`` (e.g. KeyboardInterrupt for a stop the user asked for) ends the iteration there."""
+    """`run_scenario` one variant at a time: each run is yielded when it has finished. ``phase(run, name)``
+    is called as a run enters "build" and "set-up"; ``progress`` about every `PROGRESS_S` seconds of the
+    run. An exception raised by either (e.g. KeyboardInterrupt for a stop the user asked for) ends the
+    iteration there. A run's ``wall_s`` counts from the start of its build."""
     runs = expand_runs(doc, seeds, variants)
     for r in runs:
-        sim = r.sim = build_run(r.doc)
         t0 = time.perf_counter()
+        if phase is not None:
+            phase(r, "build")
+        sim = r.sim = build_run(r.doc, None if phase is None else functools.partial(phase, r))
         until = int(r.doc.get("until_us", 100_000) * 1000)
         r.results = _advance(sim, until, None if progress is None else functools.partial(progress, r))
         victim = [f for f in r.results.flows if f.tag == "victim" and f.fct_ns is not None]
@@ -427,12 +435,24 @@ def iter_runs(
         yield r
 
 
+PROGRESS_S = 0.2
+"""How often (wall-clock seconds) `iter_runs` reports progress while a run runs, about."""
+
+
 def _advance(sim: FabricSim, until: int, progress: Callable[[FabricSim], None] | None) -> SimResults:
     step = max(1_000, until // 400)
     t = 0
     while True:
         t = min(t + step, until)
+        wall = time.perf_counter()
         sim.sim.run(until=t)
+        # simulated time costs very different wall time from one fabric to the next: aim for a call to
+        # ``progress`` every PROGRESS_S seconds
+        took = time.perf_counter() - wall
+        if took > 2 * PROGRESS_S:
+            step = max(1_000, step // 2)
+        elif took < PROGRESS_S / 2:
+            step *= 2
         if progress is not None:
             progress(sim)
         if sim.done() or t >= until or sim.sim.peek() is None:

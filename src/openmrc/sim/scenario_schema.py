@@ -82,9 +82,16 @@ class Fabric(_Section):
         "srv6", "", "srv6: EVs are SRv6 uSID source routes (clos only); ecmp: switches hash UDP source ports"
     )
     transport: Literal["mrc", "roce"] = _field(
-        "mrc", "", "mrc: the openmrc transport; roce: the RoCEv2 baseline (ecmp, one plane)"
+        "mrc", "", "mrc: the openmrc transport; roce: the RoCEv2 baseline (ECMP; planes: roce_planes)"
     )
     roce_qps: int = _field(_SIM.roce_qps, "", "roce: QPs (ECMP paths) per flow", ge=1, le=1024)
+    roce_planes: int = _field(
+        _SIM.roce_planes,
+        "",
+        "roce: a flow's QPs take NIC ports (planes) 1..roce_planes in turn (multi-rail); 0: every plane",
+        ge=0,
+        le=64,
+    )
     roce_window: int = _field(_SIM.roce_window, "packets", "roce: packets in flight per QP", ge=1)
     validate_wire: bool = _field(
         _SIM.validate_wire, "", "encode and re-parse every packet a NIC sends or receives (slower)"
