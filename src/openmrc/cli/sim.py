@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from openmrc.cli.capture import PcapOption
 from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.render import make_console
 from openmrc.sim.clos_sim import FabricSim
@@ -92,7 +94,9 @@ class RunInterrupted(Exception):
         self.where = where
 
 
-def run_with_progress(doc: dict[str, Any]) -> list[Run]:
+def run_with_progress(
+    doc: dict[str, Any], prepare: Callable[[Run, FabricSim], None] | None = None
+) -> list[Run]:
     """`run_scenario` under a rich progress bar per run (flows completed; simulated time). Ctrl-C stops it
     between simulation steps (`openmrc.cli.interrupt`) and raises `RunInterrupted`."""
     finished: list[Run] = []
@@ -124,7 +128,7 @@ def run_with_progress(doc: dict[str, Any]) -> list[Run]:
             stop.check()
 
         try:
-            for r in iter_runs(doc, progress):
+            for r in iter_runs(doc, progress, prepare):
                 finished.append(r)
                 where = f"after variant {r.label!r}"
                 if total > 1:
@@ -151,10 +155,15 @@ def check_out_dir(out: Path, option: str = "--out") -> bool:
     return made
 
 
-def run_scenario_cli(doc: dict[str, Any], out: Path | None, made_out: bool) -> list[Run]:
+def run_scenario_cli(
+    doc: dict[str, Any],
+    out: Path | None,
+    made_out: bool,
+    prepare: Callable[[Run, FabricSim], None] | None = None,
+) -> list[Run]:
     """`run_with_progress`; on Ctrl-C say where the run was, write what finished to ``out`` and exit 130."""
     try:
-        return run_with_progress(doc)
+        return run_with_progress(doc, prepare)
     except RunInterrupted as exc:
         done = exc.finished
         console.print(
@@ -188,6 +197,9 @@ def run(
     out: Annotated[
         Path | None, typer.Option(help="write results.json, per-run CSVs and PNG plots here")
     ] = None,
+    pcap: Annotated[Path | None, typer.Option(help="write the MRC runs' packets to this pcap file")] = None,
+    pcap_flows: Annotated[str | None, typer.Option(help="--pcap: only these flows (ids: 0,5)")] = None,
+    pcap_port: Annotated[str | None, typer.Option(help="--pcap: capture at HOST[:PORT], both ways")] = None,
 ) -> None:
     """Run one scenario (every variant) and print a comparison table."""
     try:
@@ -195,10 +207,16 @@ def run(
     except ScenarioError as exc:
         raise typer.BadParameter(str(exc)) from exc
     made = check_out_dir(out) if out is not None else False
+    cap = None if pcap is None else PcapOption(pcap, pcap_flows, pcap_port, runs=len(expand_runs(doc)))
     try:
-        runs = run_scenario_cli(doc, out, made)
+        runs = run_scenario_cli(doc, out, made, None if cap is None else cap.attach)
     except ScenarioError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    finally:
+        if cap is not None:
+            cap.close()
+            for path, n in cap.written:
+                console.print(f"wrote {n:,} packets to {path}")
     console.print(results_table(runs, str(doc.get("name", scenario))))
     print_outages(runs)
     if out is not None:

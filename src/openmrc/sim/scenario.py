@@ -357,12 +357,19 @@ def run_scenario(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None]
     return list(iter_runs(doc, progress))
 
 
-def iter_runs(doc: dict[str, Any], progress: Callable[[Run, FabricSim], None] | None = None) -> Iterator[Run]:
+def iter_runs(
+    doc: dict[str, Any],
+    progress: Callable[[Run, FabricSim], None] | None = None,
+    prepare: Callable[[Run, FabricSim], None] | None = None,
+) -> Iterator[Run]:
     """`run_scenario` one variant at a time: each run is yielded when it has finished. An exception raised
-    by ``progress`` (e.g. KeyboardInterrupt for a stop the user asked for) ends the iteration there."""
+    by ``progress`` (e.g. KeyboardInterrupt for a stop the user asked for) ends the iteration there.
+    ``prepare(run, sim)`` is called once a simulation is built, before it runs (to attach a capture)."""
     runs = expand_runs(doc)
     for r in runs:
         sim = r.sim = build_run(r.doc)
+        if prepare is not None:
+            prepare(r, sim)
         until = int(r.doc.get("until_us", 100_000) * 1000)
         t0 = time.perf_counter()
         step = max(1_000, until // 400)
