@@ -77,6 +77,12 @@ class PcapOption:
             raise typer.BadParameter(f"{run.label}: {exc}", param_hint="--pcap-flows/--pcap-port") from None
         self._open = (path, f, cap)
 
+    def report(self) -> list[str]:
+        """What was written, and which runs had nothing to capture."""
+        lines = [f"wrote {n:,} packets to {path}" for path, n in self.written]
+        lines += [f"no capture of {label!r}: RoCEv2 runs carry no MRC packets" for label in self.skipped]
+        return lines
+
     def close(self) -> None:
         """Finish the open capture, if any."""
         if self._open is not None:

@@ -215,10 +215,10 @@ def run(
     finally:
         if cap is not None:
             cap.close()
-            for path, n in cap.written:
-                console.print(f"wrote {n:,} packets to {path}")
     console.print(results_table(runs, str(doc.get("name", scenario))))
     print_outages(runs)
+    for line in [] if cap is None else cap.report():
+        console.print(line)
     if out is not None:
         for p in write_runs(runs, out, doc):
             console.print(f"wrote {p}")
