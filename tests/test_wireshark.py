@@ -19,7 +19,15 @@ import pytest
 
 from openmrc.contrib.wireshark import DISSECTOR_PATH
 from openmrc.wire.examples import ExampleFrame, example_conversation
-from openmrc.wire.framing import ETH_P_IPV4, encapsulate, ethernet, ipv4_header, udp_header
+from openmrc.wire.framing import (
+    ETH_P_IPV4,
+    encapsulate,
+    ethernet,
+    internet_checksum,
+    ipv4_header,
+    parse_frame,
+    udp_header,
+)
 from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
 from openmrc.wire.packet import Packet
 from openmrc.wire.pcap import PcapWriter, write_pcap
@@ -251,3 +259,46 @@ def test_truncated_and_garbage_frames(
         assert "Truncated" in msg or "shorter than BTH" in msg, (cut, msg)
     for row in tshark_fields(tshark_env, snapped, fields, lua=True):
         assert "internal error" not in row["_ws.expert.message"], row
+
+
+# -- E: the dissector verifies the ICRC ----------------------------------------------------------------------
+def test_icrc_status(tshark_env: dict[str, str], conversation: list[ExampleFrame], tmp_path: Path) -> None:
+    """Every example packet (IPv4, IPv6, SRv6 with and without an SRH) checks out; one changed byte of the
+    payload, of the BTH or of an ICRC-covered IP field turns it Bad with the right ICRC shown, a changed
+    variant field (hop limit, flow label) does not; the preference turns verification off."""
+    ipv6 = next(e for e in conversation if e.srv6 is None and ":" in e.src and e.packet.payload)
+    ipv4 = next(e for e in conversation if "." in e.src)
+    ip_at = 14 + (40 if ipv6.srv6 else 0)
+    changed: list[tuple[bytes, bool]] = []  # (frame, ICRC still good)
+    for at, good in (
+        (len(ipv6.frame) - 10, False),  # payload
+        (ip_at + 40 + 8 + 7, False),  # BTH PSN
+        (ip_at + 39, False),  # last byte of the destination address
+        (ip_at + 7, True),  # hop limit: variant
+        (ip_at + 3, True),  # flow label: variant
+        (ip_at + 40 + 8 + 4, True),  # BTH byte 4 (FECN, BECN): variant
+    ):
+        f = bytearray(ipv6.frame)
+        f[at] ^= 0x01
+        changed.append((bytes(f), good))
+    f = bytearray(ipv4.frame)
+    f[14 + 16] ^= 0x01  # IPv4 destination address, with the header checksum made right again
+    f[24:26] = b"\x00\x00"
+    f[24:26] = internet_checksum(f[14:34]).to_bytes(2, "big")
+    changed.append((bytes(f), False))
+    path = tmp_path / "icrc.pcap"
+    frames = [e.frame for e in conversation] + [f for f, _ in changed]
+    write_pcap(path, [(i, f) for i, f in enumerate(frames)])
+    fields = ["mrc.icrc.status", "mrc.icrc", "mrc.icrc.computed", "_ws.expert.message"]
+    rows = tshark_fields(tshark_env, path, fields, lua=True)
+    assert [r["mrc.icrc.status"] for r in rows[: len(conversation)]] == ["1"] * len(conversation)
+    for row, (frame, good) in zip(rows[len(conversation) :], changed, strict=True):
+        want = parse_frame(frame, ether=True, check_icrc=False, check_udp=False)
+        assert want.icrc_ok == good  # the Python side agrees on which changes matter
+        assert row["mrc.icrc.status"] == ("1" if good else "0"), row
+        if not good:
+            trailer = int.from_bytes(frame[-4:], "little")
+            assert as_int(row["mrc.icrc"]) == trailer != as_int(row["mrc.icrc.computed"])
+            assert "Bad ICRC" in row["_ws.expert.message"]
+    rows = tshark_fields(tshark_env, path, fields, "-o", "mrc.check_icrc:FALSE", lua=True)
+    assert {r["mrc.icrc.status"] for r in rows} == {"2"}

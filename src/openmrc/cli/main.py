@@ -95,29 +95,50 @@ def pcap(
 
 @app.command()
 def decode(
-    data: Annotated[str, typer.Argument(help="hex bytes: an MRC UDP payload, or a whole frame with --frame")],
+    data: Annotated[
+        str | None,
+        typer.Argument(help="hex bytes (0x prefixes and separators allowed), or - to read them from stdin"),
+    ] = None,
     frame: Annotated[bool, typer.Option(help="the bytes start at an Ethernet header")] = False,
     ip: Annotated[bool, typer.Option(help="the bytes start at an IP header")] = False,
+    pcap_file: Annotated[
+        Path | None, typer.Option("--pcap", help="decode every MRC packet of this capture instead")
+    ] = None,
+    port: Annotated[
+        int, typer.Option(min=1, max=65535, help="UDP destination port of the MRC packets")
+    ] = MRC_UDP_PORT,
 ) -> None:
-    """Decode one MRC packet and print its headers."""
+    """Decode one MRC packet (a UDP payload, or a whole frame with --frame / --ip) or a capture."""
+    from openmrc.cli.decode import decode_pcap, frame_lines, hex_bytes, read_hex
+
+    if frame and ip:
+        raise typer.BadParameter("give --frame (Ethernet) or --ip (IP header first), not both")
+    if (pcap_file is None) == (data is None):
+        raise typer.BadParameter("give hex bytes (- for stdin) or --pcap FILE", param_hint="DATA")
+    if pcap_file is not None:
+        try:
+            mrc, other = decode_pcap(console, pcap_file, port)
+        except (OSError, ValueError) as exc:
+            console.print(f"error: {exc}", markup=False, emoji=False)
+            raise typer.Exit(1) from None
+        console.print(f"{mrc} MRC packet(s), {other} other frame(s)")
+        return
+    assert data is not None
     try:
-        raw = bytes.fromhex(data.replace(" ", "").replace(":", ""))
+        raw = hex_bytes(read_hex(data))
     except ValueError as exc:
-        raise typer.BadParameter(f"not hex: {exc}") from exc
+        raise typer.BadParameter(f"not hex: {exc}", param_hint="DATA") from None
     try:
         if frame or ip:
-            fr = parse_frame(raw, ether=frame)
-            console.print(
-                f"{fr.src}:{fr.sport} → {fr.dst}:{fr.dport}  ECN={fr.ecn} flow_label=0x{fr.flow_label:05x}"
-            )
-            if fr.srv6 is not None:
-                console.print(f"SRv6 outer dst {fr.srv6.dst}  SRH {list(fr.srv6.segments)}")
+            fr = parse_frame(raw, ether=frame, udp_port=port)
+            for line in frame_lines(fr):
+                console.print(line, markup=False, emoji=False, highlight=False)
             pkt = fr.packet
         else:
             pkt = parse(raw)
     except WireError as exc:
-        console.print(f"[red]malformed:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        console.print(f"malformed: {exc}", markup=False, emoji=False, style="red")
+        raise typer.Exit(2) from None
     console.print(packet_table(pkt))
 
 

@@ -30,9 +30,15 @@ def opcode_name(op: int) -> str:
         return f"0x{op:02x}"
 
 
+#: Queue pair numbers, always in hex (digits for their width): BTH carries 24 bits, SETH/NETH/PETH the low 16.
+_QPN_DIGITS = {"dest_qp": 6, "src_qp": 4, "dst_qp": 4}
+
+
 def _fmt(name: str, value: object) -> str:
     if isinstance(value, bool):
         return str(int(value))
+    if isinstance(value, int) and name in _QPN_DIGITS:
+        return f"0x{value:0{_QPN_DIGITS[name]}x}"
     if isinstance(value, int) and name in (
         "entropy",
         "bitmap",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import statistics
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +18,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from openmrc.cli.capture import PcapOption
 from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.progress import PHASES, RunProgress
 from openmrc.cli.render import make_console
@@ -170,11 +173,13 @@ class RunInterrupted(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Which runs of a scenario to make, and how loudly."""
+    """Which runs of a scenario to make, how loudly, and what to attach to each simulation once it is built
+    (``prepare(run, sim)``, e.g. a capture tap)."""
 
     seeds: list[int] | None = None
     variants: list[str] | None = None
     quiet: bool = False
+    prepare: Callable[[Run, FabricSim], None] | None = None
 
 
 def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list[Run]:
@@ -201,7 +206,9 @@ def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list
             stop.check()
 
         try:
-            for r in iter_runs(doc, progress, seeds=sel.seeds, variants=sel.variants, phase=phase):
+            for r in iter_runs(
+                doc, progress, seeds=sel.seeds, variants=sel.variants, phase=phase, prepare=sel.prepare
+            ):
                 bar.finish(r.label)
                 finished.append(r)
                 where = f"after variant {r.label!r}"
@@ -328,6 +335,9 @@ def run(
     wide: Annotated[
         bool, typer.Option(help="every column (p99, trims, PFC pauses, the victim's FCT)")
     ] = False,
+    pcap: Annotated[Path | None, typer.Option(help="write the MRC runs' packets to this pcap file")] = None,
+    pcap_flows: Annotated[str | None, typer.Option(help="--pcap: only these flows (ids: 0,5)")] = None,
+    pcap_port: Annotated[str | None, typer.Option(help="--pcap: capture at HOST[:PORT], both ways")] = None,
 ) -> None:
     """Run one scenario (every variant) and print a comparison table."""
     try:
@@ -341,12 +351,19 @@ def run(
         quiet=quiet or json_,
     )
     try:
-        expand_runs(doc, sel.seeds, sel.variants)
+        planned = expand_runs(doc, sel.seeds, sel.variants)
     except ScenarioError as exc:
         raise scenario_error(exc) from None
     made = check_out_dir(out) if out is not None else False
+    cap = None if pcap is None else PcapOption(pcap, pcap_flows, pcap_port, runs=len(planned))
+    if cap is not None:
+        sel = dataclasses.replace(sel, prepare=cap.attach)
     started = time.time()
-    runs = run_scenario_cli(doc, out, made, sel)
+    try:
+        runs = run_scenario_cli(doc, out, made, sel)
+    finally:
+        if cap is not None:
+            cap.close()
     prov = provenance(started, sorted({r.seed for r in runs}))
     if json_:
         typer.echo(json.dumps(results_document(runs, doc, provenance=prov), indent=2, default=str))
@@ -355,6 +372,8 @@ def run(
         console.print(table, width=max(console.width, 160) if wide else None)
         print_notes(runs, doc)
         print_outages(runs)
+    for line in [] if cap is None else cap.report():
+        typer.echo(line, err=json_)
     if out is not None:
         written = write_runs(runs, out, doc, provenance=prov)
         if not quiet and not json_:

@@ -467,7 +467,7 @@ class Switch(Node):
 class Host(Node):
     """A host: one NIC port per plane, running a transport `Nic` on simulated time."""
 
-    __slots__ = ("_pace_cb", "_timer_cb", "nic", "on_pump", "pace_pending", "sim", "timer_at")
+    __slots__ = ("_pace_cb", "_timer_cb", "nic", "on_pump", "pace_pending", "sim", "tap", "timer_at")
 
     def __init__(self, sim: Simulator, node_id: int, nic: Nic) -> None:
         super().__init__(node_id)
@@ -476,11 +476,15 @@ class Host(Node):
         self.timer_at: int | None = None
         self.pace_pending = False
         self.on_pump: Callable[[Host], None] | None = None
+        self.tap: Callable[[Host, SimPacket, bool], None] | None = None
+        """Called with every packet this host sends (True) or receives (False), e.g. by `openmrc.sim.pcap`."""
         self._pace_cb: Callable[[None], None] = self._pace  # bound once, not per event
         self._timer_cb: Callable[[int], None] = self._timer
 
     def arrive(self, p: SimPacket) -> None:
         now = self.sim.now
+        if self.tap is not None:
+            self.tap(self, p, False)
         self.nic.receive(p.packet, p.port, now, p.ecn, p.entropy, p.trim, p.src)
         self.pump(now)
 
@@ -544,6 +548,8 @@ class Host(Node):
         if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
             sp.seg = int.from_bytes(ev[16:32], "big")
             sp.size += SRH_BYTES
+        if self.tap is not None:
+            self.tap(self, sp, True)
         self.ports[t.port - 1].send(sp, now)
 
 

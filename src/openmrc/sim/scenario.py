@@ -415,17 +415,21 @@ def iter_runs(
     seeds: list[int] | None = None,
     variants: list[str] | None = None,
     phase: Callable[[Run, str], None] | None = None,
+    prepare: Callable[[Run, FabricSim], None] | None = None,
 ) -> Iterator[Run]:
     """`run_scenario` one variant at a time: each run is yielded when it has finished. ``phase(run, name)``
     is called as a run enters "build" and "set-up"; ``progress`` about every `PROGRESS_S` seconds of the
     run. An exception raised by either (e.g. KeyboardInterrupt for a stop the user asked for) ends the
-    iteration there. A run's ``wall_s`` counts from the start of its build."""
+    iteration there. ``prepare(run, sim)`` is called once a simulation is built, before it runs (to attach
+    a capture). A run's ``wall_s`` counts from the start of its build."""
     runs = expand_runs(doc, seeds, variants)
     for r in runs:
         t0 = time.perf_counter()
         if phase is not None:
             phase(r, "build")
         sim = r.sim = build_run(r.doc, None if phase is None else functools.partial(phase, r))
+        if prepare is not None:
+            prepare(r, sim)
         until = int(r.doc.get("until_us", 100_000) * 1000)
         r.results = _advance(sim, until, None if progress is None else functools.partial(progress, r))
         victim = [f for f in r.results.flows if f.tag == "victim" and f.fct_ns is not None]

@@ -216,7 +216,12 @@ local pf_payload = ProtoField.bytes("mrc.payload", "Payload")
 local pf_padding = ProtoField.bytes("mrc.padding", "Pad bytes")
 local pf_undecoded = ProtoField.bytes("mrc.undecoded", "Undecoded bytes")
 local pf_icrc = ProtoField.uint32("mrc.icrc", "ICRC", base.HEX)
-extend(pfields, { pf_payload, pf_padding, pf_undecoded, pf_icrc })
+-- Wireshark's checksum status convention (PROTO_CHECKSUM_E_*): what `xxx.checksum.status` fields hold.
+local ICRC_BAD, ICRC_GOOD, ICRC_UNVERIFIED = 0, 1, 2
+local pf_icrc_status = ProtoField.uint8("mrc.icrc.status", "ICRC status", base.DEC,
+    { [ICRC_BAD] = "Bad", [ICRC_GOOD] = "Good", [ICRC_UNVERIFIED] = "Unverified" })
+local pf_icrc_computed = ProtoField.uint32("mrc.icrc.computed", "Computed ICRC", base.HEX)
+extend(pfields, { pf_payload, pf_padding, pf_undecoded, pf_icrc, pf_icrc_status, pf_icrc_computed })
 mrc.fields = pfields
 
 local ex_truncated = ProtoExpert.new("mrc.truncated", "Truncated MRC packet",
@@ -227,10 +232,75 @@ local ex_malformed = ProtoExpert.new("mrc.malformed", "Malformed MRC packet",
     expert.group.MALFORMED, expert.severity.WARN)
 local ex_internal = ProtoExpert.new("mrc.internal_error", "MRC dissector internal error",
     expert.group.MALFORMED, expert.severity.ERROR)
-mrc.experts = { ex_truncated, ex_opcode, ex_malformed, ex_internal }
+local ex_icrc = ProtoExpert.new("mrc.icrc.bad", "Bad ICRC", expert.group.CHECKSUM, expert.severity.ERROR)
+mrc.experts = { ex_truncated, ex_opcode, ex_malformed, ex_internal, ex_icrc }
 
 mrc.prefs.udp_port = Pref.uint("UDP port", DEFAULT_PORT,
     "UDP destination port of MRC (4791, the RoCEv2 port, by default; some sources use 4971)")
+mrc.prefs.check_icrc = Pref.bool("Verify the ICRC", true,
+    "Compute each packet's RoCEv2 invariant CRC over its inner IP packet and compare it with the trailer")
+
+---------------------------------------------------------------------------------------------------------
+-- ICRC (RoCEv2, IBTA Annex A17; openmrc/wire/icrc.py): CRC-32 (the Ethernet polynomial, as zlib) over
+-- 8 bytes of 0xFF, the inner IP header with its variant fields set to ones (IPv4: TOS, TTL, checksum;
+-- IPv6: traffic class, flow label, hop limit), the UDP header with its checksum set to ones, BTH with
+-- byte 4 set to ones, and the rest up to the trailer, stored least-significant byte first.
+---------------------------------------------------------------------------------------------------------
+local CRC_TABLE = {}
+for i = 0, 255 do
+    local c = i
+    for _ = 1, 8 do
+        if bit32.band(c, 1) == 1 then c = bit32.bxor(0xEDB88320, bit32.rshift(c, 1)) else c = bit32.rshift(c, 1) end
+    end
+    CRC_TABLE[i] = c
+end
+
+local function crc_update(crc, bytes)
+    local band, bxor, rshift, byte = bit32.band, bit32.bxor, bit32.rshift, string.byte
+    for i = 1, #bytes do
+        crc = bxor(rshift(crc, 8), CRC_TABLE[band(bxor(crc, byte(bytes, i)), 0xFF)])
+    end
+    return crc
+end
+
+-- `s` with the 1-based positions in `ones` replaced by 0xFF bytes.
+local function masked(s, ones)
+    local b = { s:byte(1, -1) }
+    for _, i in ipairs(ones) do b[i] = 0xFF end
+    return string.char(table.unpack(b))
+end
+
+local f_ip, f_ipv6, f_udp = Field.new("ip"), Field.new("ipv6"), Field.new("udp")
+
+-- The header of protocol field `f` that ends nearest before `before` (the innermost under the UDP header).
+local function innermost(f, before)
+    local best
+    for _, fi in ipairs({ f() }) do
+        if fi.offset < before and (best == nil or fi.offset > best.offset) then best = fi end
+    end
+    return best
+end
+
+-- The ICRC the MRC packet in `tvb` (its whole UDP payload, trailer included) must carry, or nil when the
+-- IP and UDP headers around it are not at hand.
+local function computed_icrc(tvb)
+    local udp = innermost(f_udp, math.huge)
+    if not udp or udp.len < 8 then return nil end
+    local ip4, ip6 = innermost(f_ip, udp.offset), innermost(f_ipv6, udp.offset)
+    local ip
+    if ip4 and (not ip6 or ip4.offset > ip6.offset) then
+        ip = masked(ip4.range:raw(), { 2, 9, 11, 12 })
+    elseif ip6 and ip6.len >= 40 then
+        ip = masked(ip6.range:raw(0, 40), { 2, 3, 4, 8 })
+        ip = string.char(0x6F) .. ip:sub(2)
+    else
+        return nil
+    end
+    local crc = crc_update(0xFFFFFFFF, string.rep("\255", 8) .. ip .. masked(udp.range:raw(0, 8), { 7, 8 }))
+    local body = tvb:raw(0, tvb:len() - ICRC_SIZE)
+    crc = crc_update(crc, masked(body:sub(1, 12), { 5 }) .. body:sub(13))
+    return bit32.bnot(crc)
+end
 
 ---------------------------------------------------------------------------------------------------------
 -- Dissection
@@ -398,7 +468,24 @@ local function dissect(tvb, pinfo, root)
                 limit - off))
         end
     end
-    if icrc_ok then tree:add_le(pf_icrc, tvb(len - ICRC_SIZE, ICRC_SIZE)) end
+    if icrc_ok then
+        local range = tvb(len - ICRC_SIZE, ICRC_SIZE)
+        local item = tree:add_le(pf_icrc, range)
+        local want = mrc.prefs.check_icrc and computed_icrc(tvb) or nil
+        if want == nil then
+            item:add(pf_icrc_status, range, ICRC_UNVERIFIED):set_generated()
+        elseif want == range:le_uint() then
+            item:append_text(" [correct]")
+            item:add(pf_icrc_status, range, ICRC_GOOD):set_generated()
+        else
+            item:append_text(string.format(" [incorrect, should be 0x%08x]", want))
+            item:add(pf_icrc_status, range, ICRC_BAD):set_generated()
+            item:add(pf_icrc_computed, range, want):set_generated()
+            item:add_proto_expert_info(ex_icrc, string.format("Bad ICRC: 0x%08x, should be 0x%08x",
+                range:le_uint(), want))
+            info = info .. " [BAD ICRC]"
+        end
+    end
     if not ok_chain and OPCODES[op] then info = info .. " [truncated]" end
     pinfo.cols.info = info
 end
