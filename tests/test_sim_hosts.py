@@ -51,3 +51,20 @@ def test_only_mrc_hosts_open_their_nic() -> None:
     assert isinstance(mrc.host(3), MrcHost)
     with pytest.raises(ValueError, match=r"0\.\.3"):
         mrc.host(4)
+
+
+@pytest.mark.parametrize("peer", [-1, 9, 1, True, "2"])
+def test_connect_refuses_a_peer_that_is_not_another_host(peer: object) -> None:
+    sim = FabricSim.clos(FabricSimConfig(planes=2, hosts=9, t0_radix=8, t1_radix=8))
+    a = sim.host(1)
+    qp = a.create_qp()
+    with pytest.raises(ValueError, match="not another host"):
+        a.connect(qp, peer, 5)  # type: ignore[arg-type]
+    assert qp.state is QpState.RESET  # nothing half done
+
+
+@pytest.mark.parametrize("host", [-1, 9, True, 1.0])
+def test_host_refuses_what_is_not_a_host_id(host: object) -> None:
+    sim = FabricSim.clos(FabricSimConfig(planes=2, hosts=9, t0_radix=8, t1_radix=8))
+    with pytest.raises(ValueError, match="not an MRC host"):
+        sim.host(host)  # type: ignore[arg-type]

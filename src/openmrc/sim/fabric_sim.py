@@ -155,7 +155,8 @@ class FabricSim:
     # -- hosts -----------------------------------------------------------------------------------------------
     def host(self, host: int) -> MrcHost:
         """Host ``host``'s NIC, QPs, CQs and memory, for an application to drive (MRC hosts only)."""
-        h = self.hosts[host] if 0 <= host < len(self.hosts) else None
+        ok = isinstance(host, int) and not isinstance(host, bool) and 0 <= host < len(self.hosts)
+        h = self.hosts[host] if ok else None
         if not isinstance(h, MrcHost):
             raise ValueError(f"host {host}: not an MRC host of this fabric (0..{self.topo.num_hosts - 1})")
         return h

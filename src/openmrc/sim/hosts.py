@@ -229,6 +229,9 @@ class MrcHost(SimHost):
         """The EV profile QPs of this host towards host ``peer`` bind: SRv6 source routes over every plane
         (installed on first use, as a controller would), or 0, the NIC's UDP source-port profile, on an
         ECMP fabric."""
+        hosts = self._shared.env.hosts
+        if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < hosts or peer == self.id:
+            raise ValueError(f"peer {peer!r}: not another host of this fabric (0..{hosts - 1} but {self.id})")
         plan = self._shared.env.plan
         if plan is None:
             return 0
