@@ -28,7 +28,8 @@ before it. Small messages (one collective step of a few packets) then recover in
 of a retransmission timeout.
 A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
 becomes ASSUMED_BAD. A NACK queues its PSN at once (TRIMMED: the EV is skipped
-for the rotation; TRIMMED_LASTHOP: no EV penalty; UNEXP_EVENT: the QP fails). The retransmission timer
+for the rotation; TRIMMED_LASTHOP: no EV penalty; both restart the retransmission timer, since a trim
+proves the path alive; UNEXP_EVENT: the QP fails). The retransmission timer
 (1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
 retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp`` with doubling
 (25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
@@ -641,6 +642,10 @@ class Requester:
             # The EV is not to blame for a last-hop trim, but the window is: our responder sends no receiver
             # CC penalty (CC_STATE rcv_cwnd_pen), so NSCC must see last-hop incast trims as trims.
             self.cc.on_trim(now, p.size, self.inflight, False)
+            # A trim proves the path and the peer alive: the retransmission timer, which is there to find
+            # silent losses, starts again (a sender whose every packet meets a full last hop would
+            # otherwise time out and blame its EVs for congestion; the NACK retry limit still holds).
+            self._arm(now)
         p.retries += 1
         if p.retries > self._retry_limit():
             qp.set_error(now, WcStatus.RETRY_EXC_ERR)

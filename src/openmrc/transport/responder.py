@@ -307,6 +307,11 @@ class Responder:
         nic = qp.nic
         nic.stats.sacks_sent += 1
         nic.send_control(qp, pkt, port)
+        if self.unreported and not pr:
+            # News beyond this window: report it now. Arrivals that keep filling holes near cack would
+            # otherwise win every SACK, and packets that arrived far above them would wait unreported
+            # until the requester gave them up as lost (and blamed their paths).
+            self._sack(trigger, entropy, port, False, now)
 
     def _nack(self, reason: NackReason, seq: int, entropy: int, port: int) -> None:
         qp = self.qp
