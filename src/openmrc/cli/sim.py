@@ -460,7 +460,8 @@ def sweep_cmd(
     console.print(
         f"{summary.total} points: {summary.ran} run, {summary.skipped} skipped (finished before), "
         f"{len(summary.failed)} failed; {summary.wall_s:.1f} s wall for {summary.point_s:.1f} s of points "
-        f"on {summary.workers} worker(s): {summary.speedup:.2f}× speed-up; wrote sweep.csv, sweep.json, "
+        f"on {summary.workers} worker(s): {summary.speedup:.2f}× speed-up (+{summary.start_s:.1f} s to "
+        "start them); wrote sweep.csv, sweep.json, "
         f"{len(written) - 2} plot(s) to {out}/",
         highlight=False,
     )

@@ -272,14 +272,17 @@ class SweepSummary:
     ran: int = 0
     skipped: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    start_s: float = 0.0
+    """Seconds to get the pool ready (a Ray cluster's start-up or connection)."""
     wall_s: float = 0.0
+    """Seconds from the pool being ready to the last point back."""
     point_s: float = 0.0
     """Sum of the wall times of the points run now (each in its worker)."""
     workers: int = 1
 
     @property
     def speedup(self) -> float:
-        """Sum of point times over the sweep's wall time."""
+        """Sum of point times over the sweep's wall time (without the pool's start-up)."""
         return self.point_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
@@ -342,11 +345,13 @@ def run_sweep(
     records = finished_records(out, points)
     summary = SweepSummary(total=len(points), skipped=len(records))
     todo = [p for p in points if p.name not in records]
-    t0 = time.perf_counter()
     if not todo:
         return records, summary
+    t0 = time.perf_counter()
     pool = pool_factory(len(todo))
     summary.workers = pool.workers
+    summary.start_s = time.perf_counter() - t0
+    t0 += summary.start_s
     pending = {pool.submit(p.doc): p for p in todo}
     try:
         while pending:
@@ -412,6 +417,7 @@ def write_tables(
             "skipped": summary.skipped,
             "failed": [{"label": lbl, "error": e} for lbl, e in summary.failed],
             "workers": summary.workers,
+            "start_s": round(summary.start_s, 3),
             "wall_s": round(summary.wall_s, 3),
             "point_s": round(summary.point_s, 3),
             "speedup": round(summary.speedup, 3),
