@@ -20,6 +20,7 @@ from openmrc.cli.main import app
 from openmrc.sim.scenario import load_scenario, run_scenario
 from openmrc.sim.sweep import finished_records, plan, with_dimensions
 from openmrc.testbed.experiment import openmrc_argv
+from tests.sim_tools import lines_until
 from tests.test_sim_scenarios import SMALL
 
 runner = CliRunner()
@@ -170,16 +171,7 @@ def test_ctrl_c_stops_the_sweep_and_its_workers_and_keeps_finished_points(tmp_pa
     proc = subprocess.Popen(
         [*openmrc_argv(), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    assert proc.stdout is not None
-    lines = []
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("[1/2]"):
-            break
+    lines = lines_until(proc, "[1/2]")
     assert lines and "size_kib=32 finished" in lines[-1], "".join(lines)
     time.sleep(1)  # inside the long point, in its worker
     t0 = time.monotonic()
