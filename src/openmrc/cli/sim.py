@@ -440,7 +440,7 @@ def sweep_cmd(
             console.print(f"[{s.ran + s.skipped}/{s.total}] {p.label} {what} in {rec['wall_s']:.1f} s")
 
     started = time.time()
-    with deferred_interrupt("the sweep") as stop:
+    with deferred_interrupt("the sweep") as stop:  # until the tables are written
         try:
             records, summary = run_sweep(points, out, pool, on_point=on_point, check=stop.check)
         except SweepError as exc:
@@ -448,23 +448,25 @@ def sweep_cmd(
             raise typer.Exit(2) from None
         except SweepInterrupted as exc:
             s = exc.summary
+            failed = f" ({len(s.failed)} more failed)" if s.failed else ""
             console.print(
-                f"[bold]interrupted[/bold]: {s.ran + s.skipped} of {s.total} points finished, kept in "
-                f"{out}/points/ (the same command goes on from there)",
+                f"[bold]interrupted[/bold]: {s.ran + s.skipped - len(s.failed)} of {s.total} points finished"
+                f"{failed}, kept in {out}/points/ (the same command goes on from there)",
                 highlight=False,
             )
             raise typer.Exit(130) from None
-    prov = provenance(started, sorted({p.seed for p in points}))
-    written = write_tables(out, doc, points, records, summary, prov)
-    written += plot_dimensions(out, doc, rows(points, records))
-    console.print(
-        f"{summary.total} points: {summary.ran} run, {summary.skipped} skipped (finished before), "
-        f"{len(summary.failed)} failed; {summary.wall_s:.1f} s wall for {summary.point_s:.1f} s of points "
-        f"on {summary.workers} worker(s): {summary.speedup:.2f}× speed-up (+{summary.start_s:.1f} s to "
-        "start them); wrote sweep.csv, sweep.json, "
-        f"{len(written) - 2} plot(s) to {out}/",
-        highlight=False,
-    )
+        prov = provenance(started, sorted({p.seed for p in points}))
+        written = write_tables(out, doc, points, records, summary, prov)
+        written += plot_dimensions(out, doc, rows(points, records))
+    line = f"{summary.total} points: {summary.ran} run, {summary.skipped} skipped (finished before), "
+    line += f"{len(summary.failed)} failed; "
+    if summary.ran:
+        line += (
+            f"{summary.wall_s:.1f} s wall for {summary.point_s:.1f} s of points on {summary.workers} "
+            f"worker(s): {summary.speedup:.2f}× speed-up"
+        )
+        line += f" (+{summary.start_s:.1f} s to start them); " if summary.start_s >= 0.1 else "; "
+    console.print(f"{line}wrote sweep.csv, sweep.json, {len(written) - 2} plot(s) to {out}/", highlight=False)
     for label, error in summary.failed:
         console.print(f"  failed: {label}: {error}", highlight=False)
     if summary.failed:
