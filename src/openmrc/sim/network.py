@@ -60,9 +60,15 @@ SRH_BYTES: Final = 24
 
 
 class SimPacket:
-    """A packet in flight: the transport's packet object plus what the fabric needs."""
+    """A packet in flight: the transport's packet plus what the fabric needs.
+
+    An MRC host's packet is the sender's `Transmit` (``tx``): a data packet stays its Write's template and
+    per-packet fields all the way to the receiving NIC (`Nic.receive_transmit`), so no `Packet` object
+    graph is built for it (``packet`` builds one on demand, e.g. for a capture). Other hosts (RoCEv2, tests)
+    hand over a `Packet`."""
 
     __slots__ = (
+        "_packet",
         "addr",
         "dst",
         "ecn",
@@ -71,18 +77,25 @@ class SimPacket:
         "flow_crc",
         "hop",
         "is_data",
-        "packet",
         "port",
         "seg",
         "size",
         "src",
         "trim",
+        "tx",
     )
 
     def __init__(
-        self, packet: Packet, size: int, addr: int, src: int, dst: int, port: int, entropy: int
+        self, packet: Packet | Transmit, size: int, addr: int, src: int, dst: int, port: int, entropy: int
     ) -> None:
-        self.packet = packet
+        if isinstance(packet, Transmit):
+            self.tx: Transmit | None = packet
+            self._packet: Packet | None = None
+            self.is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
+        else:
+            self.tx = None
+            self._packet = packet
+            self.is_data = is_data_opcode(packet.bth.opcode)
         self.size = size
         self.addr = addr
         self.src = src
@@ -91,7 +104,6 @@ class SimPacket:
         self.entropy = entropy
         self.ecn = False
         self.trim = TrimMark.NONE
-        self.is_data = is_data_opcode(packet.bth.opcode)
         self.epoch = 0
         self.seg = 0
         """SRv6 with an SRH: the segment its one SRH entry holds (0: none), made the destination address
@@ -100,6 +112,15 @@ class SimPacket:
         """The switch-independent part of the ECMP hash, computed at the first ECMP switch (-1: not yet)."""
         self.hop: Port | None = None
         """PFC fabrics: the port that delivered the packet to the node it is at (its ingress)."""
+
+    @property
+    def packet(self) -> Packet:
+        pkt = self._packet
+        if pkt is None:
+            tx = self.tx
+            assert tx is not None  # one of the two is set
+            pkt = tx.packet
+        return pkt
 
 
 class Port:
@@ -485,7 +506,11 @@ class Host(Node):
         now = self.sim.now
         if self.tap is not None:
             self.tap(self, p, False)
-        self.nic.receive(p.packet, p.port, now, p.ecn, p.entropy, p.trim, p.src)
+        tx = p.tx
+        if tx is not None:
+            self.nic.receive_transmit(tx, p.port, now, p.ecn, p.entropy, p.trim, p.src)
+        else:
+            self.nic.receive(p.packet, p.port, now, p.ecn, p.entropy, p.trim, p.src)
         self.pump(now)
 
     def pump(self, now: int) -> None:
@@ -541,10 +566,9 @@ class Host(Node):
         self.pump(now)
 
     def _send(self, t: Transmit, now: int) -> None:
-        pkt = t.packet
-        size = len(pkt.payload) + HEADER_BYTES
+        size = (len(t.payload) if t.tpl is not None else len(t.packet.payload)) + HEADER_BYTES
         ev = t.ev
-        sp = SimPacket(pkt, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
+        sp = SimPacket(t, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
         if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
             sp.seg = int.from_bytes(ev[16:32], "big")
             sp.size += SRH_BYTES
