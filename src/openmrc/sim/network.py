@@ -28,6 +28,7 @@ PAUSED`` so its NIC pulls nothing more, and its ``on_resume`` callback restarts 
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -135,6 +136,8 @@ class Port:
         "bps",
         "buffer",
         "busy_until",
+        "byte_den",
+        "byte_num",
         "ctrl_free_at",
         "ctrl_queue",
         "down_drop_at",
@@ -272,6 +275,12 @@ class Port:
             raise ValueError(f"link rate {bps} b/s must be positive")
         self.bps = bps
         self.pace_ns = 4160 * 8_000_000_000 // bps
+        # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
+        # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
+        # 8e9 and 100e9 would go through Python's big integers)
+        g = math.gcd(8_000_000_000, bps)
+        self.byte_num = 8_000_000_000 // g
+        self.byte_den = bps // g
 
     def set_loss(self, probability: float) -> None:
         """Lose each packet sent on this direction with ``probability`` (bit errors, a bad optic)."""
@@ -293,7 +302,7 @@ class Port:
         if free < now:
             free = now
         if p.is_data and not p.trim:
-            queued = (free - now) * self.bps // 8_000_000_000
+            queued = (free - now) * self.byte_den // self.byte_num
             if queued + size > self.buffer:
                 if not self.trimming:
                     self.drops += 1
@@ -304,10 +313,10 @@ class Port:
             else:
                 if queued > self.ecn_low:
                     self._red(p, queued)
-                self.free_at = done = free + size * 8_000_000_000 // self.bps
+                self.free_at = done = free + size * self.byte_num // self.byte_den
                 size = 0  # marks the data path taken
         if size:  # control, or a packet just trimmed to its header: the priority queue
-            ser = size * 8_000_000_000 // self.bps
+            ser = size * self.byte_num // self.byte_den
             start = self.ctrl_free_at if self.ctrl_free_at > now else now
             self.ctrl_free_at = done = start + ser
             self.free_at = free + ser  # control takes the wire too
@@ -379,7 +388,7 @@ class Port:
         else:
             self.busy_until = -1
             return
-        self.busy_until = done = now + p.size * 8_000_000_000 // self.bps
+        self.busy_until = done = now + p.size * self.byte_num // self.byte_den
         p.epoch = self.epoch
         assert self._pfc_done_cb is not None  # a PFC port's
         self.sim.push(done, self._pfc_done_cb, p)
@@ -429,7 +438,7 @@ class Port:
             self.free_at = PAUSED
         else:
             waiting = self.queued_bytes + sum(q.size for q in self.ctrl_queue)
-            self.free_at = max(self.busy_until, now) + waiting * 8_000_000_000 // self.bps
+            self.free_at = max(self.busy_until, now) + waiting * self.byte_num // self.byte_den
 
     def paused_total_ns(self, now: int) -> int:
         """Time this port spent paused up to ``now``."""
