@@ -192,8 +192,11 @@ class Port:
     ) -> None:
         self.sim = sim
         self.peer = peer
-        self._arrive = peer.arrive
-        self._deliver_cb: Callable[[SimPacket], None] = self._deliver  # bound once, not per packet
+        arrive = peer.arrive_cb
+        if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
+            arrive = peer.arrive_cb = peer.arrive
+        self._arrive = arrive
+        self._deliver_cb: Callable[[SimPacket], None] | None = None  # bound when first guarded
         self.nominal_bps = bps
         self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
         self.latency = latency_ns
@@ -327,7 +330,10 @@ class Port:
             return
         if self.guarded:
             p.epoch = self.epoch
-            self.sim.push(done + self.latency, self._deliver_cb, p)
+            cb = self._deliver_cb
+            if cb is None:
+                cb = self._deliver_cb = self._deliver
+            self.sim.push(done + self.latency, cb, p)
         else:
             self.sim.push(done + self.latency, self._arrive, p)
 
@@ -449,11 +455,13 @@ class Port:
 class Node:
     """Anything a port can lead to."""
 
-    __slots__ = ("id", "ports")
+    __slots__ = ("arrive_cb", "id", "ports")
 
     def __init__(self, node_id: int) -> None:
         self.id = node_id
         self.ports: list[Port] = []
+        self.arrive_cb: Callable[[SimPacket], None] | None = None
+        """``arrive`` bound once: what the ports leading here schedule."""
 
     def arrive(self, p: SimPacket) -> None:  # pragma: no cover - every node kind overrides
         raise NotImplementedError
