@@ -1,14 +1,15 @@
 """Simulator figures the fabric/simulator issue asks for, each part in its own process (own peak RSS).
 
 Parts (``--only``):
-  htsim-perm       scenario 1 (`htsim-perm-1024`), MRC with 128 EVs: wall time, packet-hops/s, peak RSS,
-                   tail and median FCT (htsim: 200.5 / 194.5 µs in 15.7 s on a 2-core machine)
+  htsim-perm       scenario 1 (`htsim-perm-1024`), MRC with 128 EVs: wall time of the run (``wall_s``) and
+                   of the whole process (``process_s``), packet-hops/s, events/s, peak RSS, tail and
+                   median FCT (htsim: 200.5 / 194.5 µs in 15.7 s on a 2-core machine)
   htsim-perm-1ev   the same with 1 EV (htsim: tail 889.9 µs)
   htsim-perm-roce  the same with RoCEv2 over ECMP
   link-failure     scenario 5: bypass time of a T0-T1 link failure and of a NIC port failure (MRC), and the
                    failed host's goodput after vs before (target: (k-1)/k)
   scale            the 131,072-host 8-plane Clos (512-port switches), permutation of 256 KiB per host:
-                   build time, wall time, peak RSS
+                   build, set-up and run times, peak RSS after build, after set-up and at the end
   clos-perm        a quick one: permutation on a 4-plane 64-host Clos
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -39,6 +41,19 @@ PARTS = ("htsim-perm", "htsim-perm-1ev", "htsim-perm-roce", "link-failure", "sca
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _process_s() -> float | None:
+    """Wall time since this process started (interpreter start-up and imports included), or None where
+    /proc does not tell."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _run(sim: FabricSim, until: int = 10**10) -> tuple[dict[str, Any], float]:
@@ -75,6 +90,7 @@ def htsim_perm(variant: int, k: int) -> dict[str, Any]:
             "packet_hops_per_s": rep["packet_hops"] / wall,
             "events_per_s": rep["events"] / wall,
             "peak_rss_mb": _rss_mb(),
+            "process_s": _process_s(),  # the whole process so far: what htsim's wall time compares with
             "trims": rep["trims"],
             "htsim_k": k,
         }
@@ -111,8 +127,10 @@ def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
     cfg = FabricSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=evs, seed=1)
     sim = FabricSim.clos(cfg)
     build = time.perf_counter() - t0
+    rss_build = _rss_mb()
     permutation(sim, kib << 10, seed=1)
     setup = time.perf_counter() - t0 - build
+    rss_setup = _rss_mb()
     rep, wall = _run(sim)
     return {
         "scale_hosts": hosts,
@@ -120,6 +138,9 @@ def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
         "scale_build_s": build,
         "scale_setup_s": setup,
         "scale_wall_s": wall,
+        "scale_process_s": _process_s(),
+        "scale_rss_build_mb": rss_build,
+        "scale_rss_setup_mb": rss_setup,
         "scale_peak_rss_mb": _rss_mb(),
         "scale_packet_hops_per_s": rep["packet_hops"] / wall,
         "scale_completed": rep["completed"],

@@ -231,6 +231,35 @@ def test_serialisation_and_propagation() -> None:
     assert [t for t, _ in sink.got] == [ser + 1_000, 2 * ser + 1_000]
 
 
+@given(bps=st.integers(1, 10**13), n=st.integers(0, 10**7))
+def test_serialisation_time_is_the_floor_of_bytes_at_the_rate(bps: int, n: int) -> None:
+    sim = Simulator()
+    p = port(sim, Sink(sim))
+    p.set_rate(bps)
+    assert n * p.byte_num // p.byte_den == n * 8_000_000_000 // bps  # what a packet of n bytes takes
+    assert n * p.byte_den // p.byte_num == n * bps // 8_000_000_000  # bytes queued n ns ahead
+
+
+def test_mrc_data_packets_cross_the_fabric_as_the_senders_transmit() -> None:
+    """No `Packet` is built for an MRC data packet in flight (the receiving NIC takes its fields), yet a
+    tap still sees it as one, with the fields the sender emitted."""
+    sim = FabricSim.clos(FabricSimConfig(planes=2, hosts=8, t0_radix=8, t1_radix=8, seed=1))
+    seen: list[tuple[bool, bool, int]] = []
+
+    def tap(_host: object, p: SimPacket, outgoing: bool) -> None:
+        if outgoing and p.is_data:
+            built = p.tx is not None and p.tx.tpl is not None and p._packet is None
+            seen.append((built, p.tx is not None, p.packet.bth.psn))
+
+    for n in range(8):
+        sim.nodes[n].tap = tap  # type: ignore[union-attr]
+    sim.add_flow(0, 5, 64 << 10)
+    res = sim.run(until=10**9)
+    assert res.summary()["completed"] == 1
+    assert seen and all(built and tx for built, tx, _psn in seen)
+    assert sorted({psn for *_, psn in seen}) == list(range(len({psn for *_, psn in seen})))
+
+
 def test_ecn_trim_and_priority() -> None:
     sim = Simulator()
     sink = Sink(sim)

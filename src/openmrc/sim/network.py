@@ -28,6 +28,7 @@ PAUSED`` so its NIC pulls nothing more, and its ``on_resume`` callback restarts 
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -60,9 +61,15 @@ SRH_BYTES: Final = 24
 
 
 class SimPacket:
-    """A packet in flight: the transport's packet object plus what the fabric needs."""
+    """A packet in flight: the transport's packet plus what the fabric needs.
+
+    An MRC host's packet is the sender's `Transmit` (``tx``): a data packet stays its Write's template and
+    per-packet fields all the way to the receiving NIC (`Nic.receive_transmit`), so no `Packet` object
+    graph is built for it (``packet`` builds one on demand, e.g. for a capture). Other hosts (RoCEv2, tests)
+    hand over a `Packet`."""
 
     __slots__ = (
+        "_packet",
         "addr",
         "dst",
         "ecn",
@@ -71,18 +78,25 @@ class SimPacket:
         "flow_crc",
         "hop",
         "is_data",
-        "packet",
         "port",
         "seg",
         "size",
         "src",
         "trim",
+        "tx",
     )
 
     def __init__(
-        self, packet: Packet, size: int, addr: int, src: int, dst: int, port: int, entropy: int
+        self, packet: Packet | Transmit, size: int, addr: int, src: int, dst: int, port: int, entropy: int
     ) -> None:
-        self.packet = packet
+        if isinstance(packet, Transmit):
+            self.tx: Transmit | None = packet
+            self._packet: Packet | None = None
+            self.is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
+        else:
+            self.tx = None
+            self._packet = packet
+            self.is_data = is_data_opcode(packet.bth.opcode)
         self.size = size
         self.addr = addr
         self.src = src
@@ -91,7 +105,6 @@ class SimPacket:
         self.entropy = entropy
         self.ecn = False
         self.trim = TrimMark.NONE
-        self.is_data = is_data_opcode(packet.bth.opcode)
         self.epoch = 0
         self.seg = 0
         """SRv6 with an SRH: the segment its one SRH entry holds (0: none), made the destination address
@@ -100,6 +113,15 @@ class SimPacket:
         """The switch-independent part of the ECMP hash, computed at the first ECMP switch (-1: not yet)."""
         self.hop: Port | None = None
         """PFC fabrics: the port that delivered the packet to the node it is at (its ingress)."""
+
+    @property
+    def packet(self) -> Packet:
+        pkt = self._packet
+        if pkt is None:
+            tx = self.tx
+            assert tx is not None  # one of the two is set
+            pkt = tx.packet
+        return pkt
 
 
 class Port:
@@ -114,6 +136,8 @@ class Port:
         "bps",
         "buffer",
         "busy_until",
+        "byte_den",
+        "byte_num",
         "ctrl_free_at",
         "ctrl_queue",
         "down_drop_at",
@@ -168,8 +192,11 @@ class Port:
     ) -> None:
         self.sim = sim
         self.peer = peer
-        self._arrive = peer.arrive
-        self._deliver_cb: Callable[[SimPacket], None] = self._deliver  # bound once, not per packet
+        arrive = peer.arrive_cb
+        if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
+            arrive = peer.arrive_cb = peer.arrive
+        self._arrive = arrive
+        self._deliver_cb: Callable[[SimPacket], None] | None = None  # bound when first guarded
         self.nominal_bps = bps
         self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
         self.latency = latency_ns
@@ -251,6 +278,12 @@ class Port:
             raise ValueError(f"link rate {bps} b/s must be positive")
         self.bps = bps
         self.pace_ns = 4160 * 8_000_000_000 // bps
+        # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
+        # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
+        # 8e9 and 100e9 would go through Python's big integers)
+        g = math.gcd(8_000_000_000, bps)
+        self.byte_num = 8_000_000_000 // g
+        self.byte_den = bps // g
 
     def set_loss(self, probability: float) -> None:
         """Lose each packet sent on this direction with ``probability`` (bit errors, a bad optic)."""
@@ -272,7 +305,7 @@ class Port:
         if free < now:
             free = now
         if p.is_data and not p.trim:
-            queued = (free - now) * self.bps // 8_000_000_000
+            queued = (free - now) * self.byte_den // self.byte_num
             if queued + size > self.buffer:
                 if not self.trimming:
                     self.drops += 1
@@ -283,10 +316,10 @@ class Port:
             else:
                 if queued > self.ecn_low:
                     self._red(p, queued)
-                self.free_at = done = free + size * 8_000_000_000 // self.bps
+                self.free_at = done = free + size * self.byte_num // self.byte_den
                 size = 0  # marks the data path taken
         if size:  # control, or a packet just trimmed to its header: the priority queue
-            ser = size * 8_000_000_000 // self.bps
+            ser = size * self.byte_num // self.byte_den
             start = self.ctrl_free_at if self.ctrl_free_at > now else now
             self.ctrl_free_at = done = start + ser
             self.free_at = free + ser  # control takes the wire too
@@ -297,7 +330,10 @@ class Port:
             return
         if self.guarded:
             p.epoch = self.epoch
-            self.sim.push(done + self.latency, self._deliver_cb, p)
+            cb = self._deliver_cb
+            if cb is None:
+                cb = self._deliver_cb = self._deliver
+            self.sim.push(done + self.latency, cb, p)
         else:
             self.sim.push(done + self.latency, self._arrive, p)
 
@@ -358,7 +394,7 @@ class Port:
         else:
             self.busy_until = -1
             return
-        self.busy_until = done = now + p.size * 8_000_000_000 // self.bps
+        self.busy_until = done = now + p.size * self.byte_num // self.byte_den
         p.epoch = self.epoch
         assert self._pfc_done_cb is not None  # a PFC port's
         self.sim.push(done, self._pfc_done_cb, p)
@@ -408,7 +444,7 @@ class Port:
             self.free_at = PAUSED
         else:
             waiting = self.queued_bytes + sum(q.size for q in self.ctrl_queue)
-            self.free_at = max(self.busy_until, now) + waiting * 8_000_000_000 // self.bps
+            self.free_at = max(self.busy_until, now) + waiting * self.byte_num // self.byte_den
 
     def paused_total_ns(self, now: int) -> int:
         """Time this port spent paused up to ``now``."""
@@ -419,11 +455,13 @@ class Port:
 class Node:
     """Anything a port can lead to."""
 
-    __slots__ = ("id", "ports")
+    __slots__ = ("arrive_cb", "id", "ports")
 
     def __init__(self, node_id: int) -> None:
         self.id = node_id
         self.ports: list[Port] = []
+        self.arrive_cb: Callable[[SimPacket], None] | None = None
+        """``arrive`` bound once: what the ports leading here schedule."""
 
     def arrive(self, p: SimPacket) -> None:  # pragma: no cover - every node kind overrides
         raise NotImplementedError
@@ -485,7 +523,11 @@ class Host(Node):
         now = self.sim.now
         if self.tap is not None:
             self.tap(self, p, False)
-        self.nic.receive(p.packet, p.port, now, p.ecn, p.entropy, p.trim, p.src)
+        tx = p.tx
+        if tx is not None:
+            self.nic.receive_transmit(tx, p.port, now, p.ecn, p.entropy, p.trim, p.src)
+        else:
+            self.nic.receive(p.packet, p.port, now, p.ecn, p.entropy, p.trim, p.src)
         self.pump(now)
 
     def pump(self, now: int) -> None:
@@ -541,10 +583,9 @@ class Host(Node):
         self.pump(now)
 
     def _send(self, t: Transmit, now: int) -> None:
-        pkt = t.packet
-        size = len(pkt.payload) + HEADER_BYTES
+        size = (len(t.payload) if t.tpl is not None else len(t.packet.payload)) + HEADER_BYTES
         ev = t.ev
-        sp = SimPacket(pkt, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
+        sp = SimPacket(t, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
         if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
             sp.seg = int.from_bytes(ev[16:32], "big")
             sp.size += SRH_BYTES

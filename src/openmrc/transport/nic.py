@@ -88,6 +88,7 @@ class Nic:
         self.qps: dict[int, Qp] = {}
         self._ctrl: list[Transmit] = []
         self._active: dict[Qp, None] = {}
+        self._idle_active: dict[Qp, None] = {}  # the other of the two dicts `datagrams_to_send` swaps
         self._woken: dict[Qp, None] = {}  # QPs woken since the driver last asked (see `wake`)
         self._timers: list[tuple[int, int, Qp]] = []
         """(deadline, sequence, QP); an entry whose deadline is no longer the QP's ``timer_at`` is stale."""
@@ -499,7 +500,7 @@ class Nic:
             return out
         if self._active:
             active = self._active
-            self._active = {}  # emptied by swapping: wake() below re-adds the QPs still blocked
+            self._active = self._idle_active  # swapped: wake() below re-adds the QPs still blocked
             budget = 1 << 62 if max_data is None else max_data
             for qp in active:
                 r = qp.requester
@@ -521,6 +522,8 @@ class Nic:
                 # that probe deadlines move on; QPs with data left stay in the set.
                 budget -= r.emit(now, out, budget)
                 self._wake_now(qp)  # still blocked (window, cwnd, no usable EV) QPs stay in the set
+            active.clear()  # reused next time (no dict made and freed per call)
+            self._idle_active = active
         if out:
             self.stats.tx_packets += len(out)
         if self._validate:  # every packet as its bytes decode, with the ICRC `receive` checks
