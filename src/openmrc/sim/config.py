@@ -36,6 +36,9 @@ class FabricSimConfig:
     """Data buffer per switch output port; default one bandwidth-delay product of the longest path."""
     ecn: tuple[float, float] | None = (0.2, 0.8)
     """ECN RED thresholds as fractions of the buffer (None: no marking)."""
+    last_hop_ecn: bool = False
+    """Mark ECN on switch ports toward MRC hosts too (MRC marks every hop but the last; htsim's sender-CC-only
+    runs, whose figures the htsim-* scenarios compare with, mark the last hop as well)."""
     trimming: bool = True
     """Trim instead of dropping when a switch buffer is full."""
     evs_per_qp: int = 128

@@ -122,6 +122,7 @@ class FabricSim:
         buffer = cfg.buffer_bytes if cfg.buffer_bytes is not None else max(bdp, 2 * (cfg.mtu + HEADER_BYTES))
         ecn = None if cfg.ecn is None else (int(buffer * cfg.ecn[0]), int(buffer * cfg.ecn[1]))
         last_hop_apart = self.hosts[0].last_hop_apart if self.hosts else False
+        mark_last = ecn if cfg.last_hop_ecn else None
         port_rng = random.Random(self.rng.getrandbits(64))
         unwired = Unwired(-1)
         for n, node in enumerate(self.nodes):
@@ -147,6 +148,8 @@ class FabricSim:
                         rng=port_rng,
                     )
                 )
+                if mark_last is not None and node.ports[-1].last_hop:  # trims still marked last-hop
+                    node.ports[-1].ecn_low, node.ports[-1].ecn_high = mark_last
                 if cfg.pfc:
                     xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
                     resumed = self.hosts[n].resumed if is_host else None

@@ -75,6 +75,9 @@ class Fabric(_Section):
         "fraction",
         "ECN RED thresholds [low, high] as fractions of the buffer; false: no marking",
     )
+    last_hop_ecn: bool = _field(
+        _SIM.last_hop_ecn, "", "ECN-mark the last hop toward MRC hosts too (as htsim's sender-CC-only runs)"
+    )
     trimming: bool = _field(_SIM.trimming, "", "trim packets instead of dropping them when a buffer is full")
     evs_per_qp: int = _field(_SIM.evs_per_qp, "", "EVs (paths) each QP sprays over", ge=1, le=MAX_EVS)
     seed: int = _field(_SIM.seed, "", "seeds every random choice (keys, rotations, ECN marks)", ge=0)
