@@ -406,3 +406,32 @@ def test_a_small_write_recovers_a_lost_packet_well_before_a_timeout(lost: int) -
         assert stats.tail_probes == 1
     else:
         assert stats.losses_inferred == 1 and stats.tail_probes == 0
+
+
+def test_a_lost_tail_is_probed_after_two_rtts_of_its_own_path_not_of_the_longest() -> None:
+    """The configured base RTT is the longest path's; a QP whose paths are shorter (a ring neighbour under
+    the same T0) resends a lost tail after about 2·srtt plus the SACK delay (RFC 8985's PTO), not after
+    two longest-path RTTs: a collective step of a few packets waits on that."""
+    base_rtt = 40_000  # ten times this pair's RTT (2 µs each way)
+    p = Pair(seed=5, buf_size=1 << 16, config=NicConfig(base_rtt_ns=base_rtt))
+
+    def lose_first_copy_of_the_last(s: Sent) -> int:
+        return 10**12 if s.src == "a" and s.is_data and not s.rtx and s.psn == 7 else 0
+
+    hook = install(p, lose_first_copy_of_the_last)
+    p.write(0, 4 * MTU)  # one round first: the QP learns its RTT
+    run_until_completions(p, 1)
+    assert [wc.status for wc in p.completions()] == [WcStatus.SUCCESS]
+    p.write(4 * MTU, 4 * MTU)
+    run_until_completions(p, 1)
+    assert [wc.status for wc in p.completions()] == [WcStatus.SUCCESS]
+    assert p.a.stats.tail_probes == 1 and p.a.stats.timeouts == 0
+    sent = [s.time for s in hook.select(src="a", data=True) if s.psn == 7]
+    assert len(sent) == 2
+    srtt = p.qp_a.requester.srtt
+    assert 0 < srtt < base_rtt // 4
+    # the PTO (here its floor, half the base RTT) counts from the last acknowledgement: an RTT after the
+    # send, plus the responder's SACK delay (the message's last packet, which would send it at once, is lost)
+    sack_delay = p.a.config.sack_delay_ns
+    pto = max(2 * srtt + sack_delay, base_rtt // 2)
+    assert sent[1] - sent[0] <= srtt + sack_delay + pto + 1_000 < base_rtt

@@ -38,7 +38,8 @@ class NicConfig:
     """Share of a QP's EVs (per plane) in the spraying set; the rest are backups of the same plane."""
     probe_interval_ns: int = 50_000
     """How often an ASSUMED_BAD EV is probed; never more often than its QP's probe timeout
-    (2 · max(srtt, base RTT)), so that a probe is not repeated while its answer can still come."""
+    (about 2 · srtt, at least half the base RTT), so that a probe is not repeated while its answer can
+    still come."""
     probes_to_restore: int = 2
     """Consecutive successful probes that turn an ASSUMED_BAD EV back to GOOD."""
     default_ev_count: int = 128

@@ -22,7 +22,8 @@ trimming congestion does not lose packets silently, so an inferred loss must be 
 of what has been sent (fewer than ``reorder_allowance`` packets after it) the count cannot be reached, so
 there any later packet acknowledged is enough, with the same age rule; a check timer re-runs the rule when
 only the age is missing. If the tail itself is lost nothing later can be acknowledged: when no
-acknowledgement has come for a probe timeout (2 · max(srtt, base RTT)) the newest unacknowledged packet is
+acknowledgement has come for a probe timeout (PTO: 2·srtt plus the responder's SACK delay, at least half
+the base RTT; 2 · base RTT before any sample) the newest unacknowledged packet is
 sent again (a tail loss probe, RFC 8985's idea; no EV penalty), and its acknowledgement exposes the holes
 before it. Small messages (one collective step of a few packets) then recover in about two RTTs instead
 of a retransmission timeout.
@@ -240,6 +241,7 @@ class Requester:
         self.mtu = cfg.mtu
         self.reorder_allowance = cfg.reorder_allowance
         self.base_rtt = cfg.base_rtt_ns
+        self.sack_delay = cfg.sack_delay_ns
         self.stats = qp.nic.stats
         self.qp_num = qp.qp_num
         self.dest_qp = 0
@@ -550,7 +552,15 @@ class Requester:
                 self.rto_deadline = None
 
     def _pto(self) -> int:
-        return 2 * max(self.srtt, self.base_rtt)
+        """Probe timeout: RFC 8985's 2·srtt plus the responder's SACK coalescing delay, at least half the
+        base RTT (2 · base RTT before the first sample). The base RTT is the longest path's: a QP whose
+        paths are shorter (within one T0) must not wait two long RTTs to resend a lost tail."""
+        srtt = self.srtt
+        if not srtt:
+            return 2 * self.base_rtt
+        pto = 2 * srtt + self.sack_delay
+        floor = self.base_rtt >> 1
+        return pto if pto > floor else floor
 
     def _detect_losses(self, now: int) -> None:
         acked_order = self.acked_order
