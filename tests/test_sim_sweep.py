@@ -162,12 +162,13 @@ def test_the_same_grid_on_a_local_ray_cluster(tmp_path: Path) -> None:
     assert [[r[k] for k in figures] for r in table(on_ray)] == [[r[k] for k in figures] for r in table(local)]
 
 
-# one short point, then one long enough (256 MiB per sender) to be interrupted
+# one short point, then one long enough (256 MiB per sender, for up to 10 s simulated) to be interrupted
 SLOW = ["--sweep", "workload.size_kib=[32, 262144]", "--jobs", "1"]
+LONG = "until_us=10000000"
 
 
 def test_ctrl_c_stops_the_sweep_and_its_workers_and_keeps_finished_points(tmp_path: Path) -> None:
-    args = ["sim", "sweep", "clos-incast", *BASE, *SLOW, "--out", str(tmp_path)]
+    args = ["sim", "sweep", "clos-incast", *BASE, "--set", LONG, *SLOW, "--out", str(tmp_path)]
     proc = subprocess.Popen(
         [*openmrc_argv(), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -182,5 +183,6 @@ def test_ctrl_c_stops_the_sweep_and_its_workers_and_keeps_finished_points(tmp_pa
     assert time.monotonic() - t0 < 20  # the long point's worker was stopped, not waited for
     assert "Traceback" not in text and "fatal" not in text
     assert "interrupted: 1 of 2 points finished" in text
-    points = plan(with_dimensions(load_scenario("clos-incast", [*SMALL, "workload.size_kib=32"]), SLOW[1:2]))
+    doc = load_scenario("clos-incast", [*SMALL, "workload.size_kib=32", LONG])
+    points = plan(with_dimensions(doc, SLOW[1:2]))
     assert list(finished_records(tmp_path, points)) == ["clos-incast-size-kib-32"]
