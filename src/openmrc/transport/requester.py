@@ -582,8 +582,10 @@ class Requester:
                     self.check_deadline = due
                 break
             lost.append(p)
+        if not lost:
+            return
         evs = self.qp.evs
-        assert evs is not None
+        assert evs is not None and self.cc is not None
         for p in lost:
             del by_order[p.order]
             self._lose(p)
@@ -593,10 +595,8 @@ class Requester:
                 evs.skip(p.ev)
                 if p.suspect is None:
                     p.suspect = p.ev
-        if lost:
-            self.stats.losses_inferred += 1
-            assert self.cc is not None
-            self.cc.on_loss(now, self.inflight)
+        self.stats.losses_inferred += 1
+        self.cc.on_loss(now, self.inflight)
 
     def _judge(self, p: _Tx, now: int) -> None:
         """``p``, inferred lost on EV ``p.suspect``, is acknowledged: if the answer came sooner after the
@@ -669,12 +669,13 @@ class Requester:
         if neth.reason == _UNEXP_EVENT:
             qp.set_error(now, WcStatus.REM_OP_ERR)
             return
-        if (neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP) and p.suspect is not None:
-            p.suspect = None  # inferred lost, but trimmed: congestion, not its path's failure
+        trimmed = neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP
+        if trimmed:
+            p.suspect = None  # if it was inferred lost: trimmed, so congestion, not its path's failure
         if p.lost:
             return
         assert self.cc is not None and qp.evs is not None
-        if neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP:
+        if trimmed:
             stats.trims_received += 1
             last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.by_entropy.get(neth.entropy)
