@@ -53,6 +53,8 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
 OPTIONAL_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("victim_max_fct_us", "victim\nµs", "{:,.1f}", False),
     ("victim_slowdown", "victim\n×alone", "{:,.2f}", True),
+    ("median_delivery_us", "delivery\np50 µs", "{:,.2f}", True),
+    ("goodput_fraction", "of line\nrate", "{:.1%}", False),
     ("pfc_pauses", "PFC\npauses", "{:,.0f}", False),
     ("wall_s", "wall\ns", "{:,.1f}", False),
 )
@@ -111,15 +113,37 @@ def print_notes(runs: list[Run], doc: dict[str, Any]) -> None:
             )
     for ref in doc.get("references", []):
         for r in runs:
-            if r.variant != ref["variant"]:
+            if r.variant != ref["variant"] or not _at(r.doc, ref.get("at", {})):
                 continue
             ours = r.report().get(ref["figure"])
-            line = f"  {r.label}: {ref['figure']} {ref['source']} {ref['value']:,.1f}"
+            line = f"  {r.label}: {ref['figure']} {ref['source']} {_num(ref['value'])}"
             if isinstance(ours, int | float):
-                line += f", openmrc {ours:,.1f} ({ours / ref['value']:.2f}×)"
+                line += f", openmrc {_num(ours)} ({ours / ref['value']:.2f}×)"
             else:
                 line += ", openmrc –"
-            console.print(line)
+            console.print(line, highlight=False)
+            if ref.get("note"):
+                console.print(f"    {ref['note']}", highlight=False)
+
+
+def _num(v: float) -> str:
+    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def _at(doc: dict[str, Any], point: dict[str, Any]) -> bool:
+    """Whether a run's resolved document has the values of a sweep point (``{"workload.size_bytes": 8}``)."""
+    for key, want in point.items():
+        node: Any = doc
+        for part in key.split("."):
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return False
+        if node != want:
+            return False
+    return True
 
 
 def print_outages(runs: list[Run]) -> None:
