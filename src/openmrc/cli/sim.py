@@ -42,6 +42,7 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("completed", "flows\ndone", "{:,.0f}", True),
     ("job_time_us", "job\nµs", "{:,.1f}", True),
     ("job_goodput_gbps", "job\nGb/s", "{:,.0f}", True),
+    ("goodput_fraction", "of line\nrate", "{:.1%}", False),
     ("median_fct_us", "FCT p50\nµs", "{:,.1f}", True),
     ("p99_fct_us", "FCT p99\nµs", "{:,.1f}", False),
     ("max_fct_us", "FCT max\nµs", "{:,.1f}", True),
@@ -49,12 +50,12 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("trims", "\ntrims", "{:,.0f}", False),
     ("drops", "\ndrops", "{:,.0f}", True),
 )
-#: Columns shown only when some run reports them: a victim flow's FCT and slowdown, PFC pauses.
+#: Columns shown only when some run reports them: a victim flow's FCT and slowdown, Write-with-Immediate
+#: delivery times, PFC pauses.
 OPTIONAL_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("victim_max_fct_us", "victim\nµs", "{:,.1f}", False),
     ("victim_slowdown", "victim\n×alone", "{:,.2f}", True),
     ("median_delivery_us", "delivery\np50 µs", "{:,.2f}", True),
-    ("goodput_fraction", "of line\nrate", "{:.1%}", False),
     ("pfc_pauses", "PFC\npauses", "{:,.0f}", False),
     ("wall_s", "wall\ns", "{:,.1f}", False),
 )
