@@ -5,7 +5,7 @@ and without its failure) share one figure."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -147,10 +147,16 @@ def _size_label(size: float, _pos: object = None) -> str:
     return f"{size:g} B"
 
 
-def plot_size_sweep(variants: Mapping[str, Mapping[str, SimResults]], path: Path, *, title: str = "") -> Path:
+def plot_size_sweep(
+    variants: Mapping[str, Mapping[str, SimResults]],
+    path: Path,
+    *,
+    title: str = "",
+    marks: Sequence[tuple[int, float, str]] = (),
+) -> Path:
     """Bandwidth (all bytes over first start to last completion, Gb/s) against message size (log axis)
     for each variant's runs, one run per size, as ib_write_bw's sweep prints it; a dashed line at the
-    senders' line rate."""
+    senders' line rate; ``marks`` (size, fraction of the line rate, label) are reference points."""
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     rates = set()
     for variant, runs in variants.items():
@@ -162,6 +168,11 @@ def plot_size_sweep(variants: Mapping[str, Mapping[str, SimResults]], path: Path
                 rates.add(res.line_rate_bps())
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, label=variant)
+    for size, fraction, label in marks:
+        for rate in sorted(rates)[-1:]:
+            ax.plot([size], [fraction * rate / 1e9], marker="*", markersize=11, color="red", linestyle="")
+            ax.annotate(f"{label}: {fraction:.0%}", (size, fraction * rate / 1e9), xytext=(6, -14),
+                        textcoords="offset points", fontsize=8, color="red")  # fmt: skip
     for rate in sorted(rates):
         ax.axhline(rate / 1e9, color="grey", linestyle="--", linewidth=1)
         ax.annotate(

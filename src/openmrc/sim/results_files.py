@@ -287,6 +287,13 @@ def write_runs(
         for r in runs:
             if r.results is not None and r.results.flows:
                 by_variant.setdefault(r.variant, {})[r.label] = r.results
+        marks = [
+            (int(size), float(ref["value"]), str(ref["source"]))
+            for ref in doc.get("references", [])
+            if ref["figure"] == "goodput_fraction"
+            for key, size in ref.get("at", {}).items()
+            if key == "workload.size_bytes"
+        ]
         title = f"{name}: bandwidth against message size"
-        written.append(plot_size_sweep(by_variant, out / "bandwidth.png", title=title))
+        written.append(plot_size_sweep(by_variant, out / "bandwidth.png", title=title, marks=marks))
     return written
