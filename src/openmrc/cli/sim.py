@@ -58,6 +58,7 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("completed", "flows\ndone", "{:,.0f}", True),
     ("job_time_us", "job\nµs", "{:,.1f}", True),
     ("job_goodput_gbps", "job\nGb/s", "{:,.0f}", True),
+    ("goodput_fraction", "of line\nrate", "{:.1%}", False),
     ("median_fct_us", "FCT p50\nµs", "{:,.1f}", True),
     ("p99_fct_us", "FCT p99\nµs", "{:,.1f}", False),
     ("max_fct_us", "FCT max\nµs", "{:,.1f}", True),
@@ -65,10 +66,12 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("trims", "\ntrims", "{:,.0f}", False),
     ("drops", "\ndrops", "{:,.0f}", True),
 )
-#: Columns shown only when some run reports them: a victim flow's FCT and slowdown, PFC pauses.
+#: Columns shown only when some run reports them: a victim flow's FCT and slowdown, Write-with-Immediate
+#: delivery times, PFC pauses.
 OPTIONAL_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("victim_max_fct_us", "victim\nµs", "{:,.1f}", False),
     ("victim_slowdown", "victim\n×alone", "{:,.2f}", True),
+    ("median_delivery_us", "delivery\np50 µs", "{:,.2f}", True),
     ("pfc_pauses", "PFC\npauses", "{:,.0f}", False),
     ("wall_s", "wall\ns", "{:,.1f}", False),
 )
@@ -127,15 +130,37 @@ def print_notes(runs: list[Run], doc: dict[str, Any]) -> None:
             )
     for ref in doc.get("references", []):
         for r in runs:
-            if r.variant != ref["variant"]:
+            if r.variant != ref["variant"] or not _at(r.doc, ref.get("at", {})):
                 continue
             ours = r.report().get(ref["figure"])
-            line = f"  {r.label}: {ref['figure']} {ref['source']} {ref['value']:,.1f}"
+            line = f"  {r.label}: {ref['figure']} {ref['source']} {_num(ref['value'])}"
             if isinstance(ours, int | float):
-                line += f", openmrc {ours:,.1f} ({ours / ref['value']:.2f}×)"
+                line += f", openmrc {_num(ours)} ({ours / ref['value']:.2f}×)"
             else:
                 line += ", openmrc –"
-            console.print(line)
+            console.print(line, highlight=False)
+            if ref.get("note"):
+                console.print(f"    {ref['note']}", highlight=False)
+
+
+def _num(v: float) -> str:
+    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def _at(doc: dict[str, Any], point: dict[str, Any]) -> bool:
+    """Whether a run's resolved document has the values of a sweep point (``{"workload.size_bytes": 8}``)."""
+    for key, want in point.items():
+        node: Any = doc
+        for part in key.split("."):
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return False
+        if node != want:
+            return False
+    return True
 
 
 def print_outages(runs: list[Run]) -> None:

@@ -12,11 +12,12 @@ planes = 4
 hosts = 64
 
 [workload]
-kind = "permutation"        # incast | alltoall | allreduce | cm
+kind = "permutation"        # incast | alltoall | allreduce | cm | pair
 size_kib = 1024             # or size_bytes
 seed = 1                    # permutation; allreduce: order_seed shuffles the ring
 senders = 7                 # incast (and target = 0, victim = true, victim_size_kib)
 file = "perm.cm"            # cm: an htsim connection matrix (built-in name or path)
+messages = 1000             # pair: src → dst, depth outstanding (fewer: total_kib; imm)
 
 [[failures]]                # t0_uplink | link | switch | nic_port | flap | degrade | loss
 kind = "t0_uplink"
@@ -315,6 +316,21 @@ def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
             )
         elif kind == "alltoall":
             workloads.all_to_all(sim, _size(wl), start=start)
+        elif kind == "pair":
+            size = _size(wl)
+            messages = int(wl.get("messages", 1))
+            if "total_kib" in wl:
+                messages = min(messages, -(-(int(wl["total_kib"]) << 10) // size))
+            workloads.pair(
+                sim,
+                size,
+                src=int(wl.get("src", 0)),
+                dst=int(wl.get("dst", 1)),
+                messages=messages,
+                depth=int(wl.get("depth", 1)),
+                imm=bool(wl.get("imm", False)),
+                start=start,
+            )
         elif kind == "allreduce":
             seed = wl.get("order_seed")
             workloads.ring_allreduce(
