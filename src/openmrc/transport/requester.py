@@ -27,9 +27,10 @@ sent again (a tail loss probe, RFC 8985's idea; no EV penalty), and its acknowle
 before it. Small messages (one collective step of a few packets) then recover in about two RTTs instead
 of a retransmission timeout.
 A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
-becomes ASSUMED_BAD. A NACK queues its PSN at once (TRIMMED: the EV is skipped
-for the rotation; TRIMMED_LASTHOP: no EV penalty; both restart the retransmission timer, since a trim
-proves the path alive; UNEXP_EVENT: the QP fails). The retransmission timer
+takes a strike (`EvTable.lost`: two in a row with no echo of the EV between them make it ASSUMED_BAD).
+A NACK queues its PSN at once (TRIMMED: the EV is skipped for the rotation; TRIMMED_LASTHOP: no EV
+penalty; both restart the retransmission timer, since a trim proves the path alive; UNEXP_EVENT: the QP
+fails). The retransmission timer
 (1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
 retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp`` with doubling
 (25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
@@ -232,6 +233,7 @@ class Requester:
         self._peer_port_alive = qp.nic.peer_port_alive
         self.mtu = cfg.mtu
         self.reorder_allowance = cfg.reorder_allowance
+        self.sack_delay = cfg.sack_delay_ns
         self.base_rtt = cfg.base_rtt_ns
         self.stats = qp.nic.stats
         self.qp_num = qp.qp_num
@@ -516,6 +518,7 @@ class Requester:
         assert self.cc is not None
         m = seth.m
         if e is not None:
+            e.strikes = 0  # the path delivered: its earlier losses were random or late, not a failure
             if seth.pr:
                 if not (evs.port_mask >> (e.port - 1)) & 1:
                     self._peer_port_alive(self.peer, e.port)  # a doubted plane answered
@@ -530,7 +533,7 @@ class Requester:
             self.timeouts = 0
             self.cc.on_ack(now, newly, self.inflight, rtt, m == _SKIP_ONCE)
             self._arm(now)
-            self.check_deadline = now + self._pto()  # cleared below when nothing is outstanding
+            self.check_deadline = now + self._tlp_wait()  # cleared below when nothing is outstanding
             self._detect_losses(now)
             self._complete()
         if not outstanding:
@@ -541,14 +544,30 @@ class Requester:
     def _pto(self) -> int:
         return 2 * max(self.srtt, self.base_rtt)
 
+    def _loss_wait(self) -> int:
+        """How old a packet must be before an acknowledgement of later ones proves it lost (RACK's
+        ``srtt + reo_wnd``): its own path's RTT spread (4·rttvar) or, on quiet paths, a quarter RTT.
+        Measured on this QP's paths, not floored at the fabric's longest ``base_rtt``: a short path (one
+        T0) would otherwise wait several of its RTTs per loss, which is what a collective's small steps
+        cost under random loss. Before the first RTT sample, ``base_rtt``."""
+        srtt = self.srtt
+        if not srtt:
+            return self.base_rtt
+        return srtt + max(4 * self.rttvar, srtt)
+
+    def _tlp_wait(self) -> int:
+        """How long after the newest transmission, with no acknowledgement of it, a tail loss probe
+        goes: the loss wait plus the responder's SACK coalescing delay (the newest packet may be one
+        whose SACK is held back)."""
+        return self._loss_wait() + self.sack_delay
+
     def _detect_losses(self, now: int) -> None:
         acked_order = self.acked_order
         threshold = acked_order - self.reorder_allowance
         tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
         # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
         # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
-        srtt = self.srtt
-        wait = max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
+        wait = self._loss_wait()
         sent_before = now - wait
         by_order = self.by_order
         lost: list[_Tx] = []
@@ -565,7 +584,7 @@ class Requester:
             del by_order[p.order]
             self._lose(p)
             if p.ev is not None:
-                self.qp.evs.mark_bad(p.ev, now)  # type: ignore[union-attr]
+                self.qp.evs.lost(p.ev, now)  # type: ignore[union-attr]
         if lost:
             self.stats.losses_inferred += 1
             assert self.cc is not None
@@ -580,13 +599,14 @@ class Requester:
         if self.retx or not self.by_order:
             return
         order, p = next(reversed(self.by_order.items()))
-        if order > self.tlp_order and p.sent_at + self._pto() <= now:
+        tlp = self._tlp_wait()
+        if order > self.tlp_order and p.sent_at + tlp <= now:
             self.tlp_order = self.order + 1  # the probe's own transmission: no second probe for it
             del self.by_order[order]
             self._lose(p)  # resent on a fresh EV, RTX set; its EV keeps its state
             self.stats.tail_probes += 1
-        elif self.check_deadline is None and p.sent_at + self._pto() > now:
-            self.check_deadline = p.sent_at + self._pto()
+        elif self.check_deadline is None and p.sent_at + tlp > now:
+            self.check_deadline = p.sent_at + tlp
         # else the newest transmission is the tail probe itself, overdue: only the retransmission timeout
         # can tell more now (re-arming the check in the past would spin the driver's timer)
 
@@ -637,8 +657,10 @@ class Requester:
             stats.trims_received += 1
             last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.by_entropy.get(neth.entropy)
-            if e is not None and not last_hop:
-                qp.evs.skip(e)
+            if e is not None:
+                e.strikes = 0  # the trimmed header crossed the path: congested, not failed
+                if not last_hop:
+                    qp.evs.skip(e)
             # The EV is not to blame for a last-hop trim, but the window is: our responder sends no receiver
             # CC penalty (CC_STATE rcv_cwnd_pen), so NSCC must see last-hop incast trims as trims.
             self.cc.on_trim(now, p.size, self.inflight, False)
@@ -708,7 +730,7 @@ class Requester:
         for p in list(self.by_order.values()):
             self._lose(p)
             if p.ev is not None:
-                evs.mark_bad(p.ev, now)
+                evs.lost(p.ev, now)
         self.by_order.clear()
         self.cc.on_loss(now, self.inflight)
         self.rto_deadline = now + self.rto()
