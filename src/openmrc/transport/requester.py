@@ -16,23 +16,25 @@ and each packet (new or retransmitted) goes on the next usable EV of the QP's ro
 
 Loss detection is by *transmission order*, not by PSN, so that retransmissions are judged fairly: every
 transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
-after it have been acknowledged *and* it was sent more than max(2·srtt, srtt + 4·rttvar, base RTT) ago —
-spraying over paths with different queues reorders far more than a single path does (RACK-like), and with
-trimming congestion does not lose packets silently, so an inferred loss must be a clear one. Near the tail
-of what has been sent (fewer than ``reorder_allowance`` packets after it) the count cannot be reached, so
-there any later packet acknowledged is enough, with the same age rule; a check timer re-runs the rule when
-only the age is missing. If the tail itself is lost nothing later can be acknowledged: when no
-acknowledgement has come for a probe timeout (2 · max(srtt, base RTT)) the newest unacknowledged packet is
-sent again (a tail loss probe, RFC 8985's idea; no EV penalty), and its acknowledgement exposes the holes
-before it. Small messages (one collective step of a few packets) then recover in about two RTTs instead
-of a retransmission timeout.
+after it have been acknowledged *and* it was sent more than srtt + max(4·rttvar, srtt) ago (base RTT
+before the first sample) — spraying over paths with different queues reorders far more than a single path
+does (RACK-like), and with trimming congestion does not lose packets silently, so an inferred loss must be
+a clear one. The wait is this QP's own RTT, not the fabric's longest base RTT: a short path (one T0) would
+otherwise wait several of its RTTs per random loss. Near the tail of what has been sent (fewer than
+``reorder_allowance`` packets after it) the count cannot be reached, so there any later packet
+acknowledged is enough, with the same age rule; a check timer re-runs the rule when only the age is
+missing. If the tail itself is lost nothing later can be acknowledged: when the newest packet has had no
+acknowledgement for that wait plus the SACK coalescing delay, it is sent again (a tail loss probe, RFC
+8985's idea; no EV penalty), and its acknowledgement exposes the holes before it. Small messages (one
+collective step of a few packets) then recover in about two RTTs instead of a retransmission timeout.
 A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
 takes a strike (`EvTable.lost`: two in a row with no echo of the EV between them make it ASSUMED_BAD).
 A NACK queues its PSN at once (TRIMMED: the EV is skipped for the rotation; TRIMMED_LASTHOP: no EV
 penalty; both restart the retransmission timer, since a trim proves the path alive; UNEXP_EVENT: the QP
 fails). The retransmission timer
 (1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
-retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp`` with doubling
+retransmitted (each a strike against its EV). ``retry_linear`` timeouts at the fixed interval, then
+``retry_exp`` with doubling
 (25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
 with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
 
@@ -107,6 +109,8 @@ _heappop: Final = heapq.heappop
 _heappush: Final = heapq.heappush
 
 _INFINITE_EXP: Final = 25
+_CONGESTED_RTTS: Final = 8
+"""A QP that saw a trim or an ECN echo this many RTTs ago or less is congested (`Requester._loss_wait`)."""
 _EMPTY: Final = memoryview(b"")
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
@@ -234,6 +238,7 @@ class Requester:
         self.mtu = cfg.mtu
         self.reorder_allowance = cfg.reorder_allowance
         self.sack_delay = cfg.sack_delay_ns
+        self.congested_at = -(1 << 62)  # last trim or ECN echo (see `_loss_wait`)
         self.base_rtt = cfg.base_rtt_ns
         self.stats = qp.nic.stats
         self.qp_num = qp.qp_num
@@ -524,6 +529,7 @@ class Requester:
                     self._peer_port_alive(self.peer, e.port)  # a doubted plane answered
                 evs.probe_answered(e, now, m == _M_NONE)
             elif m == _SKIP_ONCE:
+                self.congested_at = now
                 evs.skip(e)
             elif m == _ALWAYS_SKIP:
                 evs.mark_bad(e, now)
@@ -533,7 +539,7 @@ class Requester:
             self.timeouts = 0
             self.cc.on_ack(now, newly, self.inflight, rtt, m == _SKIP_ONCE)
             self._arm(now)
-            self.check_deadline = now + self._tlp_wait()  # cleared below when nothing is outstanding
+            self.check_deadline = now + self._tlp_wait(now)  # cleared below when nothing is outstanding
             self._detect_losses(now)
             self._complete()
         if not outstanding:
@@ -544,22 +550,26 @@ class Requester:
     def _pto(self) -> int:
         return 2 * max(self.srtt, self.base_rtt)
 
-    def _loss_wait(self) -> int:
+    def _loss_wait(self, now: int) -> int:
         """How old a packet must be before an acknowledgement of later ones proves it lost (RACK's
-        ``srtt + reo_wnd``): its own path's RTT spread (4·rttvar) or, on quiet paths, a quarter RTT.
-        Measured on this QP's paths, not floored at the fabric's longest ``base_rtt``: a short path (one
-        T0) would otherwise wait several of its RTTs per loss, which is what a collective's small steps
-        cost under random loss. Before the first RTT sample, ``base_rtt``."""
+        ``srtt + reo_wnd``). On quiet paths, srtt + max(4·rttvar, srtt/2): measured on this QP's paths,
+        not floored at the fabric's longest ``base_rtt``, so a short path (one T0) does not wait several
+        of its RTTs per random loss (what a collective's small steps cost). While the QP sees congestion
+        (a trim or an ECN echo within the last `_CONGESTED_RTTS` RTTs) queues differ from path to path
+        by far more than the RTT samples show: then max(2·srtt, srtt + 4·rttvar, base_rtt), since with
+        trimming a congested packet is late, not lost. Before the first RTT sample, ``base_rtt``."""
         srtt = self.srtt
         if not srtt:
             return self.base_rtt
-        return srtt + max(4 * self.rttvar, srtt)
+        if now - self.congested_at < _CONGESTED_RTTS * max(srtt, self.base_rtt):
+            return max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
+        return srtt + max(4 * self.rttvar, srtt >> 1)
 
-    def _tlp_wait(self) -> int:
+    def _tlp_wait(self, now: int) -> int:
         """How long after the newest transmission, with no acknowledgement of it, a tail loss probe
         goes: the loss wait plus the responder's SACK coalescing delay (the newest packet may be one
         whose SACK is held back)."""
-        return self._loss_wait() + self.sack_delay
+        return self._loss_wait(now) + self.sack_delay
 
     def _detect_losses(self, now: int) -> None:
         acked_order = self.acked_order
@@ -567,7 +577,7 @@ class Requester:
         tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
         # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
         # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
-        wait = self._loss_wait()
+        wait = self._loss_wait(now)
         sent_before = now - wait
         by_order = self.by_order
         lost: list[_Tx] = []
@@ -599,7 +609,7 @@ class Requester:
         if self.retx or not self.by_order:
             return
         order, p = next(reversed(self.by_order.items()))
-        tlp = self._tlp_wait()
+        tlp = self._tlp_wait(now)
         if order > self.tlp_order and p.sent_at + tlp <= now:
             self.tlp_order = self.order + 1  # the probe's own transmission: no second probe for it
             del self.by_order[order]
@@ -655,6 +665,7 @@ class Requester:
         assert self.cc is not None and qp.evs is not None
         if neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP:
             stats.trims_received += 1
+            self.congested_at = now
             last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.by_entropy.get(neth.entropy)
             if e is not None:
