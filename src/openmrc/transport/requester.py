@@ -16,11 +16,12 @@ and each packet (new or retransmitted) goes on the next usable EV of the QP's ro
 
 Loss detection is by *transmission order*, not by PSN, so that retransmissions are judged fairly: every
 transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
-after it have been acknowledged *and* it was sent more than srtt + max(4·rttvar, srtt) ago (base RTT
-before the first sample) — spraying over paths with different queues reorders far more than a single path
-does (RACK-like), and with trimming congestion does not lose packets silently, so an inferred loss must be
-a clear one. The wait is this QP's own RTT, not the fabric's longest base RTT: a short path (one T0) would
-otherwise wait several of its RTTs per random loss. Near the tail of what has been sent (fewer than
+after it have been acknowledged *and* it was sent long enough ago (RACK-like; `_loss_wait`): while the
+QP sees congestion (trims, ECN echoes) max(2·srtt, srtt + 4·rttvar, base RTT) — spraying over paths with
+different queues reorders far more than a single path does, and with trimming congestion does not lose
+packets silently, so an inferred loss must be a clear one — and otherwise srtt + max(4·rttvar, srtt/2),
+this QP's own RTT rather than the fabric's longest base RTT: a short path (one T0) would otherwise wait
+several of its RTTs per random loss. Near the tail of what has been sent (fewer than
 ``reorder_allowance`` packets after it) the count cannot be reached, so there any later packet
 acknowledged is enough, with the same age rule; a check timer re-runs the rule when only the age is
 missing. If the tail itself is lost nothing later can be acknowledged: when the newest packet has had no
