@@ -11,12 +11,7 @@ is GOOD (or SKIP from an earlier epoch) and both its local port and the peer's p
 
 * ECN echo (SACK M=SKIP_ONCE) or a trim NACK that is not last-hop → SKIP: not used for the rest of the
   current rotation.
-* SACK M=ALWAYS_SKIP → ASSUMED_BAD at once. Loss without trim (inferred or timeout) is a *strike* against
-  the EV; ``loss_strikes`` strikes in a row, with no SACK or NACK echoing the EV in between, make it
-  ASSUMED_BAD (`EvTable.lost`). One loss is no proof of a failed path: random loss and a packet that is
-  only late behind a congested queue (counted lost by the reordering rule, then acknowledged after all)
-  both look like it, and any echo proves the path alive; a failed path loses every packet it is given,
-  so it strikes out at its next use. ASSUMED_BAD: the EV leaves the
+* Loss without trim (inferred or timeout) or SACK M=ALWAYS_SKIP → ASSUMED_BAD at once. The EV leaves the
   rotation and a GOOD backup *of the same plane* takes its slot, so planes stay balanced. If no backup is
   left, the EV stays in its slot but is skipped. Never below ``min_active`` usable EVs: at the floor a bad
   EV is only skipped for the rotation.
@@ -96,7 +91,6 @@ class EvEntry:
         "skip_epoch",
         "slot",
         "state",
-        "strikes",
         "uses",
     )
 
@@ -110,7 +104,6 @@ class EvEntry:
         self.probe_out = False  # a probe on this EV awaits its answer
         self.next_probe = 0
         self.slot = -1  # index in the rotation, -1 for a backup
-        self.strikes = 0  # losses since the last echo of this EV (see `EvTable.lost`)
         self.uses = 0
 
     def __repr__(self) -> str:
@@ -159,7 +152,6 @@ class EvTable:
         burst: int = 1,
         probe_interval: int = 50_000,
         probes_to_restore: int = 2,
-        loss_strikes: int = 2,
         emit: Callable[[EvEvent], None] | None = None,
         qp_num: int = 0,
         profile_id: int = 0,
@@ -171,7 +163,6 @@ class EvTable:
         self.reshuffle_rotations = reshuffle_rotations
         self.probe_interval = probe_interval
         self.probes_to_restore = probes_to_restore
-        self.loss_strikes = loss_strikes
         self._emit = emit
         self.qp_num = qp_num
         self.profile_id = profile_id
@@ -328,14 +319,6 @@ class EvTable:
         if e.state is _GOOD or e.state is _SKIP:
             e.state = _SKIP
             e.skip_epoch = self.epoch
-
-    def lost(self, e: EvEntry, now: int) -> None:
-        """A packet sent on ``e`` was lost without a trim: a strike; ``loss_strikes`` in a row make it
-        ASSUMED_BAD (the requester clears them when a SACK or NACK echoes ``e``)."""
-        e.strikes += 1
-        if e.strikes >= self.loss_strikes:
-            e.strikes = 0
-            self.mark_bad(e, now)
 
     def mark_bad(self, e: EvEntry, now: int) -> None:
         """Loss without trim, timeout, or M=ALWAYS_SKIP: ASSUMED_BAD now, replaced from the same plane."""

@@ -29,12 +29,12 @@ acknowledgement for that wait plus the SACK coalescing delay, it is sent again (
 8985's idea; no EV penalty), and its acknowledgement exposes the holes before it. Small messages (one
 collective step of a few packets) then recover in about two RTTs instead of a retransmission timeout.
 A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
-takes a strike (`EvTable.lost`: two in a row with no echo of the EV between them make it ASSUMED_BAD).
+becomes ASSUMED_BAD.
 A NACK queues its PSN at once (TRIMMED: the EV is skipped for the rotation; TRIMMED_LASTHOP: no EV
 penalty; both restart the retransmission timer, since a trim proves the path alive; UNEXP_EVENT: the QP
 fails). The retransmission timer
 (1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
-retransmitted (each a strike against its EV). ``retry_linear`` timeouts at the fixed interval, then
+retransmitted (their EVs become ASSUMED_BAD). ``retry_linear`` timeouts at the fixed interval, then
 ``retry_exp`` with doubling
 (25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
 with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
@@ -524,7 +524,6 @@ class Requester:
         assert self.cc is not None
         m = seth.m
         if e is not None:
-            e.strikes = 0  # the path delivered: its earlier losses were random or late, not a failure
             if seth.pr:
                 if not (evs.port_mask >> (e.port - 1)) & 1:
                     self._peer_port_alive(self.peer, e.port)  # a doubted plane answered
@@ -595,7 +594,7 @@ class Requester:
             del by_order[p.order]
             self._lose(p)
             if p.ev is not None:
-                self.qp.evs.lost(p.ev, now)  # type: ignore[union-attr]
+                self.qp.evs.mark_bad(p.ev, now)  # type: ignore[union-attr]
         if lost:
             self.stats.losses_inferred += 1
             assert self.cc is not None
@@ -669,10 +668,8 @@ class Requester:
             self.congested_at = now
             last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.by_entropy.get(neth.entropy)
-            if e is not None:
-                e.strikes = 0  # the trimmed header crossed the path: congested, not failed
-                if not last_hop:
-                    qp.evs.skip(e)
+            if e is not None and not last_hop:
+                qp.evs.skip(e)
             # The EV is not to blame for a last-hop trim, but the window is: our responder sends no receiver
             # CC penalty (CC_STATE rcv_cwnd_pen), so NSCC must see last-hop incast trims as trims.
             self.cc.on_trim(now, p.size, self.inflight, False)
@@ -742,7 +739,7 @@ class Requester:
         for p in list(self.by_order.values()):
             self._lose(p)
             if p.ev is not None:
-                evs.lost(p.ev, now)
+                evs.mark_bad(p.ev, now)
         self.by_order.clear()
         self.cc.on_loss(now, self.inflight)
         self.rto_deadline = now + self.rto()
