@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from typing import Any
 
 from openmrc.fabric import MultiPlaneClos
@@ -31,3 +33,16 @@ def topo_of(sim: FabricSim) -> MultiPlaneClos:
 
 def all_succeeded(flows: list[Flow]) -> bool:
     return bool(flows) and all(f.finish is not None and f.status is WcStatus.SUCCESS for f in flows)
+
+
+def lines_until(proc: subprocess.Popen[str], prefix: str, timeout: float = 120) -> list[str]:
+    """Lines of a subprocess's output up to the first that starts with ``prefix`` (or to its end, or the
+    first line after ``timeout`` seconds)."""
+    assert proc.stdout is not None
+    lines = []
+    end = time.monotonic() + timeout
+    for line in iter(proc.stdout.readline, ""):
+        lines.append(line)
+        if line.startswith(prefix) or time.monotonic() > end:
+            break
+    return lines

@@ -25,6 +25,7 @@ from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.sim.scenario import builtin_scenarios, load_scenario, run_scenario
 from openmrc.sim.scenario_schema import markdown
 from openmrc.testbed.experiment import openmrc_argv
+from tests.sim_tools import lines_until
 from tests.test_sim_scenarios import SMALL
 
 runner = CliRunner()
@@ -80,16 +81,7 @@ def _start(tmp_path: Path, scenario: str, out: Path) -> subprocess.Popen[str]:
 def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_finished_variants(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = _start(tmp_path, TWO_VARIANTS, out)
-    assert proc.stdout is not None
-    lines = []
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("finished short"):
-            break
+    lines = lines_until(proc, "finished short")
     assert lines and lines[-1].startswith("finished short (1 of 2)"), "".join(lines)
     time.sleep(0.5)  # inside the long variant's simulation (compiled code, in the compiled build)
     proc.send_signal(signal.SIGINT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -33,6 +34,21 @@ from openmrc.sim.scenario import (
     load_scenario,
 )
 from openmrc.sim.scenario_schema import Scenario, markdown
+from openmrc.sim.sweep import (
+    LocalPool,
+    Point,
+    Pool,
+    RayPool,
+    SweepError,
+    SweepInterrupted,
+    SweepSummary,
+    plan,
+    plot_dimensions,
+    rows,
+    run_sweep,
+    with_dimensions,
+    write_tables,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Packet-level fabric simulation.")
 console = make_console()
@@ -378,3 +394,80 @@ def run(
         written = write_runs(runs, out, doc, provenance=prov)
         if not quiet and not json_:
             print_written(out, written)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    scenario: Annotated[str, typer.Argument(help="a built-in scenario name or a TOML file")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
+    dim: Annotated[
+        list[str] | None, typer.Option("--sweep", help="add a dimension: section.key=[v1, v2] (TOML list)")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="results here (default sweep-NAME); a re-run skips finished points")
+    ] = None,
+    jobs: Annotated[int | None, typer.Option(min=1, help="local worker processes (default: CPUs)")] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(help="on the Ray cluster at ADDRESS ('auto': this machine's, or a new one)"),
+    ] = None,
+    variant: Annotated[list[str] | None, typer.Option(help="only this variant (may be repeated)")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="fabric.seed for every point")] = None,
+    seeds: Annotated[int, typer.Option(min=1, max=1000, help="this many seeds per point")] = 1,
+    quiet: Annotated[bool, typer.Option(help="no line per finished point")] = False,
+) -> None:
+    """Run every point of a scenario's [sweep] grid (× variants × seeds), each in a worker process of its own;
+    write sweep.csv, sweep.json and a plot per dimension. A re-run into the same --out skips the points that
+    finished (a changed point runs again); a failed point is reported and the others go on (exit 1)."""
+    try:
+        doc = with_dimensions(load_scenario(scenario, set_), dim or [])
+        base = seed if seed is not None else int(doc["fabric"]["seed"])
+        points = plan(
+            doc, [base + i for i in range(seeds)] if seed is not None or seeds > 1 else None, variant
+        )
+    except ScenarioError as exc:
+        raise scenario_error(exc) from None
+    out = out or Path(f"sweep-{doc.get('name', 'scenario')}")
+    check_out_dir(out)
+    n_jobs = jobs or os.cpu_count() or 1
+
+    def pool(n: int) -> Pool:
+        return RayPool(ray) if ray is not None else LocalPool(min(n, n_jobs))
+
+    def on_point(p: Point, rec: dict[str, Any], s: SweepSummary) -> None:
+        if not quiet:
+            what = "finished" if rec["status"] == "ok" else f"[bold]failed[/bold]: {rec.get('error')}"
+            console.print(f"[{s.ran + s.skipped}/{s.total}] {p.label} {what} in {rec['wall_s']:.1f} s")
+
+    started = time.time()
+    with deferred_interrupt("the sweep") as stop:  # until the tables are written
+        try:
+            records, summary = run_sweep(points, out, pool, on_point=on_point, check=stop.check)
+        except SweepError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except SweepInterrupted as exc:
+            s = exc.summary
+            failed = f" ({len(s.failed)} more failed)" if s.failed else ""
+            console.print(
+                f"[bold]interrupted[/bold]: {s.ran + s.skipped - len(s.failed)} of {s.total} points finished"
+                f"{failed}, kept in {out}/points/ (the same command goes on from there)",
+                highlight=False,
+            )
+            raise typer.Exit(130) from None
+        prov = provenance(started, sorted({p.seed for p in points}))
+        written = write_tables(out, doc, points, records, summary, prov)
+        written += plot_dimensions(out, doc, rows(points, records))
+    line = f"{summary.total} points: {summary.ran} run, {summary.skipped} skipped (finished before), "
+    line += f"{len(summary.failed)} failed; "
+    if summary.ran:
+        line += (
+            f"{summary.wall_s:.1f} s wall for {summary.point_s:.1f} s of points on {summary.workers} "
+            f"worker(s): {summary.speedup:.2f}× speed-up"
+        )
+        line += f" (+{summary.start_s:.1f} s to start them); " if summary.start_s >= 0.1 else "; "
+    console.print(f"{line}wrote sweep.csv, sweep.json, {len(written) - 2} plot(s) to {out}/", highlight=False)
+    for label, error in summary.failed:
+        console.print(f"  failed: {label}: {error}", highlight=False)
+    if summary.failed:
+        raise typer.Exit(1)

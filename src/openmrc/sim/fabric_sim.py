@@ -153,10 +153,11 @@ class FabricSim:
                     node.ports[-1].enable_pfc(xoff, min(int(buffer * cfg.pfc_xon), xoff - 1), resumed)
 
     # -- hosts -----------------------------------------------------------------------------------------------
-    def host(self, host: int) -> MrcHost:
+    def host(self, host: object) -> MrcHost:  # object: a wrong type gets the ValueError, compiled too
         """Host ``host``'s NIC, QPs, CQs and memory, for an application to drive (MRC hosts only)."""
-        ok = isinstance(host, int) and not isinstance(host, bool) and 0 <= host < len(self.hosts)
-        h = self.hosts[host] if ok else None
+        h = None
+        if isinstance(host, int) and not isinstance(host, bool) and 0 <= host < len(self.hosts):
+            h = self.hosts[host]
         if not isinstance(h, MrcHost):
             raise ValueError(f"host {host}: not an MRC host of this fabric (0..{self.topo.num_hosts - 1})")
         return h

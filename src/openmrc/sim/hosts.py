@@ -225,7 +225,7 @@ class MrcHost(SimHost):
         """A QP in RESET (with a CQ of its own for sends and one for receives unless ``init`` names them)."""
         return self.nic.create_qp(init or QpInitAttr(send_cq=self.create_cq(), recv_cq=self.create_cq()))
 
-    def ev_profile_for(self, peer: int) -> int:
+    def ev_profile_for(self, peer: object) -> int:  # object: a wrong type gets the ValueError, compiled too
         """The EV profile QPs of this host towards host ``peer`` bind: SRv6 source routes over every plane
         (installed on first use, as a controller would), or 0, the NIC's UDP source-port profile, on an
         ECMP fabric."""
@@ -242,11 +242,12 @@ class MrcHost(SimHost):
             self._profiles.add(peer)
         return peer + 1
 
-    def connect(self, qp: Qp, peer: int, dest_qp_num: int) -> None:
+    def connect(self, qp: Qp, peer: object, dest_qp_num: int) -> None:
         """Take ``qp`` from RESET to RTS towards QP ``dest_qp_num`` of host ``peer``, over the EV profile
         towards that peer, with the simulation's defaults (MPR 64, a retransmit timeout of about four
         base RTTs)."""
         qp.modify(QpState.INIT, ev_profile_id=self.ev_profile_for(peer), cc_profile_id=0)
+        assert isinstance(peer, int)  # ev_profile_for checked it
         qp.modify(QpState.RTR, dest_qp_num=dest_qp_num, peer=peer, rq_psn=0, mpr_dest=64, max_wimm_dest=0)
         qp.modify(
             QpState.RTS,

@@ -28,14 +28,15 @@ missing. If the tail itself is lost nothing later can be acknowledged: when the 
 acknowledgement for that wait plus the SACK coalescing delay, it is sent again (a tail loss probe, RFC
 8985's idea; no EV penalty), and its acknowledgement exposes the holes before it. Small messages (one
 collective step of a few packets) then recover in about two RTTs instead of a retransmission timeout.
-A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV) and its EV
-becomes ASSUMED_BAD.
-A NACK queues its PSN at once (TRIMMED: the EV is skipped for the rotation; TRIMMED_LASTHOP: no EV
-penalty; both restart the retransmission timer, since a trim proves the path alive; UNEXP_EVENT: the QP
-fails). The retransmission timer
+A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV). Its EV is
+skipped for the rotation at once and becomes ASSUMED_BAD only when the packet's acknowledgement shows
+that the original was lost: an acknowledgement that comes sooner after the retransmission than the
+smallest RTT seen (or before it left) answers the original, which was late in deep queues, not lost;
+a trim NACK for it explains it as congestion too. A NACK queues its PSN at once (TRIMMED: the EV is skipped
+for the rotation; TRIMMED_LASTHOP: no EV penalty; both restart the retransmission timer, since a trim
+proves the path alive; UNEXP_EVENT: the QP fails). The retransmission timer
 (1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
-retransmitted (their EVs become ASSUMED_BAD). ``retry_linear`` timeouts at the fixed interval, then
-``retry_exp`` with doubling
+retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp`` with doubling
 (25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
 with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
 
@@ -187,7 +188,9 @@ class _Wr:
 class _Tx:
     """One outstanding (unacknowledged) packet."""
 
-    __slots__ = ("ev", "index", "lost", "order", "retries", "sent_at", "seq", "size", "tx_count", "wr")
+    __slots__ = (
+        "ev", "index", "lost", "order", "retries", "sent_at", "seq", "size", "suspect", "tx_count", "wr"
+    )  # fmt: skip
 
     def __init__(self, seq: int, wr: _Wr, index: int, size: int) -> None:
         self.seq = seq
@@ -200,6 +203,7 @@ class _Tx:
         self.lost = False
         self.tx_count = 0
         self.retries = 0
+        self.suspect: EvEntry | None = None  # the EV of a transmission inferred lost, until it is judged
 
 
 class Requester:
@@ -221,6 +225,7 @@ class Requester:
         self.peer_mpr = 0
         self.srtt = 0
         self.rttvar = 0
+        self.rtt_min = 0  # the smallest RTT sample: no answer to a transmission can come back sooner
         # Set when emit() stopped with work left (window, cwnd, WIMM, no usable EV); any feedback (ACK,
         # NACK, timer, EV or port change, new WR) clears it, so idle polls skip the QP.
         self.blocked = False
@@ -481,6 +486,8 @@ class Requester:
             else:  # RFC 6298 smoothing
                 self.rttvar = (3 * self.rttvar + abs(self.srtt - rtt)) >> 2
                 self.srtt = (7 * self.srtt + rtt) >> 3
+            if rtt < self.rtt_min or not self.rtt_min:
+                self.rtt_min = rtt
         outstanding = self.outstanding
         acked = []
         if cack > self.cack:
@@ -511,6 +518,8 @@ class Requester:
             top = self.acked_order
             for p in acked:
                 size = p.size
+                if p.suspect is not None:
+                    self._judge(p, now)
                 if not p.lost:
                     self.inflight -= size
                 order = p.order
@@ -575,8 +584,7 @@ class Requester:
         acked_order = self.acked_order
         threshold = acked_order - self.reorder_allowance
         tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
-        # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
-        # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
+        # ...and only once it is older than the loss wait (`_loss_wait`)
         wait = self._loss_wait(now)
         sent_before = now - wait
         by_order = self.by_order
@@ -590,15 +598,33 @@ class Requester:
                     self.check_deadline = due
                 break
             lost.append(p)
+        evs = self.qp.evs
+        assert evs is not None
         for p in lost:
             del by_order[p.order]
             self._lose(p)
             if p.ev is not None:
-                self.qp.evs.mark_bad(p.ev, now)  # type: ignore[union-attr]
+                # Skipped now, blamed (ASSUMED_BAD) only once the retransmission shows the original was
+                # really lost (`_judge`): a packet held in deep queues is late, not lost.
+                evs.skip(p.ev)
+                if p.suspect is None:
+                    p.suspect = p.ev
         if lost:
             self.stats.losses_inferred += 1
             assert self.cc is not None
             self.cc.on_loss(now, self.inflight)
+
+    def _judge(self, p: _Tx, now: int) -> None:
+        """``p``, inferred lost on EV ``p.suspect``, is acknowledged: if the answer came sooner after the
+        retransmission than any answer can (or before the retransmission left), the original arrived late
+        and its EV is not to blame; otherwise the original was lost on it, and the EV is ASSUMED_BAD."""
+        e = p.suspect
+        p.suspect = None
+        assert e is not None
+        if p.lost or now - p.sent_at < (self.rtt_min or self.base_rtt):
+            self.stats.spurious_losses += 1
+            return
+        self.qp.evs.mark_bad(e, now)  # type: ignore[union-attr]
 
     def _check_tail(self, now: int) -> None:
         """The check timer (cleared by the caller; `_detect_losses` may set it again): infer tail losses,
@@ -660,6 +686,8 @@ class Requester:
         if neth.reason == _UNEXP_EVENT:
             qp.set_error(now, WcStatus.REM_OP_ERR)
             return
+        if (neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP) and p.suspect is not None:
+            p.suspect = None  # inferred lost, but trimmed: congestion, not its path's failure
         if p.lost:
             return
         assert self.cc is not None and qp.evs is not None

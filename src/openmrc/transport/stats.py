@@ -31,6 +31,8 @@ class NicStats:
     tx_data: int = 0
     retransmits: int = 0
     losses_inferred: int = 0
+    spurious_losses: int = 0
+    """Packets inferred lost whose original transmission was acknowledged after all (their EV not blamed)."""
     tail_probes: int = 0
     timeouts: int = 0
     duplicates: int = 0
