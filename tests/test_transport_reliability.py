@@ -157,8 +157,10 @@ def test_write_with_imm_completes_in_post_order_when_tails_arrive_reversed() -> 
         i = last_psns.get(s.psn)
         return (n - i) * 30_000 if s.src == "a" and s.is_data and not s.rtx and i is not None else 0
 
-    # a base RTT above the longest hold-back: the tail loss rules must wait for these late tails
-    p = Pair(seed=4, buf_size=1 << 16, config=NicConfig(base_rtt_ns=400_000))
+    # Packets held back this long are queued somewhere, and queues mark ECN: a QP that sees congestion
+    # waits at least the base RTT before it takes a late packet for a lost one. A base RTT above the
+    # longest hold-back: the tail loss rules must wait for these late tails.
+    p = Pair(seed=4, buf_size=1 << 16, config=NicConfig(base_rtt_ns=400_000), imp=Impairments(ecn=1.0))
     install(p, hold_back_tails)
     log = tap_receive(p, p.b)
     ids = post_imm(p, plan)
