@@ -19,7 +19,7 @@ transmission gets an order number, and a packet is lost once more than ``reorder
 after it have been acknowledged *and* it was sent long enough ago (RACK-like; `_loss_wait`): while the
 QP sees congestion (trims, ECN echoes) max(2·srtt, srtt + 4·rttvar, base RTT) — spraying over paths with
 different queues reorders far more than a single path does, and with trimming congestion does not lose
-packets silently, so an inferred loss must be a clear one — and otherwise srtt + max(4·rttvar, srtt/2),
+packets silently, so an inferred loss must be a clear one — and otherwise srtt + max(4·rttvar, srtt/4),
 this QP's own RTT rather than the fabric's longest base RTT: a short path (one T0) would otherwise wait
 several of its RTTs per random loss. Near the tail of what has been sent (fewer than
 ``reorder_allowance`` packets after it) the count cannot be reached, so there any later packet
@@ -570,9 +570,11 @@ class Requester:
 
     def _loss_wait(self, now: int) -> int:
         """How old a packet must be before an acknowledgement of later ones proves it lost (RACK's
-        ``srtt + reo_wnd``). On quiet paths, srtt + max(4·rttvar, srtt/2): measured on this QP's paths,
-        not floored at the fabric's longest ``base_rtt``, so a short path (one T0) does not wait several
-        of its RTTs per random loss (what a collective's small steps cost). While the QP sees congestion
+        ``srtt + reo_wnd``). On quiet paths, srtt + max(4·rttvar, srtt/4) (RACK's default reordering
+        window is a quarter of the minimum RTT): measured on this QP's paths, not floored at the fabric's
+        longest ``base_rtt``, so a short path (one T0) does not wait several of its RTTs per random loss
+        (what a collective's small steps cost); the responder acknowledges a packet that fills a hole at
+        once, so a late packet's SACK is not held back by the coalescing delay. While the QP sees congestion
         (a trim or an ECN echo within the last `_CONGESTED_RTTS` RTTs) queues differ from path to path
         by far more than the RTT samples show: then max(2·srtt, srtt + 4·rttvar, base_rtt), since with
         trimming a congested packet is late, not lost. Before the first RTT sample, ``base_rtt``."""
@@ -581,7 +583,7 @@ class Requester:
             return self.base_rtt
         if now - self.congested_at < _CONGESTED_RTTS * max(srtt, self.base_rtt):
             return max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
-        return srtt + max(4 * self.rttvar, srtt >> 1)
+        return srtt + max(4 * self.rttvar, srtt >> 2)
 
     def _tlp_wait(self, now: int) -> int:
         """How long after the newest transmission, with no acknowledgement of it, a tail loss probe
