@@ -1,8 +1,25 @@
-"""Protocol efficacy on the built-in scenarios: random loss is recovered on the QP's own RTT."""
+"""Protocol efficacy on the built-in scenarios: random loss is recovered on the QP's own RTT; the fidelity
+benchmark prints every figure."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from openmrc.sim.scenario import load_scenario, run_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+FIDELITY_KEYS = (
+    "incast_retransmits",
+    "incast_median_fct_us",
+    "tail_fct_us_1ev",
+    "allreduce_loss1_ratio",
+    "p2p_latency_us_t0",
+    "p2p_latency_us_t1",
+    "bw_32k_fraction",
+)
 
 
 def test_random_loss_is_recovered_on_the_qps_own_rtt() -> None:
@@ -15,3 +32,21 @@ def test_random_loss_is_recovered_on_the_qps_own_rtt() -> None:
     lossless, lossy = (r.report() for r in run_scenario(doc, variants=["MRC all-reduce"]))
     assert lossy["retransmits"] > 0 and lossless["retransmits"] == 0
     assert lossy["job_goodput_gbps"] >= 0.5 * lossless["job_goodput_gbps"], (lossy, lossless)
+
+
+def test_fidelity_bench_prints_every_figure_the_issue_names() -> None:
+    """``fidelity_bench.py --quick --json``: every key, each a number, with the htsim and paper references
+    beside the figures that have them."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fidelity_bench.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    got = json.loads(out.stdout)
+    for key in FIDELITY_KEYS:
+        assert isinstance(got[key], int | float) and got[key] > 0, key
+    assert got["incast_retransmits_htsim"] == 811 and got["p2p_latency_us_t1_paper"] == 6.54
+    assert len(got["tail_fct_us_1ev_by_seed"]) == len(got["busiest_link_flows_1ev_by_seed"]) == 1
+    assert got["p2p_latency_us_t0"] < got["p2p_latency_us_t1"]  # one more switch tier, two more links
