@@ -50,3 +50,20 @@ def test_fidelity_bench_prints_every_figure_the_issue_names() -> None:
     assert got["incast_retransmits_htsim"] == 811 and got["p2p_latency_us_t1_paper"] == 6.54
     assert len(got["tail_fct_us_1ev_by_seed"]) == len(got["busiest_link_flows_1ev_by_seed"]) == 1
     assert got["p2p_latency_us_t0"] < got["p2p_latency_us_t1"]  # one more switch tier, two more links
+
+
+def test_with_one_ev_the_tail_is_the_busiest_links_share() -> None:
+    """One EV keeps a flow on one path, so the last flow to finish shares the busiest link with the others
+    the hash put there: its FCT is at least their bytes at line rate and, with NSCC sharing that link well,
+    not much more (htsim's fat tree, k=8, 2 MB permutation)."""
+    doc = load_scenario(
+        "htsim-perm-1024", ["sample_us=0", "fabric.k=8", 'workload.file="perm_128n_128c_2MB.cm"']
+    )
+    (run,) = run_scenario(doc, variants=["MRC 1 EV"])
+    assert run.sim is not None
+    size = max(f.size for f in run.sim.flows)
+    busiest = max(s.sent_bytes for s in run.sim.link_stats()) // size
+    at_line_rate_us = busiest * size * 8 / (doc["fabric"]["link_gbps"] * 1e3)
+    tail = run.report()["max_fct_us"]
+    assert busiest >= 2  # a permutation over one path each: some link carries more than one flow
+    assert at_line_rate_us < tail < 1.2 * at_line_rate_us, (busiest, tail)
