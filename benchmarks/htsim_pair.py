@@ -83,7 +83,7 @@ def pair(htsim: str, rounds: int) -> dict[str, Any]:
         "htsim_wall_s": statistics.median(h_walls),
         "openmrc_wall_s": statistics.median(o_walls),
         "wall_ratio_vs_htsim": statistics.median(ratios),
-        "ratios": ratios,
+        "ratios": [round(r, 3) for r in ratios],
         "htsim_peak_rss_mb": h_rss,
         "openmrc_peak_rss_mb": o_rss,
         "htsim_tail_fct_us": h_tail,
