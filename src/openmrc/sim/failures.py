@@ -41,7 +41,7 @@ class FailureInjector:
         self._reconverge_at: int | None = None
         self.owned: list[bool] | None = None
         """Nodes this process runs when the fabric is split (`openmrc.sim.partition`); None: all. Link
-        state changes run everywhere (each process keeps a copy of every port); a host reacts where it runs."""
+        state changes run everywhere (each process has a copy of every port); a host reacts where it runs."""
 
     def _ref(self, node: int, port: int) -> PortRef:
         if not 0 <= node < len(self.nodes):

@@ -29,10 +29,12 @@ Two transports carry the exchange: `PipeExchange` (processes forked from this on
 from __future__ import annotations
 
 import copyreg
+import dataclasses
 import io
 import os
 import pickle
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Protocol
@@ -42,6 +44,8 @@ from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
 from openmrc.sim.network import Port, SimPacket
 from openmrc.transport import Transmit, TrimMark
+from openmrc.wire import headers
+from openmrc.wire.packet import DataTemplate, Packet
 
 __all__ = [
     "Exchange",
@@ -50,11 +54,14 @@ __all__ = [
     "PipeExchange",
     "assign_ranks",
     "lookahead_ns",
+    "mpi_world",
+    "run",
     "run_local",
     "run_split",
 ]
 
 _NEVER = 1 << 62
+PROGRESS_S = 0.2
 _ZEROS = memoryview(bytes(1 << 16))
 """The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
 with anything else), so only their number crosses."""
@@ -68,8 +75,24 @@ def _zeros_reduce(m: memoryview) -> tuple[Callable[[int], memoryview], tuple[int
     return _zeros, (len(m),)
 
 
+def _fields_reduce(o: Any) -> tuple[type, tuple[Any, ...]]:
+    """A compiled dataclass (a packet, a header) rebuilt by its constructor: compiled classes do not
+    unpickle field by field."""
+    return type(o), tuple(getattr(o, f.name) for f in dataclasses.fields(o))
+
+
+def _template_reduce(t: DataTemplate) -> tuple[type, tuple[Any, ...]]:
+    imm = t.immdt
+    return DataTemplate, (t.dest_qp, t.meth.rqmsn, t.meth.msn, t.rkey, t.dma_len, imm and imm.imm_data)
+
+
 _DISPATCH = copyreg.dispatch_table.copy()
 _DISPATCH[memoryview] = _zeros_reduce
+_DISPATCH[DataTemplate] = _template_reduce
+_DISPATCH[Packet] = _fields_reduce
+for _cls in vars(headers).values():
+    if isinstance(_cls, type) and dataclasses.is_dataclass(_cls):
+        _DISPATCH[_cls] = _fields_reduce
 
 
 def _dumps(obj: Any) -> bytes:
@@ -253,9 +276,9 @@ def _unpack(d: tuple[Any, ...]) -> SimPacket:
 # -- running -------------------------------------------------------------------------------------------------
 def run_split(
     sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None = None
-) -> SimResults | None:
-    """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; rank 0 gets the results
-    of the whole run, the others None."""
+) -> SimResults:
+    """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
+    results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds."""
     _check(sim, ex.size)
     rank_of = assign_ranks(sim, ex.size)
     cut = _Cut(sim, rank_of, ex.rank)
@@ -270,6 +293,7 @@ def run_split(
     mine_src = [f for f in sim.flows if owned[f.src]]
     mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
     t = engine.now
+    shown = time.perf_counter()
     while True:
         end = min(t + window, until + 1)
         engine.run(until=end - 1)
@@ -284,7 +308,8 @@ def run_split(
         for r, (_n, _u, events) in enumerate(got):
             if r != ex.rank and events:
                 cut.decode(pickle.loads(events), engine.insert)
-        if progress is not None and ex.rank == 0:
+        if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
+            shown = time.perf_counter()
             progress(sim)
         next_t = min(g[0] for g in got)
         if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
@@ -293,10 +318,8 @@ def run_split(
     if sim.sampler is not None:
         sim.sampler.sample()
     part = _partial(sim, owned)
-    parts = ex.alltoall([part if r == 0 else None for r in range(ex.size)])
-    if ex.rank != 0:
-        return None
-    _merge(sim, parts)
+    parts = ex.alltoall([part] * ex.size)
+    _merge(sim, parts[ex.rank :] + parts[: ex.rank])
     return sim.results()
 
 
@@ -317,14 +340,15 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
         "ports": ports,
         "rtx": rtx,
         "events": sim.sim.events,
-        "samples": [] if s is None else s.samples,
+        "samples": [] if s is None else [dataclasses.astuple(x) for x in s.samples],
         "pair_bytes": [] if s is None else s.pair_bytes,
         "ev_log": [] if s is None else s.ev_log,
     }
 
 
 def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
-    """Rank 0 takes every rank's share into its own objects (replicas of nodes it did not run)."""
+    """This rank (``parts[0]``) takes every other rank's share into its own objects (its replicas of the
+    nodes it did not run)."""
     own = parts[0]
     for part in parts[1:]:
         for f in sim.flows:
@@ -359,16 +383,15 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
         tuple(map(sum, zip(*rows, strict=True)))
         for rows in zip(*(p["pair_bytes"] for p in parts), strict=True)
     ]
-    s.ev_log = _merge_ev_log(
-        [p["ev_log"] for p in parts], [x.time_ns for x in own["samples"]], s.ev_log_limit
-    )
+    s.ev_log = _merge_ev_log([p["ev_log"] for p in parts], [x[0] for x in own["samples"]], s.ev_log_limit)
 
 
-def _merge_samples(per_rank: list[list[Sample]]) -> list[Sample]:
+def _merge_samples(per_rank: list[list[tuple[Any, ...]]]) -> list[Sample]:
     out: list[Sample] = []
     last = (0, 0)
     bad = 0
-    for row in zip(*per_rank, strict=True):
+    for tuples in zip(*per_rank, strict=True):
+        row = [Sample(*t) for t in tuples]
         now = row[0].time_ns
         got = sum(s.delivered_bytes for s in row)
         rate = (got - last[1]) * 8e9 / (now - last[0]) if now > last[0] else 0.0
@@ -432,15 +455,34 @@ class MpiExchange:
         return got
 
 
+def mpi_world() -> MpiExchange | None:
+    """The MPI exchange when this process is one of several started by ``mpiexec`` (None otherwise)."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        if int(os.environ.get(var, "1") or 1) > 1:
+            return MpiExchange()
+    return None
+
+
+def run(
+    sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+) -> SimResults:
+    """Run ``sim`` on ``ranks`` ranks: over MPI when started by ``mpiexec`` (its size must be ``ranks``),
+    else in processes forked from this one."""
+    ex = mpi_world()
+    if ex is None:
+        return run_local(sim, ranks, until, progress)
+    if ex.size != ranks:
+        raise PartitionError(f"--ranks {ranks}, but mpiexec started {ex.size} processes")
+    return run_split(sim, ex, until, progress)
+
+
 def run_local(
     sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
 ) -> SimResults:
     """Run ``sim`` split over ``ranks`` processes forked from this one (this one is rank 0)."""
     _check(sim, ranks)
     if ranks == 1:
-        result = run_split(sim, PipeExchange(0, 1, {}), until, progress)
-        assert result is not None
-        return result
+        return run_split(sim, PipeExchange(0, 1, {}), until, progress)
     pipes = {(a, b): Pipe() for a in range(ranks) for b in range(a + 1, ranks)}
 
     def conns(rank: int) -> dict[int, Connection]:
@@ -467,6 +509,6 @@ def run_local(
         result = run_split(sim, PipeExchange(0, ranks, conns(0)), until, progress)
     finally:
         failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
-    if failed or result is None:
+    if failed:
         raise PartitionError(f"{len(failed)} of {ranks - 1} forked ranks failed")
     return result
