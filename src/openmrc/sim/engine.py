@@ -55,6 +55,7 @@ _MASK: Final = WHEEL_NS - 1
 _NEVER: Final = 1 << 62
 ORIGIN_SHIFT: Final = 36
 """An ordered-mode tie is ``origin << ORIGIN_SHIFT | n`` (the origin's ``n``-th event)."""
+_ORIGIN_1: Final = 1 << ORIGIN_SHIFT
 
 
 def event_key(at: int, priority: int, seq: int) -> int:
@@ -118,6 +119,9 @@ class Simulator:
         self.now_heap: list[tuple[int, Callable[[Any], None], Any]] = []
         """Ordered mode: priority-0 events scheduled for the time being run, while it runs."""
         self.in_now = False
+        self.setup_events = 0
+        """Ordered mode: events of origin 0 (set-up, failures, sampling) run so far: a split run runs them
+        in every process."""
         self.outbox: list[tuple[int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: (time, tie, callback, argument) of events for another process (negative origins)."""
 
@@ -313,11 +317,13 @@ class Simulator:
                 elif self.heap_next == t:  # a higher priority at t, after every priority-0 event of t
                     e = _heappop(heap)
                     self.heap_next = heap[0][0] if heap else _NEVER
-                    cb, arg = e[3], e[4]
+                    _tie, cb, arg = e[2], e[3], e[4]
                 else:
                     break
                 cb(arg)
                 n += 1
+                if _tie < _ORIGIN_1:
+                    self.setup_events += 1
             self.in_now = False
             t += 1
         self.events += n
