@@ -163,25 +163,22 @@ def test_cli_ranks_writes_the_same_files(tmp_path: Path) -> None:
 )
 def test_mpi_ranks_give_the_single_process_results(tmp_path: Path) -> None:
     script = tmp_path / "run.py"
-    script.write_text(
+    script.write_text(  # each rank writes its own file (their stdout lines may interleave)
         "import sys\n"
+        "from mpi4py import MPI\n"
         "from openmrc.sim import partition\n"
         "from tests.test_sim_partition import _clos, _view\n"
-        "res = partition.run(_clos(), int(sys.argv[1]), 10**9)\n"
-        "print(repr(_view(res)['flows']), repr(_view(res)['counters']))\n"
+        "res = _view(partition.run(_clos(), int(sys.argv[1]), 10**9))\n"
+        "out = f'{sys.argv[2]}/rank{MPI.COMM_WORLD.Get_rank()}.txt'\n"
+        "open(out, 'w').write(f\"{res['flows']!r} {res['counters']!r}\")\n"
     )
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
     assert mpiexec is not None
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    got = subprocess.run(
-        [mpiexec, "-n", "2", sys.executable, str(script), "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    cmd = [mpiexec, "-n", "2", sys.executable, str(script), "2", str(tmp_path)]
+    got = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert got.returncode == 0, got.stderr
-    lines = got.stdout.strip().splitlines()
     one = _view(partition.run_local(_clos(), 1, 10**9))
-    assert lines[0] == f"{one['flows']!r} {one['counters']!r}"
-    assert lines[0] == lines[1]  # every rank has the whole run's results
+    want = f"{one['flows']!r} {one['counters']!r}"
+    assert (tmp_path / "rank0.txt").read_text() == want
+    assert (tmp_path / "rank1.txt").read_text() == want  # every rank has the whole run's results

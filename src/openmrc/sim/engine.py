@@ -235,19 +235,9 @@ class Simulator:
         self.halted = False
         t = self.now
         while True:
-            # the next time with an event: walk the wheel, or jump to the heap's next event if it is empty
-            if not self.in_wheel:
-                t = self.heap_next
-                if t == _NEVER:
-                    break
-            elif not wheel[t & _MASK] and t != self.heap_next:
-                t += 1
-                continue
-            if t > limit:
-                if limit > self.now:
-                    self.now = limit
+            t = self._next_time(t, limit)
+            if t < 0:
                 break
-            self.now = t
             slot = wheel[t & _MASK]
             prio0_end = (t << TIME_SHIFT) | (1 << _PRIO_SHIFT)
             # the heap's priority-0 events of t come first (scheduled before any wheel event of t)
@@ -276,6 +266,25 @@ class Simulator:
         self.events += n
         return n
 
+    def _next_time(self, t: int, limit: int) -> int:
+        """The next time from ``t`` with an event (walk the wheel, or jump to the heap's next event when it
+        empty), made ``now``; -1 when none is left or it is past ``limit`` (``now`` then moves to ``limit``)."""
+        wheel = self.wheel
+        while True:
+            if not self.in_wheel:
+                t = self.heap_next
+                if t == _NEVER:
+                    return -1
+            elif not wheel[t & _MASK] and t != self.heap_next:
+                t += 1
+                continue
+            if t > limit:
+                if limit > self.now:
+                    self.now = limit
+                return -1
+            self.now = t
+            return t
+
     def _run_ordered(self, limit: int) -> int:
         """`_run` in tie order: each time's events sorted by (priority, tie), ``halted`` ignored (an ordered
         run stops at window ends only, where every process agrees)."""
@@ -285,18 +294,9 @@ class Simulator:
         n = 0
         t = self.now
         while True:
-            if not self.in_wheel:
-                t = self.heap_next
-                if t == _NEVER:
-                    break
-            elif not wheel[t & _MASK] and t != self.heap_next:
-                t += 1
-                continue
-            if t > limit:
-                if limit > self.now:
-                    self.now = limit
+            t = self._next_time(t, limit)
+            if t < 0:
                 break
-            self.now = t
             slot = wheel[t & _MASK]
             wheel[t & _MASK] = []
             self.in_wheel -= len(slot)
