@@ -267,8 +267,8 @@ class Simulator:
         return n
 
     def _next_time(self, t: int, limit: int) -> int:
-        """The next time from ``t`` with an event (walk the wheel, or jump to the heap's next event when it
-        empty), made ``now``; -1 when none is left or it is past ``limit`` (``now`` then moves to ``limit``)."""
+        """The next time from ``t`` with an event, made ``now`` (walk the wheel, or jump to the heap's next
+        event when the wheel is empty); -1 when none is left or it is past ``limit`` (``now`` moves there)."""
         wheel = self.wheel
         while True:
             if not self.in_wheel:
