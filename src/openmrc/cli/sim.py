@@ -23,6 +23,7 @@ from openmrc.cli.capture import PcapOption
 from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.progress import PHASES, RunProgress
 from openmrc.cli.render import make_console
+from openmrc.sim import partition
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.results_files import name_nodes, provenance, results_document, write_runs
 from openmrc.sim.scenario import (
@@ -221,6 +222,8 @@ class Selection:
     variants: list[str] | None = None
     quiet: bool = False
     prepare: Callable[[Run, FabricSim], None] | None = None
+    ranks: int | None = None
+    """Split each run over this many processes (`openmrc.sim.partition`); None: one, default order."""
 
 
 def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list[Run]:
@@ -248,7 +251,13 @@ def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list
 
         try:
             for r in iter_runs(
-                doc, progress, seeds=sel.seeds, variants=sel.variants, phase=phase, prepare=sel.prepare
+                doc,
+                progress,
+                seeds=sel.seeds,
+                variants=sel.variants,
+                phase=phase,
+                prepare=sel.prepare,
+                ranks=sel.ranks,
             ):
                 bar.finish(r.label)
                 finished.append(r)
@@ -379,8 +388,19 @@ def run(
     pcap: Annotated[Path | None, typer.Option(help="write the MRC runs' packets to this pcap file")] = None,
     pcap_flows: Annotated[str | None, typer.Option(help="--pcap: only these flows (ids: 0,5)")] = None,
     pcap_port: Annotated[str | None, typer.Option(help="--pcap: capture at HOST[:PORT], both ways")] = None,
+    ranks: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="split each run over N processes (forked, or the mpiexec ones), same results for any N "
+            "(partition-independent order: figures differ from a run without --ranks)",
+        ),
+    ] = None,
 ) -> None:
     """Run one scenario (every variant) and print a comparison table."""
+    world = partition.mpi_world() if ranks is not None else None
+    if world is not None and world.rank != 0:  # one of mpiexec's other ranks: run, show and write nothing
+        quiet, json_, out, pcap = True, False, None, None
     try:
         doc = load_scenario(scenario, set_)
     except ScenarioError as exc:
@@ -390,6 +410,7 @@ def run(
         seeds=[base + i for i in range(seeds)] if seed is not None or seeds > 1 else None,
         variants=variant,
         quiet=quiet or json_,
+        ranks=ranks,
     )
     try:
         planned = expand_runs(doc, sel.seeds, sel.variants)
@@ -405,6 +426,8 @@ def run(
     finally:
         if cap is not None:
             cap.close()
+    if world is not None and world.rank != 0:
+        return
     prov = provenance(started, sorted({r.seed for r in runs}))
     if json_:
         typer.echo(json.dumps(results_document(runs, doc, provenance=prov), indent=2, default=str))

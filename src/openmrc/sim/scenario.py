@@ -56,7 +56,7 @@ from typing import Any
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
-from openmrc.sim import workloads
+from openmrc.sim import partition, workloads
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.failures import FailureInjector
@@ -432,22 +432,33 @@ def iter_runs(
     variants: list[str] | None = None,
     phase: Callable[[Run, str], None] | None = None,
     prepare: Callable[[Run, FabricSim], None] | None = None,
+    ranks: int | None = None,
 ) -> Iterator[Run]:
     """`run_scenario` one variant at a time: each run is yielded when it has finished. ``phase(run, name)``
     is called as a run enters "build" and "set-up"; ``progress`` about every `PROGRESS_S` seconds of the
     run. An exception raised by either (e.g. KeyboardInterrupt for a stop the user asked for) ends the
     iteration there. ``prepare(run, sim)`` is called once a simulation is built, before it runs (to attach
-    a capture). A run's ``wall_s`` counts from the start of its build."""
+    a capture). A run's ``wall_s`` counts from the start of its build. ``ranks``: split each run over that
+    many processes (`openmrc.sim.partition`; the fabric in ordered mode, the same results for any count)."""
     runs = expand_runs(doc, seeds, variants)
     for r in runs:
         t0 = time.perf_counter()
+        if ranks is not None:
+            r.doc["fabric"]["ordered"] = True
         if phase is not None:
             phase(r, "build")
         sim = r.sim = build_run(r.doc, None if phase is None else functools.partial(phase, r))
         if prepare is not None:
             prepare(r, sim)
         until = int(r.doc.get("until_us", 100_000) * 1000)
-        r.results = _advance(sim, until, None if progress is None else functools.partial(progress, r))
+        tick = None if progress is None else functools.partial(progress, r)
+        if ranks is None:
+            r.results = _advance(sim, until, tick)
+        else:
+            try:
+                r.results = partition.run(sim, ranks, until, tick)
+            except (partition.PartitionError, ValueError) as exc:
+                raise ScenarioError(f"variant {r.label!r}: {exc}") from None
         victim = [f for f in r.results.flows if f.tag == "victim" and f.fct_ns is not None]
         if victim:
             r.extra |= victim_alone(r.doc, victim[0])

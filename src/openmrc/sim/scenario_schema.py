@@ -108,6 +108,9 @@ class Fabric(_Section):
     ecmp_reconverge_ns: int | None = _field(
         _SIM.ecmp_reconverge_ns, "ns", "ecmp: time until switches hash around a dead link", ge=0
     )
+    ordered: bool = _field(
+        _SIM.ordered, "", "partition-independent ties and per-port random streams (set by --ranks)"
+    )
 
     @field_validator("ecn", mode="before")
     @classmethod
