@@ -156,6 +156,13 @@ def test_cli_ranks_writes_the_same_files(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "Traceback" not in res.output
 
 
+def test_ranks_refuse_a_scenario_with_a_variant_they_cannot_split_before_running_any() -> None:
+    res = CliRunner().invoke(app, ["sim", "run", "htsim-incast-15", "--ranks", "2"])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "RoCEv2 + DCQCN" in res.output and "--variant" in res.output
+    assert "finished MRC" not in res.output  # the MRC variant, first in the file, did not run first
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("mpi4py") is None
     or shutil.which("mpiexec", path=os.path.dirname(sys.executable)) is None,

@@ -441,10 +441,17 @@ def iter_runs(
     a capture). A run's ``wall_s`` counts from the start of its build. ``ranks``: split each run over that
     many processes (`openmrc.sim.partition`; the fabric in ordered mode, the same results for any count)."""
     runs = expand_runs(doc, seeds, variants)
+    if ranks is not None:  # refuse before the first run, not after it
+        for r in runs:
+            fab = r.doc["fabric"]
+            if fab.get("transport", "mrc") != "mrc" or fab.get("pfc", False):
+                raise ScenarioError(
+                    f"variant {r.label!r}: --ranks splits MRC runs without PFC only "
+                    "(pick the MRC variants with --variant)"
+                )
+            fab["ordered"] = True
     for r in runs:
         t0 = time.perf_counter()
-        if ranks is not None:
-            r.doc["fabric"]["ordered"] = True
         if phase is not None:
             phase(r, "build")
         sim = r.sim = build_run(r.doc, None if phase is None else functools.partial(phase, r))
