@@ -13,8 +13,9 @@ A duplicate is not rewritten, only re-acknowledged. A PSN beyond the window gets
 trimmed packet NACK TRIMMED or TRIMMED_LASTHOP (unless the QP's cap says the peer cannot take them:
 then it is dropped unanswered, as a loss); a protocol violation NACK UNEXP_EVENT (fatal for the
 requester); an access violation AETH NAK remote access error. SACKs are coalesced: one every
-``sack_every`` packets, or after ``sack_delay_ns``, and at once when a packet opens a hole, fills (part
-of) one (later packets came first, so the requester's loss timer may be running on it: RFC 5681 §4.2),
+``sack_every`` packets, or after ``sack_delay_ns``, and at once when a packet opens a hole, fills one
+(later packets came first, so the requester's loss timer may be running on it: RFC 5681 §4.2; at the
+cumulative PSN only when that leaves no hole, since spraying reorders a bulk transfer all the time),
 arrives ECN-marked, asks for an ACK (last packet of a message), or is a duplicate or a probe. Each SACK
 echoes the triggering packet's EV and ECN mark (M=SKIP_ONCE) and carries 64 bits of the bitmap starting
 at the oldest arrival no SACK has reported yet (deep reordering over many paths would otherwise leave
@@ -216,6 +217,7 @@ class Responder:
         if d == 0:
             t = (~bitmap & (bitmap + 1)).bit_length() - 1  # trailing ones
             self.bitmap = bitmap >> t
+            fills_hole = fills_hole and not self.bitmap  # at cack: only when no hole is left above it
             self.unreported = (self.unreported | bit) >> t
             self.cack = cack + t
             if self.pending_imm and self.pending_imm[0][0] < self.cack and not self._complete_imm(now):
