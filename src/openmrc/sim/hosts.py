@@ -22,7 +22,7 @@ from openmrc.fabric.srv6 import UsidPlan
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
 from openmrc.sim.flows import Flow
-from openmrc.sim.network import Host, Node
+from openmrc.sim.network import Host, Node, ZeroBuffer
 from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.transport import (
     Access,
@@ -134,12 +134,13 @@ class _SimCq(CompletionQueue):
 class _MrcShared:
     """What the MRC hosts of one simulation share: the CQs with new completions, the flows' buffer."""
 
-    __slots__ = ("buf", "env", "ready", "timeout")
+    __slots__ = ("buf", "env", "ready", "timeout", "zeros")
 
     def __init__(self, env: HostEnv) -> None:
         self.env = env
         self.ready: list[CompletionQueue] = []  # flow CQs that got completions since the last drain
-        self.buf = bytearray(1 << 20)  # every flow writes from and into this one buffer
+        self.buf = bytearray(1 << 20)  # every flow writes from and into this one buffer (only zeros)
+        self.zeros = ZeroBuffer(self.buf)  # so their packets carry a shared zero payload
         self.timeout = max(0, (4 * env.base_rtt_ns // 1024).bit_length())
 
     def after_pump(self, _node: Host) -> None:
@@ -197,6 +198,7 @@ class MrcHost(SimHost):
             nic = Nic(env.planes, rng=random.Random(env.rng.getrandbits(64)), config=nic_cfg)
             node = Host(env.engine, n, nic)
             node.on_pump = shared.after_pump
+            node.zeros = shared.zeros
             out.append(cls(node, shared))
         return out
 
@@ -303,7 +305,7 @@ class MrcHost(SimHost):
     def add_flow(self, f: Flow, peer: MrcHost) -> None:
         shared = self._shared
         if len(shared.buf) < f.size:
-            shared.buf = bytearray(f.size)
+            shared.buf = shared.zeros.buf = bytearray(f.size)
         f.qp = self._flow_pair(peer)[0]
 
     def start(self, f: Flow, peer: MrcHost, now: int) -> None:
