@@ -16,7 +16,6 @@ import random
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from openmrc.ev import EVENT_MASK_ALLOWED, EVFormatMode, EVProfile, EVProfileMode, EVState, ev_echo32
 from openmrc.transport.cc import CongestionControl, create_cc
@@ -31,15 +30,35 @@ __all__ = ["EvProfileBinding", "ProfileTable"]
 EVENT_QUEUE_DEPTH = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
 class EvProfileBinding:
-    """An EV profile as the NIC holds it: every EV expanded, with its port and 32-bit echo value."""
+    """An EV profile as the NIC holds it: every EV expanded, with its port and 32-bit echo value.
 
-    profile_id: int
-    mode: EVFormatMode
-    entries: tuple[tuple[bytes, int, int], ...]
-    min_active: int
-    event_mask: int
+    A simulated fabric's NICs hold millions of EVs, so they are kept packed (the expanded values, then a
+    16-bit word per port and a 32-bit word per echo, no tuple or integer object per EV); `entries` builds
+    the (expanded EV, port, echo) tuples when asked."""
+
+    __slots__ = ("_echoes", "_evs", "_ports", "event_mask", "min_active", "mode", "profile_id")
+
+    def __init__(
+        self,
+        profile_id: int,
+        mode: EVFormatMode,
+        entries: Sequence[tuple[bytes, int, int]],
+        min_active: int,
+        event_mask: int,
+    ) -> None:
+        self.profile_id = profile_id
+        self.mode = mode
+        self._evs = tuple(ev for ev, _port, _echo in entries)
+        self._ports = array("H", [port for _ev, port, _echo in entries])
+        self._echoes = array("I", [echo for _ev, _port, echo in entries])
+        self.min_active = min_active
+        self.event_mask = event_mask
+
+    @property
+    def entries(self) -> tuple[tuple[bytes, int, int], ...]:
+        """Each EV as (expanded EV, port, 32-bit echo), in the profile's order."""
+        return tuple(zip(self._evs, self._ports, self._echoes, strict=True))
 
 
 class ProfileTable:
@@ -108,7 +127,7 @@ class ProfileTable:
         return EvProfileBinding(
             profile_id,
             EVFormatMode.UDP,
-            tuple(entries),
+            entries,
             max(1, n // 8) if min_active < 0 else min_active,
             int(EVENT_MASK_ALLOWED) if event_mask < 0 else event_mask,
         )
@@ -150,9 +169,7 @@ class ProfileTable:
                 raise LocalProtocolError(errno.EINVAL, f"ports[{i}]: port {port} outside 1..{self.num_ports}")
             ev = profile.expand(c)
             entries.append((ev, port, ev_echo32(ev, profile.fmt.mode)))
-        b = EvProfileBinding(
-            profile_id, profile.fmt.mode, tuple(entries), profile.ev_min_active, profile.event_mask
-        )
+        b = EvProfileBinding(profile_id, profile.fmt.mode, entries, profile.ev_min_active, profile.event_mask)
         self.ev[profile_id] = b
         return b
 
@@ -175,7 +192,7 @@ class ProfileTable:
             entries.append((bytes(ev), port, ev_echo32(ev, mode)))
         if not entries or not 0 <= min_active <= len(entries):
             raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(entries)}")
-        b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, tuple(entries), min_active, event_mask)
+        b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, entries, min_active, event_mask)
         return b
 
     def build_ev_table(
