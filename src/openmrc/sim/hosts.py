@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from openmrc.fabric.srv6 import UsidPlan
+from openmrc.ev import EVENT_MASK_ALLOWED
+from openmrc.fabric.srv6 import SRV6_EV_MODE, UsidPlan, ev_min_active
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
 from openmrc.sim.flows import Flow
@@ -239,8 +240,12 @@ class MrcHost(SimHost):
             return 0
         if peer not in self._profiles:
             total = plan.topo.paths_between(self._node.id, peer)
-            prof, ports = plan.ev_profile(self._node.id, peer, min(self._shared.env.config.evs_per_qp, total))
-            self.nic.add_ev_profile(peer + 1, prof, ports)
+            # `UsidPlan.ev_profile`, installed already expanded (a profile per host pair to validate and
+            # expand in the interpreter was most of setting up a large fabric's flows)
+            evs = plan.ev_expanded(self._node.id, peer, min(self._shared.env.config.evs_per_qp, total))
+            self.nic.profiles.add_expanded_profile(
+                peer + 1, SRV6_EV_MODE, evs, ev_min_active(len(evs)), int(EVENT_MASK_ALLOWED)
+            )
             self._profiles.add(peer)
         return peer + 1
 

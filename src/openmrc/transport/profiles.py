@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import errno
 import random
+import zlib
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from openmrc.ev import EVENT_MASK_ALLOWED, EVFormatMode, EVProfile, EVProfileMode, EVState, ev_echo32
 from openmrc.transport.cc import CongestionControl, create_cc
@@ -28,6 +30,7 @@ from openmrc.transport.types import LocalProtocolError
 __all__ = ["EvProfileBinding", "ProfileTable"]
 
 EVENT_QUEUE_DEPTH = 1 << 16
+_SRV6: Final = EVFormatMode.SRV6  # its echo is the CRC-32 of the expanded EV (`ev_echo32`)
 
 
 class EvProfileBinding:
@@ -189,7 +192,7 @@ class ProfileTable:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: {len(ev)} bytes, an expanded EV has 32")
             if not 1 <= port <= self.num_ports:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{self.num_ports}")
-            entries.append((bytes(ev), port, ev_echo32(ev, mode)))
+            entries.append((bytes(ev), port, zlib.crc32(ev) if mode is _SRV6 else ev_echo32(ev, mode)))
         if not entries or not 0 <= min_active <= len(entries):
             raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(entries)}")
         b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, entries, min_active, event_mask)
