@@ -89,21 +89,26 @@ class SimPacket:
     def __init__(
         self, packet: Packet | Transmit, size: int, addr: int, src: int, dst: int, port: int, entropy: int
     ) -> None:
+        tx: Transmit | None = None
+        pkt: Packet | None = None
         if isinstance(packet, Transmit):
-            self.tx: Transmit | None = packet
-            self._packet: Packet | None = None
-            self.is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
+            tx = packet
+            is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
         else:
-            self.tx = None
-            self._packet = packet
-            self.is_data = is_data_opcode(packet.bth.opcode)
+            pkt = packet
+            is_data = is_data_opcode(packet.bth.opcode)
+        self.tx = tx
+        self._packet = pkt
+        # the two flags next to each other: the compiled build packs them into one word (a packet in flight
+        # is about 150 bytes, and a large run has millions in flight)
+        self.is_data = is_data
+        self.ecn = False
         self.size = size
         self.addr = addr
         self.src = src
         self.dst = dst
         self.port = port  # the plane (1-based NIC port)
         self.entropy = entropy
-        self.ecn = False
         self.trim = TrimMark.NONE
         self.epoch = 0
         self.seg = 0
@@ -188,11 +193,11 @@ class Port:
         self.ecn_low, self.ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
         self.trimming = trimming
         self.last_hop = last_hop
+        self.up = True  # (the flags side by side: the compiled build packs them into one word)
+        self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.rng = rng
         self.free_at = 0
         self.ctrl_free_at = 0
-        self.up = True
-        self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
         self.loss = 0.0
         self.down_drop_at: int | None = None  # when the last data packet was sent into this port while down
