@@ -74,7 +74,7 @@ class ProfileTable:
         self.stats = stats
         self.ev: dict[int, EvProfileBinding] = {}
         self.cc: dict[int, tuple[str, object | None]] = {}
-        self.events: deque[EvEvent] = deque(maxlen=EVENT_QUEUE_DEPTH)
+        self._events: deque[EvEvent] | None = None  # made at the first event (see events)
         self.sinks: list[Callable[[EvEvent], None]] = []
         """Called with every queued event as well (a controller's EV event queues)."""
         self.resolver: Callable[[int, int], bool] | None = None
@@ -93,6 +93,15 @@ class ProfileTable:
                 config.link_bps * num_ports, config.base_rtt_ns, config.mtu, trimming=config.trimming
             ),
         )
+
+    @property
+    def events(self) -> deque[EvEvent]:
+        """The EV event queue, oldest first (made at first use: an empty deque is most of a kilobyte, and
+        most NICs of a simulated fabric never queue an event)."""
+        q = self._events
+        if q is None:
+            q = self._events = deque(maxlen=EVENT_QUEUE_DEPTH)
+        return q
 
     # -- EV profiles ---------------------------------------------------------------------------------------
     def has_ev_profile(self, profile_id: int) -> bool:
@@ -206,10 +215,11 @@ class ProfileTable:
         that the profile's event mask selects are queued."""
         b = self.ev_profile(profile_id)
         cfg = self.config
-        events, stats, sinks = self.events, self.stats, self.sinks
+        stats, sinks = self.stats, self.sinks
 
         def emit(ev: EvEvent) -> None:
             if ev.state & b.event_mask:
+                events = self.events
                 if len(events) == events.maxlen:
                     stats.ev_events_dropped += 1
                 events.append(ev)
@@ -238,9 +248,9 @@ class ProfileTable:
 
     def poll_events(self, n: int = 64) -> list[EvEvent]:
         """Up to ``n`` queued EV events, oldest first."""
-        events = self.events
+        events = self._events
         out: list[EvEvent] = []
-        while events and len(out) < n:
+        while events is not None and events and len(out) < n:
             out.append(events.popleft())
         return out
 
