@@ -44,15 +44,24 @@ if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
     from openmrc.sim.routing import Routing
 
-__all__ = ["HEADER_BYTES", "PAUSED", "Host", "Port", "SimNic", "SimPacket", "Switch", "Unwired", "ZeroBuffer"]
+__all__ = [
+    "HEADER_BYTES",
+    "PAUSED",
+    "Host",
+    "Pfc",
+    "Port",
+    "SimNic",
+    "SimPacket",
+    "Switch",
+    "Unwired",
+    "ZeroBuffer",
+]
 
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
 #: a 4,086-byte payload makes htsim's 4,150-byte packet.
 HEADER_BYTES: Final = 64
 PAUSED: Final = 1 << 61
 """A PFC port's ``free_at`` while it is paused with data waiting (later than any run)."""
-_NO_QUEUE: Final[deque[SimPacket]] = deque(maxlen=0)
-"""What a port without PFC shows as its queue (it holds nothing: maxlen 0)."""
 
 
 _NO_SEGMENT: Final = bytes(16)
@@ -208,7 +217,7 @@ class Port:
         self.sent_bytes = 0
         self.sent_packets = 0
         # priority flow control: off unless `enable_pfc` makes its state (a fabric has millions of ports)
-        self.pfc: _Pfc | None = None
+        self.pfc: Pfc | None = None
 
     def enable_pfc(self, xoff: int, xon: int, on_resume: Callable[[None], None] | None = None) -> None:
         """Make this port lossless: queue and serialise packets, obey PAUSE frames, and have the peer pause
@@ -216,7 +225,7 @@ class Port:
         (a host's) is called when a PAUSE ends."""
         if not 0 <= xon < xoff:
             raise ValueError(f"PFC thresholds: need 0 <= xon ({xon}) < xoff ({xoff})")
-        self.pfc = _Pfc(self, xoff, xon, on_resume)
+        self.pfc = Pfc(self, xoff, xon, on_resume)
         self.trimming = False
         self.buffer = 1 << 62  # lossless: the thresholds, not the buffer, stop the senders
 
@@ -432,44 +441,13 @@ class Port:
             return 0
         return q.paused_ns + (now - q.paused_since if q.paused else 0)
 
-    # what PFC keeps, read as the port's (empty or zero without PFC)
-    @property
-    def queue(self) -> deque[SimPacket]:
-        """Data packets waiting (PFC)."""
-        return self.pfc.queue if self.pfc is not None else _NO_QUEUE
-
-    @property
-    def queued_bytes(self) -> int:
-        return self.pfc.queued_bytes if self.pfc is not None else 0
-
-    @property
-    def max_queued(self) -> int:
-        return self.pfc.max_queued if self.pfc is not None else 0
-
-    @property
-    def paused(self) -> bool:
-        return self.pfc.paused if self.pfc is not None else False
-
-    @property
-    def pause_sent(self) -> bool:
-        """This port's peer has paused it (its ingress charge passed xoff)."""
-        return self.pfc.pause_sent if self.pfc is not None else False
-
-    @property
-    def rx_bytes(self) -> int:
-        """Bytes this port delivered that still wait at the peer (the peer's ingress charge)."""
-        return self.pfc.rx_bytes if self.pfc is not None else 0
-
     @property
     def pauses(self) -> int:
+        """PAUSE frames that stopped this port (0 without PFC; the rest of its PFC state is ``pfc``'s)."""
         return self.pfc.pauses if self.pfc is not None else 0
 
-    @property
-    def paused_ns(self) -> int:
-        return self.pfc.paused_ns if self.pfc is not None else 0
 
-
-class _Pfc:
+class Pfc:
     """A lossless port's queues, PAUSE state and counters (`Port.enable_pfc`)."""
 
     __slots__ = (
