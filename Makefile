@@ -14,7 +14,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,mpi]"
 	touch $(STAMP)
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC) scripts/build_native.py

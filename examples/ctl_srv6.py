@@ -3,7 +3,9 @@ simulated SRv6 fabric.
 
 A controller on each host builds an SRv6 EV format profile and an explicit EV profile whose EVs are uSID
 source routes, one per (plane, spine) path between the two hosts; QPs bound to it write 1 MiB, and the
-spines' packet counters show that every path carried data.
+spines' packet counters show the spraying: a QP sprays over three of each plane's four paths (its active
+EVs; the fourth is the plane's backup, which takes over when an active path fails), so in every plane at
+least three spines carry packets.
 
 * ``srv6``: each EV is one uSID destination address holding the whole path
   (locator · source T0 · spine · destination T0 · host port);
@@ -31,6 +33,7 @@ from openmrc.ev import EVFormatMode, EVProfileMode, EVState
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import Switch
+from openmrc.transport import NicConfig
 
 S = ctl.ProfileState
 EM = ctl.EvProfileAttrMask
@@ -189,7 +192,10 @@ def run(fabric: FabricSim, a: Host, b: Host, section: str) -> bool:
     verbs.dereg_mr(mra)
     verbs.dereg_mr(mrb)
     misrouted = sum(n.misrouted for n in fabric.nodes if isinstance(n, Switch))
-    return ok and all(v > 0 for v in used.values()) and misrouted == 0
+    active = round(fabric.topo.uplinks * NicConfig().active_ev_fraction)  # per plane; the rest are backups
+    planes = {k.split("-")[0] for k in used}
+    sprayed = all(sum(v > 0 for k, v in used.items() if k.startswith(f"{p}-")) >= active for p in planes)
+    return ok and sprayed and misrouted == 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,15 +29,16 @@ def _failure_free_mrc_runs() -> list[Any]:
                 continue
             marks = [pytest.mark.skipif(not _native.compiled, reason="heavy: run in the compiled pass")]
             pid = f"{name}:{run.label}"
-            params.append(pytest.param(name, run.variant, id=pid, marks=marks if heavy else []))
+            params.append(pytest.param(name, run.label, id=pid, marks=marks if heavy else []))
     return params
 
 
-@pytest.mark.parametrize(("name", "variant"), _failure_free_mrc_runs())
-def test_congestion_marks_no_ev_bad(name: str, variant: str) -> None:
-    doc = load_scenario(name)
+@pytest.mark.parametrize(("name", "label"), _failure_free_mrc_runs())
+def test_congestion_marks_no_ev_bad(name: str, label: str) -> None:
+    (point,) = [r for r in expand_runs(load_scenario(name)) if r.label == label]  # a variant at a sweep point
+    doc = point.doc
     doc["sample_us"] = doc.get("sample_us") or 5  # the sampler collects the EV events
-    (run,) = iter_runs(doc, variants=[variant])
+    (run,) = iter_runs(doc)
     assert run.sim is not None and run.results is not None
     assert run.sim.sampler is not None
     run.sim.sampler.sample()  # events since the last sample

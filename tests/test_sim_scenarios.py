@@ -131,6 +131,9 @@ SHRUNK = {
     "demo": [*SMALL_CLOS, "workload.size_kib=64", "failures.0.at_us=10"],
     "clos-perm": SMALL,
     "clos-incast": [*SMALL, "workload.senders=3"],
+    "paper-latency": [*SMALL_CLOS, "workload.messages=3"],
+    "paper-message-size": [*SMALL_CLOS, "fabric.evs_per_qp=8", "workload.total_kib=1024"],
+    "paper-qp-scaling": [*SMALL_CLOS, "fabric.evs_per_qp=8", "workload.size_kib=64"],
 }
 
 

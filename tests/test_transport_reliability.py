@@ -157,8 +157,10 @@ def test_write_with_imm_completes_in_post_order_when_tails_arrive_reversed() -> 
         i = last_psns.get(s.psn)
         return (n - i) * 30_000 if s.src == "a" and s.is_data and not s.rtx and i is not None else 0
 
-    # a base RTT above the longest hold-back: the tail loss rules must wait for these late tails
-    p = Pair(seed=4, buf_size=1 << 16, config=NicConfig(base_rtt_ns=400_000))
+    # Packets held back this long are queued somewhere, and queues mark ECN: a QP that sees congestion
+    # waits at least the base RTT before it takes a late packet for a lost one. A base RTT above the
+    # longest hold-back: the tail loss rules must wait for these late tails.
+    p = Pair(seed=4, buf_size=1 << 16, config=NicConfig(base_rtt_ns=400_000), imp=Impairments(ecn=1.0))
     install(p, hold_back_tails)
     log = tap_receive(p, p.b)
     ids = post_imm(p, plan)
@@ -435,3 +437,25 @@ def test_a_lost_tail_is_probed_after_two_rtts_of_its_own_path_not_of_the_longest
     sack_delay = p.a.config.sack_delay_ns
     pto = max(2 * srtt + sack_delay, base_rtt // 2)
     assert sent[1] - sent[0] <= srtt + sack_delay + pto + 1_000 < base_rtt
+
+
+def test_a_packet_that_fills_a_hole_is_acknowledged_at_once() -> None:
+    """Later packets came first, so the requester may already be timing the late one as lost: its SACK
+    goes at the instant it arrives (RFC 5681 §4.2), not after the coalescing delay, or a quiet QP's short
+    loss wait would resend it spuriously."""
+    p = Pair(seed=3, buf_size=1 << 16)
+    late = 1
+
+    def hold_back(s: Sent) -> int:
+        return 700 if s.src == "a" and s.is_data and s.psn == late else 0
+
+    hook = install(p, hold_back)
+    rx_b = tap_receive(p, p.b)
+    p.write(0, 8 * MTU)
+    run_until_completions(p, 1)
+    assert statuses(p.completions()) == [(1, WcStatus.SUCCESS)]
+    order = [r.packet.bth.psn for r in rx_b if r.packet.bth.opcode != Opcode.ACK]
+    assert order.index(late) > order.index(late + 1)  # it really came after a later one
+    arrival = next(r.time for r in rx_b if r.packet.bth.psn == late and r.packet.bth.opcode != Opcode.ACK)
+    assert arrival in {s.time for s in hook.select(src="b", data=False)}
+    assert p.a.stats.retransmits == 0

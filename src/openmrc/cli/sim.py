@@ -23,6 +23,7 @@ from openmrc.cli.capture import PcapOption
 from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.progress import PHASES, RunProgress
 from openmrc.cli.render import make_console
+from openmrc.sim import partition
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.results_files import name_nodes, provenance, results_document, write_runs
 from openmrc.sim.scenario import (
@@ -58,6 +59,7 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("completed", "flows\ndone", "{:,.0f}", True),
     ("job_time_us", "job\nµs", "{:,.1f}", True),
     ("job_goodput_gbps", "job\nGb/s", "{:,.0f}", True),
+    ("goodput_fraction", "of line\nrate", "{:.1%}", False),
     ("median_fct_us", "FCT p50\nµs", "{:,.1f}", True),
     ("p99_fct_us", "FCT p99\nµs", "{:,.1f}", False),
     ("max_fct_us", "FCT max\nµs", "{:,.1f}", True),
@@ -65,10 +67,12 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("trims", "\ntrims", "{:,.0f}", False),
     ("drops", "\ndrops", "{:,.0f}", True),
 )
-#: Columns shown only when some run reports them: a victim flow's FCT and slowdown, PFC pauses.
+#: Columns shown only when some run reports them: a victim flow's FCT and slowdown, Write-with-Immediate
+#: delivery times, PFC pauses.
 OPTIONAL_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("victim_max_fct_us", "victim\nµs", "{:,.1f}", False),
     ("victim_slowdown", "victim\n×alone", "{:,.2f}", True),
+    ("median_delivery_us", "delivery\np50 µs", "{:,.2f}", True),
     ("pfc_pauses", "PFC\npauses", "{:,.0f}", False),
     ("wall_s", "wall\ns", "{:,.1f}", False),
 )
@@ -127,15 +131,37 @@ def print_notes(runs: list[Run], doc: dict[str, Any]) -> None:
             )
     for ref in doc.get("references", []):
         for r in runs:
-            if r.variant != ref["variant"]:
+            if r.variant != ref["variant"] or not _at(r.doc, ref.get("at", {})):
                 continue
             ours = r.report().get(ref["figure"])
-            line = f"  {r.label}: {ref['figure']} {ref['source']} {ref['value']:,.1f}"
+            line = f"  {r.label}: {ref['figure']} {ref['source']} {_num(ref['value'])}"
             if isinstance(ours, int | float):
-                line += f", openmrc {ours:,.1f} ({ours / ref['value']:.2f}×)"
+                line += f", openmrc {_num(ours)} ({ours / ref['value']:.2f}×)"
             else:
                 line += ", openmrc –"
-            console.print(line)
+            console.print(line, highlight=False)
+            if ref.get("note"):
+                console.print(f"    {ref['note']}", highlight=False)
+
+
+def _num(v: float) -> str:
+    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def _at(doc: dict[str, Any], point: dict[str, Any]) -> bool:
+    """Whether a run's resolved document has the values of a sweep point (``{"workload.size_bytes": 8}``)."""
+    for key, want in point.items():
+        node: Any = doc
+        for part in key.split("."):
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return False
+        if node != want:
+            return False
+    return True
 
 
 def print_outages(runs: list[Run]) -> None:
@@ -196,6 +222,8 @@ class Selection:
     variants: list[str] | None = None
     quiet: bool = False
     prepare: Callable[[Run, FabricSim], None] | None = None
+    ranks: int | None = None
+    """Split each run over this many processes (`openmrc.sim.partition`); None: one, default order."""
 
 
 def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list[Run]:
@@ -223,7 +251,13 @@ def run_with_progress(doc: dict[str, Any], sel: Selection = Selection()) -> list
 
         try:
             for r in iter_runs(
-                doc, progress, seeds=sel.seeds, variants=sel.variants, phase=phase, prepare=sel.prepare
+                doc,
+                progress,
+                seeds=sel.seeds,
+                variants=sel.variants,
+                phase=phase,
+                prepare=sel.prepare,
+                ranks=sel.ranks,
             ):
                 bar.finish(r.label)
                 finished.append(r)
@@ -354,8 +388,19 @@ def run(
     pcap: Annotated[Path | None, typer.Option(help="write the MRC runs' packets to this pcap file")] = None,
     pcap_flows: Annotated[str | None, typer.Option(help="--pcap: only these flows (ids: 0,5)")] = None,
     pcap_port: Annotated[str | None, typer.Option(help="--pcap: capture at HOST[:PORT], both ways")] = None,
+    ranks: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="split each run over N processes (forked, or the mpiexec ones), same results for any N "
+            "(partition-independent order: figures differ from a run without --ranks)",
+        ),
+    ] = None,
 ) -> None:
     """Run one scenario (every variant) and print a comparison table."""
+    world = partition.mpi_world() if ranks is not None else None
+    if world is not None and world.rank != 0:  # one of mpiexec's other ranks: run, show and write nothing
+        quiet, json_, out, pcap = True, False, None, None
     try:
         doc = load_scenario(scenario, set_)
     except ScenarioError as exc:
@@ -365,6 +410,7 @@ def run(
         seeds=[base + i for i in range(seeds)] if seed is not None or seeds > 1 else None,
         variants=variant,
         quiet=quiet or json_,
+        ranks=ranks,
     )
     try:
         planned = expand_runs(doc, sel.seeds, sel.variants)
@@ -380,6 +426,8 @@ def run(
     finally:
         if cap is not None:
             cap.close()
+    if world is not None and world.rank != 0:
+        return
     prov = provenance(started, sorted({r.seed for r in runs}))
     if json_:
         typer.echo(json.dumps(results_document(runs, doc, provenance=prov), indent=2, default=str))

@@ -71,6 +71,10 @@ class FabricSimConfig:
     """ECMP routing only: how long after a link changes state the switches hash around dead links (the
     routing protocol's convergence; real fabrics take 50 ms to seconds, kept short here so that short runs
     show both phases). None: never."""
+    ordered: bool = False
+    """Partition-independent event order and one random stream per port, so that a run split across
+    processes (`openmrc.sim.partition`, ``--ranks``) gives the same results as in one: ties and random draws
+    differ from the default order's, so figures differ from a default run's. MRC hosts without PFC only."""
 
     def __post_init__(self) -> None:
         if self.routing not in ("srv6", "ecmp"):
@@ -79,6 +83,8 @@ class FabricSimConfig:
             raise ValueError(f"FabricSimConfig.transport: {self.transport!r} is not 'mrc' or 'roce'")
         if self.transport == "roce" and self.routing != "ecmp":
             raise ValueError("FabricSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
+        if self.ordered and (self.transport != "mrc" or self.pfc):
+            raise ValueError("FabricSimConfig.ordered: MRC hosts without PFC only")
         if self.pfc and not 0 <= self.pfc_xon < self.pfc_xoff <= 1:
             raise ValueError(
                 f"FabricSimConfig.pfc_xon / pfc_xoff: need 0 <= pfc_xon ({self.pfc_xon}) "

@@ -16,6 +16,18 @@ runs the heap's priority-0 events of ``t`` first (they were scheduled before any
 event enters the wheel only once its time is within `WHEEL_NS` of now, and now only grows), then the wheel
 slot of ``t`` (including events added to it while it runs), then the heap's higher priorities one at a
 time, going back to the slot whenever one of them scheduled more at ``t``. That is exactly the key order.
+
+Partition-independent order (`Simulator.order_by_origin`)
+---------------------------------------------------------
+The sequence number is global scheduling order: it depends on everything else the process scheduled, so a
+simulation split across processes (`openmrc.sim.partition`) cannot reproduce it. In ordered mode an event's
+tie-break is instead ``origin << 36 | n``: ``origin`` is who scheduled it (0: set-up and failures, node
+``i``: ``i + 1``) and ``n`` counts that origin's events. A node's events run where the node lives, so its
+count is the same however the fabric is split, and so is every tie. At each time the slot is sorted by
+tie; an event scheduled for the current time while it runs is merged in by tie (`now_heap`). Two events of
+different nodes at one time never touch the same state (links have a latency), so each node sees its
+events in the same order in every split. An origin made negative (``~origin``) marks an event for another
+process: it goes to `outbox` instead (the link to that process is longer than the exchange window).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["TIME_SHIFT", "WHEEL_NS", "PausedGc", "Simulator", "event_key"]
+__all__ = ["ORIGIN_SHIFT", "TIME_SHIFT", "WHEEL_NS", "PausedGc", "Simulator", "event_key"]
 
 # Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
 _heappop: Final = heapq.heappop
@@ -41,6 +53,9 @@ WHEEL_NS: Final = 1 << _WHEEL_BITS
 """How far ahead (ns) the timing wheel reaches; later events wait in the heap."""
 _MASK: Final = WHEEL_NS - 1
 _NEVER: Final = 1 << 62
+ORIGIN_SHIFT: Final = 36
+"""An ordered-mode tie is ``origin << ORIGIN_SHIFT | n`` (the origin's ``n``-th event)."""
+_ORIGIN_1: Final = 1 << ORIGIN_SHIFT
 
 
 def event_key(at: int, priority: int, seq: int) -> int:
@@ -95,16 +110,42 @@ class Simulator:
         self.events = 0
         self.halted = False
         """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
+        self.ordered = False
+        """Partition-independent ties (`order_by_origin`): wheel slots then hold (tie, callback, argument)."""
+        self.counts: list[int] = []
+        """Ordered mode: events scheduled so far by each origin."""
+        self.oheap: list[tuple[int, int, int, Callable[[Any], None], Any]] = []
+        """Ordered mode: (time, priority, tie, callback, argument) of the events not in the wheel."""
+        self.now_heap: list[tuple[int, Callable[[Any], None], Any]] = []
+        """Ordered mode: priority-0 events scheduled for the time being run, while it runs."""
+        self.in_now = False
+        self.setup_events = 0
+        """Ordered mode: events of origin 0 (set-up, failures, sampling) run so far: a split run runs them
+        in every process."""
+        self.outbox: list[tuple[int, int, Callable[[Any], None], Any]] = []
+        """Ordered mode: (time, tie, callback, argument) of events for another process (negative origins)."""
 
-    def schedule(self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0) -> None:
-        """Call ``callback(arg)`` at time ``at`` (not before now)."""
+    def order_by_origin(self, origins: int) -> None:
+        """Break ties by origin (0..``origins``) and each origin's own count instead of global scheduling
+        order (see the module's notes). Call before anything is scheduled."""
+        if self.seq:
+            raise ValueError("order_by_origin: events are already scheduled")
+        self.ordered = True
+        self.counts = [0] * (origins + 1)
+
+    def schedule(
+        self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0, origin: int = 0
+    ) -> None:
+        """Call ``callback(arg)`` at time ``at`` (not before now); ``origin`` breaks ties in ordered mode."""
         if at < self.now:
             raise ValueError(f"cannot schedule at {at} ns, before now ({self.now} ns)")
         if not 0 <= priority < _PRIO_LIMIT:
             raise ValueError(f"priority {priority} outside 0..{_PRIO_LIMIT - 1}")
         if self.seq + 1 >= _SEQ_LIMIT:
             raise OverflowError(f"more than {_SEQ_LIMIT - 1} events scheduled")
-        if priority:
+        if self.ordered:
+            self._push_ordered(at, callback, arg, origin, priority)
+        elif priority:
             self.seq += 1
             self._to_heap(event_key(at, priority, self.seq), callback, arg)
         else:
@@ -121,6 +162,47 @@ class Simulator:
         else:
             self._to_heap((at << TIME_SHIFT) | seq, callback, arg)  # event_key(at, 0, seq), inlined
 
+    def push_from(self, at: int, callback: Callable[[Any], None], arg: Any, origin: int) -> None:
+        """`push` by ``origin`` (which only ordered mode reads)."""
+        if self.ordered:
+            self._push_ordered(at, callback, arg, origin, 0)
+            return
+        self.seq = seq = self.seq + 1
+        if at - self.now < WHEEL_NS:
+            slot = self.wheel[at & _MASK]
+            slot.append(callback)
+            slot.append(arg)
+            self.in_wheel += 1
+        else:
+            self._to_heap((at << TIME_SHIFT) | seq, callback, arg)
+
+    def _push_ordered(
+        self, at: int, callback: Callable[[Any], None], arg: Any, origin: int, prio: int
+    ) -> None:
+        remote = origin < 0
+        if remote:
+            origin = ~origin
+        n = self.counts[origin] + 1
+        self.counts[origin] = n
+        tie = (origin << ORIGIN_SHIFT) | n
+        if remote:
+            self.outbox.append((at, tie, callback, arg))
+        else:
+            self.insert(at, prio, tie, callback, arg)
+
+    def insert(self, at: int, priority: int, tie: int, callback: Callable[[Any], None], arg: Any) -> None:
+        """Ordered mode: schedule an event whose tie is known (one another process sent)."""
+        self.seq += 1
+        if priority == 0 and at == self.now and self.in_now:
+            _heappush(self.now_heap, (tie, callback, arg))
+        elif priority == 0 and at - self.now < WHEEL_NS:
+            self.wheel[at & _MASK].append((tie, callback, arg))
+            self.in_wheel += 1
+        else:
+            _heappush(self.oheap, (at, priority, tie, callback, arg))
+            if at < self.heap_next:
+                self.heap_next = at
+
     def _to_heap(self, key: int, callback: Callable[[Any], None], arg: Any) -> None:
         self.pending[key] = (callback, arg)
         _heappush(self.heap, key)
@@ -135,12 +217,16 @@ class Simulator:
             for at in range(self.now, min(t, self.now + WHEEL_NS)):
                 if self.wheel[at & _MASK]:
                     return at
-        return t if self.heap else None
+        return t if self.heap or self.oheap else None
 
     def run(self, until: int | None = None, stop: Callable[[], bool] | None = None) -> int:
         """Process events in order until ``until`` (inclusive), until ``stop()`` is true, or until none is
         left. Returns the number of events processed."""
         with PausedGc():
+            if self.ordered:
+                if stop is not None:
+                    raise ValueError("ordered mode runs to a time (no stop condition)")
+                return self._run_ordered(until if until is not None else _NEVER)
             return self._run(until if until is not None else _NEVER, stop)
 
     def _run(self, limit: int, stop: Callable[[], bool] | None) -> int:
@@ -149,19 +235,9 @@ class Simulator:
         self.halted = False
         t = self.now
         while True:
-            # the next time with an event: walk the wheel, or jump to the heap's next event if it is empty
-            if not self.in_wheel:
-                t = self.heap_next
-                if t == _NEVER:
-                    break
-            elif not wheel[t & _MASK] and t != self.heap_next:
-                t += 1
-                continue
-            if t > limit:
-                if limit > self.now:
-                    self.now = limit
+            t = self._next_time(t, limit)
+            if t < 0:
                 break
-            self.now = t
             slot = wheel[t & _MASK]
             prio0_end = (t << TIME_SHIFT) | (1 << _PRIO_SHIFT)
             # the heap's priority-0 events of t come first (scheduled before any wheel event of t)
@@ -186,6 +262,69 @@ class Simulator:
                 if self._pop_heap() or (stop is not None and stop()):
                     return self._stopped(n, slot, i)
             slot.clear()
+            t += 1
+        self.events += n
+        return n
+
+    def _next_time(self, t: int, limit: int) -> int:
+        """The next time from ``t`` with an event, made ``now`` (walk the wheel, or jump to the heap's next
+        event when the wheel is empty); -1 when none is left or it is past ``limit`` (``now`` moves there)."""
+        wheel = self.wheel
+        while True:
+            if not self.in_wheel:
+                t = self.heap_next
+                if t == _NEVER:
+                    return -1
+            elif not wheel[t & _MASK] and t != self.heap_next:
+                t += 1
+                continue
+            if t > limit:
+                if limit > self.now:
+                    self.now = limit
+                return -1
+            self.now = t
+            return t
+
+    def _run_ordered(self, limit: int) -> int:
+        """`_run` in tie order: each time's events sorted by (priority, tie), ``halted`` ignored (an ordered
+        run stops at window ends only, where every process agrees)."""
+        wheel = self.wheel
+        heap = self.oheap
+        nowh = self.now_heap
+        n = 0
+        t = self.now
+        while True:
+            t = self._next_time(t, limit)
+            if t < 0:
+                break
+            slot = wheel[t & _MASK]
+            wheel[t & _MASK] = []
+            self.in_wheel -= len(slot)
+            while heap and heap[0][0] == t and heap[0][1] == 0:
+                e = _heappop(heap)
+                slot.append((e[2], e[3], e[4]))
+            self.heap_next = heap[0][0] if heap else _NEVER
+            slot.sort()
+            self.in_now = True
+            i = 0
+            end = len(slot)
+            while True:
+                if nowh and (i >= end or nowh[0][0] < slot[i][0]):
+                    _tie, cb, arg = _heappop(nowh)
+                elif i < end:
+                    _tie, cb, arg = slot[i]
+                    i += 1
+                elif self.heap_next == t:  # a higher priority at t, after every priority-0 event of t
+                    e = _heappop(heap)
+                    self.heap_next = heap[0][0] if heap else _NEVER
+                    _tie, cb, arg = e[2], e[3], e[4]
+                else:
+                    break
+                cb(arg)
+                n += 1
+                if _tie < _ORIGIN_1:
+                    self.setup_events += 1
+            self.in_now = False
             t += 1
         self.events += n
         return n

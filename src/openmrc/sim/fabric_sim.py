@@ -42,6 +42,10 @@ class FabricSim:
         self.config = config
         self.topo = topo
         self.sim = Simulator()
+        if config.ordered:
+            self.sim.order_by_origin(topo.num_nodes())
+        self.owned: list[bool] | None = None
+        """Nodes this process runs when the fabric is split (`openmrc.sim.partition`); None: all."""
         self.rng = random.Random(config.seed)
         self.flows: list[Flow] = []
         self.completed = 0
@@ -124,6 +128,7 @@ class FabricSim:
         last_hop_apart = self.hosts[0].last_hop_apart if self.hosts else False
         mark_last = ecn if cfg.last_hop_ecn else None
         port_rng = random.Random(self.rng.getrandbits(64))
+        ordered = cfg.ordered
         unwired = Unwired(-1)
         for n, node in enumerate(self.nodes):
             is_host = n < hosts
@@ -148,6 +153,9 @@ class FabricSim:
                         rng=port_rng,
                     )
                 )
+                if ordered:  # draws that do not depend on which other ports a process runs
+                    node.ports[-1].rng = random.Random((cfg.seed << 40) | (n << 12) | ref.port)
+                    node.ports[-1].origin = n + 1
                 if mark_last is not None and node.ports[-1].last_hop:  # trims still marked last-hop
                     node.ports[-1].ecn_low, node.ports[-1].ecn_high = mark_last
                 if cfg.pfc:
@@ -235,7 +243,11 @@ class FabricSim:
     def _start(self, f: Flow) -> None:
         if f.imm:
             self._recv_wait += 1
-        self.hosts[f.src].start(f, self.hosts[f.dst], self.sim.now)
+        owned = self.owned
+        if owned is None or owned[f.src]:
+            self.hosts[f.src].start(f, self.hosts[f.dst], self.sim.now)
+        elif owned[f.dst] and f.imm:  # the sender runs elsewhere: only post the receive here
+            self.hosts[f.dst].expect(f, self.hosts[f.src])
 
     def _finished(self, f: Flow, now: int, status: WcStatus) -> None:
         if f.finish is not None:
@@ -319,6 +331,10 @@ class FabricSim:
             self.sim.run(until=until)
         if self.sampler is not None:
             self.sampler.sample()
+        return self.results()
+
+    def results(self) -> SimResults:
+        """What the run so far produced (`run` returns it after running)."""
         return SimResults(
             self.flows,
             self.sim.now,

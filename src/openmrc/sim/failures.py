@@ -39,6 +39,9 @@ class FailureInjector:
         """A host that lost a NIC port (its outgoing goodput is worth watching)."""
         self.reconvergences = 0
         self._reconverge_at: int | None = None
+        self.owned: list[bool] | None = None
+        """Nodes this process runs when the fabric is split (`openmrc.sim.partition`); None: all. Link
+        state changes run everywhere (each process has a copy of every port); a host reacts where it runs."""
 
     def _ref(self, node: int, port: int) -> PortRef:
         if not 0 <= node < len(self.nodes):
@@ -211,6 +214,8 @@ class FailureInjector:
 
     def _nic_port(self, arg: tuple[Host, int, bool]) -> None:
         h, port, up = arg
+        if self.owned is not None and not self.owned[h.id]:
+            return
         now = self.sim.now
         if up:
             h.nic.port_up(port, now=now)

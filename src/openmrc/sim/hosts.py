@@ -93,6 +93,11 @@ class SimHost:
     def start(self, f: Flow, peer: Any, now: int) -> None:  # pragma: no cover - every host kind overrides
         raise NotImplementedError
 
+    def expect(self, f: Flow, peer: Any) -> None:  # pragma: no cover - MRC hosts override
+        """Flow ``f`` from ``peer`` to this host starts now, its sender in another process: post what the
+        receiving end needs (`openmrc.sim.partition`)."""
+        raise NotImplementedError
+
     def delivered_bytes(self) -> int:  # pragma: no cover - every host kind overrides
         """Bytes the receivers of this host's flows have accepted, each once."""
         raise NotImplementedError
@@ -330,6 +335,14 @@ class MrcHost(SimHost):
             now=now,
         )
         self._node.pump(now)
+
+    def expect(self, f: Flow, peer: MrcHost) -> None:
+        peer._flow_pair(self)[1].post_recv(RecvWR(f.id))
+
+    def register_flow_memory(self) -> None:
+        """Register the flows' buffer now rather than at the first flow's start (a split run registers
+        every host's in the same order in every process, so memory keys match)."""
+        self._memory()
 
     def delivered_bytes(self) -> int:
         return sum(b.responder.rcvd_bytes for _a, b in self._flow_pairs.values())

@@ -271,6 +271,19 @@ class SimResults:
             f.start for f in fl if f.start is not None
         )
 
+    def line_rate_bps(self) -> int:
+        """What the sending hosts can inject: the rate of every NIC port of every host that sends a flow."""
+        senders = {f.src for f in self.flows}
+        return sum(link.bps for link in self.links if link.node in senders)
+
+    def deliveries_us(self) -> list[float]:
+        """Start to the receiver's completion of each flow the receiver completes (Write with Immediate)."""
+        return sorted(
+            (f.recv_finish - f.start) / 1000
+            for f in self.flows
+            if f.recv_finish is not None and f.start is not None
+        )
+
     def summary(self) -> dict[str, Any]:
         fcts = self.fcts_us()
         done = len(fcts)
@@ -297,6 +310,13 @@ class SimResults:
             total = sum(f.size for f in self.flows)
             out["job_time_us"] = job / 1000
             out["job_goodput_gbps"] = total * 8 / job
+            rate = self.line_rate_bps()
+            if rate:
+                out["goodput_fraction"] = total * 8e9 / job / rate
+        delivered = self.deliveries_us()
+        if delivered:
+            out["median_delivery_us"] = statistics.median(delivered)
+            out["max_delivery_us"] = delivered[-1]
         for tag in sorted({f.tag for f in self.flows if f.tag}):
             fc = self.fcts_us(tag)
             if fc:

@@ -162,6 +162,7 @@ class Port:
         "losses",
         "marks",
         "nominal_bps",
+        "origin",
         "pace_ns",
         "peer",
         "pfc",
@@ -205,6 +206,9 @@ class Port:
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.rng = rng
+        self.origin = 0
+        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1 (negated, ``~``,
+        when the peer lives in another process); 0 until `openmrc.sim.partition` sets it."""
         self.free_at = 0
         self.ctrl_free_at = 0
         self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
@@ -311,9 +315,9 @@ class Port:
             cb = self._deliver_cb
             if cb is None:
                 cb = self._deliver_cb = self._deliver
-            self.sim.push(done + self.latency, cb, p)
+            self.sim.push_from(done + self.latency, cb, p, self.origin)
         else:
-            self.sim.push(done + self.latency, self._arrive, p)
+            self.sim.push_from(done + self.latency, self._arrive, p, self.origin)
 
     def _red(self, p: SimPacket, queued: int) -> None:
         """RED above ``ecn_low`` bytes queued: mark ``p`` with a probability rising to 1 at ``ecn_high``."""
@@ -606,13 +610,13 @@ class Host(Node):
                     soonest = ready
             if soonest < 1 << 62:
                 self.pace_pending = True
-                self.sim.schedule(soonest if soonest > now else now + 1, self._pace_cb, None)
+                self.sim.schedule(soonest if soonest > now else now + 1, self._pace_cb, None, 0, self.id + 1)
         deadline = self.nic.get_timer()
         # one pending timer event; a deadline that moved later (every ACK pushes the RTO) is left to it:
         # when it fires early it re-arms for the new deadline, so no event is pushed per ACK
         if deadline is not None and (self.timer_at is None or deadline < self.timer_at):
             self.timer_at = deadline
-            self.sim.schedule(max(deadline, now), self._timer_cb, deadline)
+            self.sim.schedule(max(deadline, now), self._timer_cb, deadline, 0, self.id + 1)
         if self.on_pump is not None:
             self.on_pump(self)
 
@@ -634,7 +638,7 @@ class Host(Node):
             return
         if due > now:  # the deadline moved later since this event was scheduled
             self.timer_at = due
-            self.sim.schedule(due, self._timer_cb, due)
+            self.sim.schedule(due, self._timer_cb, due, 0, self.id + 1)
             return
         self.nic.handle_timer(now)
         self.pump(now)

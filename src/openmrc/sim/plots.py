@@ -5,7 +5,7 @@ and without its failure) share one figure."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["BASELINE_SUFFIX", "line_rate_bps", "plot_fct_cdf", "plot_timeline"]
+__all__ = ["BASELINE_SUFFIX", "line_rate_bps", "plot_fct_cdf", "plot_size_sweep", "plot_timeline"]
 
 BASELINE_SUFFIX = ", no failure"
 """A run labelled ``X{BASELINE_SUFFIX}`` is X without its failures: drawn dashed, in X's colour."""
@@ -30,8 +30,7 @@ BASELINE_SUFFIX = ", no failure"
 
 def line_rate_bps(res: SimResults) -> int:
     """What the sending hosts can inject: the rate of every NIC port of every host that sends a flow."""
-    senders = {f.src for f in res.flows}
-    return sum(link.bps for link in res.links if link.node in senders)
+    return res.line_rate_bps()
 
 
 def _colours(labels: list[str]) -> dict[str, str]:
@@ -139,6 +138,64 @@ def plot_fct_cdf(runs: Mapping[str, SimResults], path: Path, *, title: str = "")
     if runs:
         ax.legend(fontsize=8, loc="lower right")
     return _save(fig, ax, title or "flow completion times", path)
+
+
+def _size_label(size: float, _pos: object = None) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):g} {unit}"
+    return f"{size:g} B"
+
+
+def plot_size_sweep(
+    variants: Mapping[str, Mapping[str, SimResults]],
+    path: Path,
+    *,
+    title: str = "",
+    marks: Sequence[tuple[int, float, str]] = (),
+) -> Path:
+    """Bandwidth (all bytes over first start to last completion, Gb/s) against message size (log axis)
+    for each variant's runs, one run per size, as ib_write_bw's sweep prints it; a dashed line at the
+    senders' line rate; ``marks`` (size, fraction of the line rate, label) are reference points."""
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    rates = set()
+    for variant, runs in variants.items():
+        points = []
+        for res in runs.values():
+            job = res.job_time_ns()
+            if job:
+                points.append((max(f.size for f in res.flows), sum(f.size for f in res.flows) * 8 / job))
+                rates.add(res.line_rate_bps())
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, label=variant)
+    for size, fraction, label in marks:
+        for rate in sorted(rates)[-1:]:
+            ax.plot([size], [fraction * rate / 1e9], marker="*", markersize=11, color="red", linestyle="")
+            ax.annotate(f"{label}: {fraction:.0%}", (size, fraction * rate / 1e9), xytext=(6, -14),
+                        textcoords="offset points", fontsize=8, color="red")  # fmt: skip
+    for rate in sorted(rates):
+        ax.axhline(rate / 1e9, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(
+            f"line rate {rate / 1e9:,.0f} Gb/s",
+            (0.01, rate / 1e9),
+            xycoords=("axes fraction", "data"),
+            xytext=(0, 3),
+            textcoords="offset points",
+            fontsize=8,
+            color="grey",
+        )
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(ticker.LogLocator(base=4))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(_size_label))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.tick_params(axis="x", labelsize=8, labelrotation=45)
+    ax.set_xlabel("message size")
+    ax.set_ylabel("bandwidth (Gb/s)")
+    ax.set_ylim(0, max(rates, default=1e9) / 1e9 * 1.08)
+    ax.grid(alpha=0.3, which="both")
+    if variants:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, 0.93))
+    return _save(fig, ax, title or "bandwidth against message size", path)
 
 
 def _save(fig: Figure, ax: Axes, title: str, path: Path) -> Path:

@@ -268,8 +268,8 @@ def write_runs(
     interrupted: str | None = None,
 ) -> list[Path]:
     """results.json, each run's CSVs (named by its label when there are several runs or the run was
-    ``interrupted``) and the plots."""
-    from openmrc.sim.plots import plot_fct_cdf, plot_timeline  # matplotlib only when plots are written
+    ``interrupted``) and the plots (bandwidth against message size too, when the scenario sweeps it)."""
+    from openmrc.sim.plots import plot_fct_cdf, plot_size_sweep, plot_timeline  # matplotlib when written
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -282,4 +282,18 @@ def write_runs(
     name = str(doc.get("name", "scenario"))
     written.append(plot_timeline(by_label, out / "timeline.png", title=f"{name}: job goodput"))
     written.append(plot_fct_cdf(by_label, out / "fct_cdf.png", title=f"{name}: flow completion times"))
+    if any(k.startswith("workload.size_") for k in doc.get("sweep", {})):
+        by_variant: dict[str, dict[str, Any]] = {}
+        for r in runs:
+            if r.results is not None and r.results.flows:
+                by_variant.setdefault(r.variant, {})[r.label] = r.results
+        marks = [
+            (int(size), float(ref["value"]), str(ref["source"]))
+            for ref in doc.get("references", [])
+            if ref["figure"] == "goodput_fraction"
+            for key, size in ref.get("at", {}).items()
+            if key == "workload.size_bytes"
+        ]
+        title = f"{name}: bandwidth against message size"
+        written.append(plot_size_sweep(by_variant, out / "bandwidth.png", title=title, marks=marks))
     return written

@@ -12,11 +12,12 @@ planes = 4
 hosts = 64
 
 [workload]
-kind = "permutation"        # incast | alltoall | allreduce | cm
+kind = "permutation"        # incast | alltoall | allreduce | cm | pair
 size_kib = 1024             # or size_bytes
 seed = 1                    # permutation; allreduce: order_seed shuffles the ring
 senders = 7                 # incast (and target = 0, victim = true, victim_size_kib)
 file = "perm.cm"            # cm: an htsim connection matrix (built-in name or path)
+messages = 1000             # pair: src → dst, depth outstanding (fewer: total_kib; imm)
 
 [[failures]]                # t0_uplink | link | switch | nic_port | flap | degrade | loss
 kind = "t0_uplink"
@@ -55,7 +56,7 @@ from typing import Any
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
-from openmrc.sim import workloads
+from openmrc.sim import partition, workloads
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.failures import FailureInjector
@@ -315,6 +316,21 @@ def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
             )
         elif kind == "alltoall":
             workloads.all_to_all(sim, _size(wl), start=start)
+        elif kind == "pair":
+            size = _size(wl)
+            messages = int(wl.get("messages", 1))
+            if "total_kib" in wl:
+                messages = min(messages, -(-(int(wl["total_kib"]) << 10) // size))
+            workloads.pair(
+                sim,
+                size,
+                src=int(wl.get("src", 0)),
+                dst=int(wl.get("dst", 1)),
+                messages=messages,
+                depth=int(wl.get("depth", 1)),
+                imm=bool(wl.get("imm", False)),
+                start=start,
+            )
         elif kind == "allreduce":
             seed = wl.get("order_seed")
             workloads.ring_allreduce(
@@ -416,13 +432,24 @@ def iter_runs(
     variants: list[str] | None = None,
     phase: Callable[[Run, str], None] | None = None,
     prepare: Callable[[Run, FabricSim], None] | None = None,
+    ranks: int | None = None,
 ) -> Iterator[Run]:
     """`run_scenario` one variant at a time: each run is yielded when it has finished. ``phase(run, name)``
     is called as a run enters "build" and "set-up"; ``progress`` about every `PROGRESS_S` seconds of the
     run. An exception raised by either (e.g. KeyboardInterrupt for a stop the user asked for) ends the
     iteration there. ``prepare(run, sim)`` is called once a simulation is built, before it runs (to attach
-    a capture). A run's ``wall_s`` counts from the start of its build."""
+    a capture). A run's ``wall_s`` counts from the start of its build. ``ranks``: split each run over that
+    many processes (`openmrc.sim.partition`; the fabric in ordered mode, the same results for any count)."""
     runs = expand_runs(doc, seeds, variants)
+    if ranks is not None:  # refuse before the first run, not after it
+        for r in runs:
+            fab = r.doc["fabric"]
+            if fab.get("transport", "mrc") != "mrc" or fab.get("pfc", False):
+                raise ScenarioError(
+                    f"variant {r.label!r}: --ranks splits MRC runs without PFC only "
+                    "(pick the MRC variants with --variant)"
+                )
+            fab["ordered"] = True
     for r in runs:
         t0 = time.perf_counter()
         if phase is not None:
@@ -431,7 +458,14 @@ def iter_runs(
         if prepare is not None:
             prepare(r, sim)
         until = int(r.doc.get("until_us", 100_000) * 1000)
-        r.results = _advance(sim, until, None if progress is None else functools.partial(progress, r))
+        tick = None if progress is None else functools.partial(progress, r)
+        if ranks is None:
+            r.results = _advance(sim, until, tick)
+        else:
+            try:
+                r.results = partition.run(sim, ranks, until, tick)
+            except (partition.PartitionError, ValueError) as exc:
+                raise ScenarioError(f"variant {r.label!r}: {exc}") from None
         victim = [f for f in r.results.flows if f.tag == "victim" and f.fct_ns is not None]
         if victim:
             r.extra |= victim_alone(r.doc, victim[0])

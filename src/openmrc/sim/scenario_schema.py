@@ -108,6 +108,9 @@ class Fabric(_Section):
     ecmp_reconverge_ns: int | None = _field(
         _SIM.ecmp_reconverge_ns, "ns", "ecmp: time until switches hash around a dead link", ge=0
     )
+    ordered: bool = _field(
+        _SIM.ordered, "", "partition-independent ties and per-port random streams (set by --ranks)"
+    )
 
     @field_validator("ecn", mode="before")
     @classmethod
@@ -135,8 +138,8 @@ class Fabric(_Section):
 class Workload(_Section):
     """The traffic: one pattern of RDMA Writes."""
 
-    kind: Literal["permutation", "incast", "alltoall", "allreduce", "cm"] = _field(
-        "permutation", "", "the traffic pattern"
+    kind: Literal["permutation", "incast", "alltoall", "allreduce", "cm", "pair"] = _field(
+        "permutation", "", "the traffic pattern (pair: one QP's messages, as ib_write_bw / ib_write_lat)"
     )
     size_kib: int = _field(256, "KiB", "bytes per flow (per rank for allreduce)", ge=1, le=1 << 30)
     size_bytes: int | None = _field(None, "bytes", "bytes per flow, when not a whole number of KiB", ge=1)
@@ -148,6 +151,16 @@ class Workload(_Section):
     victim_size_kib: int | None = _field(None, "KiB", "incast: the victim's size (default size_kib)", ge=1)
     order_seed: int | None = _field(None, "", "allreduce: shuffles the ring order (default: in order)")
     file: str | None = _field(None, "", "cm: an htsim connection matrix (path, or a shipped file's name)")
+    src: int = _field(0, "", "pair: the sending host", ge=0)
+    dst: int = _field(1, "", "pair: the receiving host", ge=0)
+    messages: int = _field(1, "", "pair: messages of size_kib (or size_bytes) each", ge=1)
+    total_kib: int | None = _field(
+        None, "KiB", "pair: fewer messages when this much has gone in all before (sweeps of size)", ge=1
+    )
+    depth: int = _field(1, "", "pair: messages outstanding at once (ib_write_bw's tx-depth)", ge=1)
+    imm: bool = _field(
+        False, "", "pair: Writes with Immediate, so the receiver sees each arrive (delivery_us)"
+    )
 
     @model_validator(mode="after")
     def _cm_file(self) -> Workload:
@@ -224,6 +237,10 @@ class Reference(_Section):
     figure: str = _field(..., "", "a results.json key of that run, e.g. max_fct_us")
     value: float = _field(..., "(the figure's)", "the reference's value")
     source: str = _field("htsim", "", "where the value comes from")
+    at: dict[str, Any] = _field(
+        {}, "", 'only the sweep point with these values, e.g. { "workload.size_bytes" = 32768 }'
+    )
+    note: str = _field("", "", "why openmrc's figure differs (what the simulation does not model)")
 
 
 class Scenario(_Section):

@@ -10,6 +10,9 @@
   2·(N−1) steps (reduce-scatter then all-gather), where rank r sends chunk to rank r+1 in step k once it
   has received step k−1 from rank r−1. Each step is a Write-with-Immediate, so the receiver's completion
   is what releases the next step.
+* `pair`: one host sends ``messages`` messages to another on their one QP, at most ``depth`` outstanding
+  (message i starts when message i − depth completes at the sender), as ib_write_bw (depth 128) and
+  ib_write_lat (depth 1) run: the bandwidth is all the bytes over first start to last completion.
 * `connection_matrix`: an htsim ``.cm`` file (`openmrc.sim.htsim_cm`): start times, sizes, triggers
   (oneshot, multishot, barrier) fired by send-done or receive-done.
 """
@@ -28,7 +31,7 @@ from openmrc.sim.flows import Flow, Trigger
 if TYPE_CHECKING:
     from openmrc.sim.htsim_cm import ConnectionMatrix
 
-__all__ = ["all_to_all", "connection_matrix", "incast", "permutation", "ring_allreduce"]
+__all__ = ["all_to_all", "connection_matrix", "incast", "pair", "permutation", "ring_allreduce"]
 
 
 def permutation(sim: FabricSim, size: int, *, seed: int = 1, start: int = 0, tag: str = "perm") -> list[Flow]:
@@ -136,6 +139,40 @@ def ring_allreduce(
                 )
                 flows.append(f)
             released = arrivals
+    return flows
+
+
+def pair(
+    sim: FabricSim,
+    size: int,
+    *,
+    src: int,
+    dst: int,
+    messages: int,
+    depth: int = 1,
+    imm: bool = False,
+    start: int = 0,
+) -> list[Flow]:
+    """``messages`` messages of ``size`` bytes from ``src`` to ``dst``, tag "pair", at most ``depth`` posted
+    and not yet complete at the sender; ``imm`` makes them Writes with Immediate (the receiver completes
+    each, so its delivery time is known)."""
+    if messages < 1 or depth < 1:
+        raise ValueError(f"pair: messages ({messages}) and depth ({depth}) must be at least 1")
+    flows: list[Flow] = []
+    with PausedGc():
+        for i in range(messages):
+            trig = None if i < depth else flows[i - depth].send_done
+            f = sim.add_flow(
+                src,
+                dst,
+                size,
+                start if trig is None else None,
+                tag="pair",
+                imm=imm,
+                trigger=trig,
+                send_done=Trigger(name=f"message {i} sent") if i + depth < messages else None,
+            )
+            flows.append(f)
     return flows
 
 

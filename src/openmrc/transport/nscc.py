@@ -35,10 +35,10 @@ sample above target counts as ``base_rtt/4`` (it is not evidence of our own queu
 sample of ``base_rtt``. The decrease only happens while ``avg > target``.
 
 *Quick adapt* (unless ``disable_qa``) handles sudden overload, e.g. incast. Time is cut into periods of
-``base_rtt + target_delay``; at the first event after a period ends, if a trim or loss happened (or the
+``base_rtt + target_delay``; at the first event after a period ends, if a trim happened (or the
 current delay exceeds ``qa_threshold``) and the bytes acknowledged during the period are fewer than
 ``max_cwnd >> qa_gate``, the window drops straight to what was achieved (at least one MTU), the pending
-``inc`` is discarded, and marked SACKs, trims and losses covering the bytes then in flight are ignored
+``inc`` is discarded, and marked SACKs and trims covering the bytes then in flight are ignored
 (their congestion predates the cut). Outside that, a trim NACK shrinks the window by the trimmed packet's
 size (but see :meth:`Nscc.on_trim` for last-hop trims) and a loss by one MTU.
 
@@ -161,7 +161,7 @@ class NsccConfig:
     qa_gate: int
     """Quick adapt only if the bytes achieved in a period are below ``max_cwnd >> qa_gate``."""
     qa_threshold: int
-    """A delay above this (ns) triggers quick adapt like a trim or loss does."""
+    """A delay above this (ns) triggers quick adapt like a trim does."""
     target_delay: int
     """Queueing delay NSCC steers towards (ns)."""
 
@@ -457,16 +457,15 @@ class Nscc(CongestionControl):
             self._cwnd = cwnd if cwnd > self.mtu else float(self.mtu)
 
     def on_loss(self, now: int, inflight: int) -> None:
-        """A timeout or inferred loss: arms quick adapt, else ``cwnd −= MTU``.
+        """A timeout or inferred loss: ``cwnd −= MTU``.
 
         htsim shrinks the window by the lost packet's size on a retransmission timeout
-        (``mark_packet_for_retransmission``); the hook carries no size, so one MTU is used.
+        (``mark_packet_for_retransmission``); the hook carries no size, so one MTU is used. Like htsim, a
+        loss does not arm quick adapt: with trimming, congestion announces itself by trims, ECN and delay,
+        and a loss without a trim is random loss or a failed path, where cutting the window to what the
+        last period achieved (a few packets for a collective's small messages) only slows recovery.
         """
         mtu = self.mtu
-        self._bytes_ignored += mtu
-        self._trigger_qa = True
-        if not self._disable_qa and self._quick_adapt(now, inflight, True, True, 0):
-            return
         cwnd = self._cwnd - mtu
         self._cwnd = cwnd if cwnd > mtu else float(mtu)
 

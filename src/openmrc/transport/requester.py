@@ -16,17 +16,18 @@ and each packet (new or retransmitted) goes on the next usable EV of the QP's ro
 
 Loss detection is by *transmission order*, not by PSN, so that retransmissions are judged fairly: every
 transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
-after it have been acknowledged *and* it was sent more than max(2·srtt, srtt + 4·rttvar, base RTT) ago —
-spraying over paths with different queues reorders far more than a single path does (RACK-like), and with
-trimming congestion does not lose packets silently, so an inferred loss must be a clear one. Near the tail
-of what has been sent (fewer than ``reorder_allowance`` packets after it) the count cannot be reached, so
-there any later packet acknowledged is enough, with the same age rule; a check timer re-runs the rule when
-only the age is missing. If the tail itself is lost nothing later can be acknowledged: when no
-acknowledgement has come for a probe timeout (PTO: 2·srtt plus the responder's SACK delay, at least half
-the base RTT; 2 · base RTT before any sample) the newest unacknowledged packet is
-sent again (a tail loss probe, RFC 8985's idea; no EV penalty), and its acknowledgement exposes the holes
-before it. Small messages (one collective step of a few packets) then recover in about two RTTs instead
-of a retransmission timeout.
+after it have been acknowledged *and* it was sent long enough ago (RACK-like; `_loss_wait`): while the
+QP sees congestion (trims, ECN echoes) max(2·srtt, srtt + 4·rttvar, base RTT) — spraying over paths with
+different queues reorders far more than a single path does, and with trimming congestion does not lose
+packets silently, so an inferred loss must be a clear one — and otherwise srtt + max(4·rttvar, srtt/4),
+this QP's own RTT rather than the fabric's longest base RTT: a short path (one T0) would otherwise wait
+several of its RTTs per random loss. Near the tail of what has been sent (fewer than
+``reorder_allowance`` packets after it) the count cannot be reached, so there any later packet
+acknowledged is enough, with the same age rule; a check timer re-runs the rule when only the age is
+missing. If the tail itself is lost nothing later can be acknowledged: when the newest packet has had no
+acknowledgement for that wait plus the SACK coalescing delay, it is sent again (a tail loss probe, RFC
+8985's idea; no EV penalty), and its acknowledgement exposes the holes before it. Small messages (one
+collective step of a few packets) then recover in about two RTTs instead of a retransmission timeout.
 A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV). Its EV is
 skipped for the rotation at once and becomes ASSUMED_BAD only when the packet's acknowledgement shows
 that the original was lost: an acknowledgement that comes sooner after the retransmission than the
@@ -110,6 +111,8 @@ _heappop: Final = heapq.heappop
 _heappush: Final = heapq.heappush
 
 _INFINITE_EXP: Final = 25
+_CONGESTED_RTTS: Final = 8
+"""A QP that saw a trim or an ECN echo this many RTTs ago or less is congested (`Requester._loss_wait`)."""
 _EMPTY: Final = memoryview(b"")
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
@@ -240,8 +243,9 @@ class Requester:
         self._peer_port_alive = qp.nic.peer_port_alive
         self.mtu = cfg.mtu
         self.reorder_allowance = cfg.reorder_allowance
-        self.base_rtt = cfg.base_rtt_ns
         self.sack_delay = cfg.sack_delay_ns
+        self.congested_at = -(1 << 62)  # last trim or ECN echo (see `_loss_wait`)
+        self.base_rtt = cfg.base_rtt_ns
         self.stats = qp.nic.stats
         self.qp_num = qp.qp_num
         self.dest_qp = 0
@@ -534,6 +538,7 @@ class Requester:
                     self._peer_port_alive(self.peer, e.port)  # a doubted plane answered
                 evs.probe_answered(e, now, m == _M_NONE)
             elif m == _SKIP_ONCE:
+                self.congested_at = now
                 evs.skip(e)
             elif m == _ALWAYS_SKIP:
                 evs.mark_bad(e, now)
@@ -543,7 +548,7 @@ class Requester:
             self.timeouts = 0
             self.cc.on_ack(now, newly, self.inflight, rtt, m == _SKIP_ONCE)
             self._arm(now)
-            self.check_deadline = now + self._pto()  # cleared below when nothing is outstanding
+            self.check_deadline = now + self._tlp_wait(now)  # cleared below when nothing is outstanding
             self._detect_losses(now)
             self._complete()
         if not outstanding:
@@ -552,9 +557,10 @@ class Requester:
                 self.rto_deadline = None
 
     def _pto(self) -> int:
-        """Probe timeout: RFC 8985's 2·srtt plus the responder's SACK coalescing delay, at least half the
-        base RTT (2 · base RTT before the first sample). The base RTT is the longest path's: a QP whose
-        paths are shorter (within one T0) must not wait two long RTTs to resend a lost tail."""
+        """How long an EV probe waits for its answer (and the least spacing of plane probes): 2·srtt plus
+        the responder's SACK coalescing delay, at least half the base RTT (2 · base RTT before the first
+        sample). The base RTT is the longest path's: a QP whose paths are shorter (within one T0) must not
+        wait two long RTTs to learn that a path is back."""
         srtt = self.srtt
         if not srtt:
             return 2 * self.base_rtt
@@ -562,14 +568,35 @@ class Requester:
         floor = self.base_rtt >> 1
         return pto if pto > floor else floor
 
+    def _loss_wait(self, now: int) -> int:
+        """How old a packet must be before an acknowledgement of later ones proves it lost (RACK's
+        ``srtt + reo_wnd``). On quiet paths, srtt + max(4·rttvar, srtt/4) (RACK's default reordering
+        window is a quarter of the minimum RTT): measured on this QP's paths, not floored at the fabric's
+        longest ``base_rtt``, so a short path (one T0) does not wait several of its RTTs per random loss
+        (what a collective's small steps cost); the responder acknowledges a packet that fills a hole at
+        once, so a late packet's SACK is not held back by the coalescing delay. While the QP sees congestion
+        (a trim or an ECN echo within the last `_CONGESTED_RTTS` RTTs) queues differ from path to path
+        by far more than the RTT samples show: then max(2·srtt, srtt + 4·rttvar, base_rtt), since with
+        trimming a congested packet is late, not lost. Before the first RTT sample, ``base_rtt``."""
+        srtt = self.srtt
+        if not srtt:
+            return self.base_rtt
+        if now - self.congested_at < _CONGESTED_RTTS * max(srtt, self.base_rtt):
+            return max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
+        return srtt + max(4 * self.rttvar, srtt >> 2)
+
+    def _tlp_wait(self, now: int) -> int:
+        """How long after the newest transmission, with no acknowledgement of it, a tail loss probe
+        goes: the loss wait plus the responder's SACK coalescing delay (the newest packet may be one
+        whose SACK is held back)."""
+        return self._loss_wait(now) + self.sack_delay
+
     def _detect_losses(self, now: int) -> None:
         acked_order = self.acked_order
         threshold = acked_order - self.reorder_allowance
         tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
-        # ...and only once it is older than max(2·srtt, srtt + 4·rttvar): spraying over paths with different
-        # queues gives RTTs a long tail, and with trimming a late packet is almost never a lost one.
-        srtt = self.srtt
-        wait = max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
+        # ...and only once it is older than the loss wait (`_loss_wait`)
+        wait = self._loss_wait(now)
         sent_before = now - wait
         by_order = self.by_order
         lost: list[_Tx] = []
@@ -619,13 +646,14 @@ class Requester:
         if self.retx or not self.by_order:
             return
         order, p = next(reversed(self.by_order.items()))
-        if order > self.tlp_order and p.sent_at + self._pto() <= now:
+        tlp = self._tlp_wait(now)
+        if order > self.tlp_order and p.sent_at + tlp <= now:
             self.tlp_order = self.order + 1  # the probe's own transmission: no second probe for it
             del self.by_order[order]
             self._lose(p)  # resent on a fresh EV, RTX set; its EV keeps its state
             self.stats.tail_probes += 1
-        elif self.check_deadline is None and p.sent_at + self._pto() > now:
-            self.check_deadline = p.sent_at + self._pto()
+        elif self.check_deadline is None and p.sent_at + tlp > now:
+            self.check_deadline = p.sent_at + tlp
         # else the newest transmission is the tail probe itself, overdue: only the retransmission timeout
         # can tell more now (re-arming the check in the past would spin the driver's timer)
 
@@ -677,6 +705,7 @@ class Requester:
         assert self.cc is not None and qp.evs is not None
         if trimmed:
             stats.trims_received += 1
+            self.congested_at = now
             last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.by_entropy.get(neth.entropy)
             if e is not None and not last_hop:

@@ -13,11 +13,12 @@ A duplicate is not rewritten, only re-acknowledged. A PSN beyond the window gets
 trimmed packet NACK TRIMMED or TRIMMED_LASTHOP (unless the QP's cap says the peer cannot take them:
 then it is dropped unanswered, as a loss); a protocol violation NACK UNEXP_EVENT (fatal for the
 requester); an access violation AETH NAK remote access error. SACKs are coalesced: one every
-``sack_every`` packets, or after ``sack_delay_ns``, and at once when a packet opens a hole, arrives
-ECN-marked, asks for an ACK (last packet of a message), or is a duplicate or a probe. Each SACK echoes the
-triggering packet's EV and ECN mark (M=SKIP_ONCE) and carries 64 bits of the bitmap starting at the oldest
-arrival no SACK has reported yet (deep reordering over many paths would otherwise leave arrivals that no
-64-bit window ever covers, and the requester would retransmit them spuriously).
+``sack_every`` packets, or after ``sack_delay_ns``, and at once when a packet opens a hole, fills (part
+of) one (later packets came first, so the requester's loss timer may be running on it: RFC 5681 §4.2),
+arrives ECN-marked, asks for an ACK (last packet of a message), or is a duplicate or a probe. Each SACK
+echoes the triggering packet's EV and ECN mark (M=SKIP_ONCE) and carries 64 bits of the bitmap starting
+at the oldest arrival no SACK has reported yet (deep reordering over many paths would otherwise leave
+arrivals that no 64-bit window ever covers, and the requester would retransmit them spuriously).
 
 Write-with-Imm messages complete when the cumulative PSN passes their last packet, so completions come in
 message (RQMSN) order even when the last packets of later messages arrive first; each consumes one posted
@@ -207,6 +208,7 @@ class Responder:
                 qp.set_error(now, WcStatus.REM_INV_REQ_ERR)
                 return
         new_hole = d > 0 and not (bitmap >> (d - 1)) & 1
+        fills_hole = bitmap >> (d + 1) != 0  # later packets came first: the sender may be judging it lost
         bit = 1 << d
         bitmap |= bit
         self.rcvd_bytes += n
@@ -223,7 +225,7 @@ class Responder:
             self.bitmap = bitmap
             self.unreported |= bit
         self.unacked += 1
-        if ecn or new_hole or ack_req or imm or self.unacked >= self.sack_every:
+        if ecn or new_hole or fills_hole or ack_req or imm or self.unacked >= self.sack_every:
             self._sack(seq, entropy, port, ecn, now, ts)
         else:
             self._last_seq = seq

@@ -1,0 +1,114 @@
+"""Scenario 1 side by side with htsim: whole-process wall time and peak RSS, paired rounds, one machine.
+
+Each round runs htsim's validation permutation (``htsim_uec -tm perm_1024n_1024c_0u_2000000b.cm
+-sender_cc_only -end 400 -paths 128``) and then openmrc's (``benchmarks/sim_bench.py --only htsim-perm``),
+each in a process of its own, timed from spawn to exit (interpreter start-up and imports included) with the
+peak RSS the kernel reports for it. Pairing the rounds and taking the median of the per-round ratios keeps
+the comparison fair on a shared, noisy machine.
+
+    python benchmarks/htsim_pair.py --htsim PATH/TO/htsim_uec [--rounds 3] [--json]
+
+htsim is not a dependency: build it from UEC's uet-htsim sources (``cmake -S htsim/sim -B build
+-DCMAKE_BUILD_TYPE=Release && cmake --build build --target htsim_uec``; the binary is
+``build/datacenter/htsim_uec``) and pass its path, or put it on PATH or in ``$HTSIM_UEC``. The tail FCT
+of both runs is printed too, so the pair is known to have simulated the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CM = ROOT / "src" / "openmrc" / "sim" / "scenarios" / "data" / "perm_1024n_1024c_0u_2000000b.cm"
+_FINISHED = re.compile(r"finished at ([0-9.]+)")
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """Run ``cmd`` to its end in a scratch directory (htsim writes its log file where it runs): (wall
+    seconds from spawn to exit, its own peak RSS in MB, its stdout)."""
+    with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory() as scratch:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=scratch)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not all children's maximum
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.stdout.close()
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{cmd[0]} failed (exit {proc.returncode}): {err.read().strip()[-300:]}")
+    return wall, usage.ru_maxrss / 1024, out
+
+
+def htsim_binary(given: str | None) -> str:
+    for cand in (given, os.environ.get("HTSIM_UEC"), shutil.which("htsim_uec")):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    raise SystemExit(
+        "htsim_uec not found: pass --htsim PATH (or set HTSIM_UEC); see --help for how to build it"
+    )
+
+
+def pair(htsim: str, rounds: int) -> dict[str, Any]:
+    ratios: list[float] = []
+    h_walls: list[float] = []
+    o_walls: list[float] = []
+    h_tail = o_tail = None
+    h_rss = o_rss = 0.0
+    for _ in range(rounds):
+        wall, rss, out = timed([htsim, "-tm", str(CM), "-sender_cc_only", "-end", "400", "-paths", "128"])
+        h_walls.append(wall)
+        h_rss = max(h_rss, rss)
+        h_tail = max(float(x) for x in _FINISHED.findall(out))
+        bench = [sys.executable, str(ROOT / "benchmarks" / "sim_bench.py"), "--only", "htsim-perm", "--json"]
+        wall_o, rss_o, out_o = timed(bench)
+        o_walls.append(wall_o)
+        got = json.loads(out_o.strip().splitlines()[-1])
+        o_tail = got["tail_fct_us_128ev"]
+        o_rss = max(o_rss, rss_o)
+        ratios.append(wall_o / wall)
+    return {
+        "htsim_wall_s": statistics.median(h_walls),
+        "openmrc_wall_s": statistics.median(o_walls),
+        "wall_ratio_vs_htsim": statistics.median(ratios),
+        "ratios": [round(r, 3) for r in ratios],
+        "htsim_peak_rss_mb": h_rss,
+        "openmrc_peak_rss_mb": o_rss,
+        "htsim_tail_fct_us": h_tail,
+        "openmrc_tail_fct_us": o_tail,
+        "rounds": rounds,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--htsim", help="path of htsim_uec (default: $HTSIM_UEC, then PATH)")
+    ap.add_argument("--rounds", type=int, default=3, help="paired rounds (median of their ratios)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    out = pair(htsim_binary(a.htsim), a.rounds)
+    if a.json:
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
+        return
+    for k, v in out.items():
+        if isinstance(v, list):
+            v = ", ".join(f"{x:.3f}" for x in v)
+        print(f"{k:24s} {v:,.3f}" if isinstance(v, float) else f"{k:24s} {v}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,514 @@
+"""One simulation split across processes (ranks), with the results of the same run in one process.
+
+Theory of operation
+-------------------
+Every rank builds the whole `FabricSim` (same configuration, same seeds, so the same objects in the same
+state) and then runs only its share of the nodes (`assign_ranks`: hosts in contiguous blocks with their
+T0s, a switch with the rank of its lower neighbours when they agree, the rest, the spines, shared out in
+turn). The other nodes stay idle replicas: a packet crossing to another rank is shipped there, and
+failures, which only change link state, run on every rank.
+
+Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators: the
+lookahead ``W`` is the shortest link latency of the fabric, so a packet sent in the window ``[t, t + W)``
+arrives at ``t + W`` or later. Each rank runs the window, then every rank sends every other one the
+packets that cross to it (`Simulator.outbox`), its next event time and its unfinished flows; the next
+window starts at the later of ``t + W`` and the earliest event anywhere. The run ends at the end of the
+window in which the last flow finished (or at ``until``), the same window whatever the split.
+
+The results do not depend on the split because the engine runs in ordered mode
+(`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
+that node's own count, and each port draws from its own random stream. A node's history therefore
+depends only on the packets it receives, and by induction it is the same on any number of ranks. What
+would let one host act on another at once (flow triggers, PFC pauses, the RoCEv2 baseline) is refused
+when the run has more than one rank.
+
+Two transports carry the exchange: `PipeExchange` (processes forked from this one, no extra needed) and
+`MpiExchange` (mpi4py, the ``mpi`` extra, under ``mpiexec``). `run_split` drives either.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import io
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection, Pipe
+from typing import Any, Protocol
+
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.hosts import MrcHost
+from openmrc.sim.metrics import Sample, SimResults
+from openmrc.sim.network import Port, SimPacket
+from openmrc.transport import Transmit, TrimMark
+from openmrc.wire import headers
+from openmrc.wire.packet import DataTemplate, Packet
+
+__all__ = [
+    "Exchange",
+    "MpiExchange",
+    "PartitionError",
+    "PipeExchange",
+    "assign_ranks",
+    "lookahead_ns",
+    "mpi_world",
+    "run",
+    "run_local",
+    "run_split",
+]
+
+_NEVER = 1 << 62
+PROGRESS_S = 0.2
+_ZEROS = memoryview(bytes(1 << 16))
+"""The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
+with anything else), so only their number crosses."""
+
+
+def _zeros(n: int) -> memoryview:
+    return _ZEROS[:n]
+
+
+def _zeros_reduce(m: memoryview) -> tuple[Callable[[int], memoryview], tuple[int]]:
+    return _zeros, (len(m),)
+
+
+def _fields_reduce(o: Any) -> tuple[type, tuple[Any, ...]]:
+    """A compiled dataclass (a packet, a header) rebuilt by its constructor: compiled classes do not
+    unpickle field by field."""
+    return type(o), tuple(getattr(o, f.name) for f in dataclasses.fields(o))
+
+
+def _template_reduce(t: DataTemplate) -> tuple[type, tuple[Any, ...]]:
+    imm = t.immdt
+    return DataTemplate, (t.dest_qp, t.meth.rqmsn, t.meth.msn, t.rkey, t.dma_len, imm and imm.imm_data)
+
+
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[memoryview] = _zeros_reduce
+_DISPATCH[DataTemplate] = _template_reduce
+_DISPATCH[Packet] = _fields_reduce
+for _cls in vars(headers).values():
+    if isinstance(_cls, type) and dataclasses.is_dataclass(_cls):
+        _DISPATCH[_cls] = _fields_reduce
+
+
+def _dumps(obj: Any) -> bytes:
+    """Pickle what crosses to another rank; a payload (a memoryview) crosses as its length."""
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
+    p.dispatch_table = _DISPATCH
+    p.dump(obj)
+    return buf.getvalue()
+
+
+class PartitionError(ValueError):
+    """A simulation that cannot be split as asked (one line, for the CLI)."""
+
+
+class Exchange(Protocol):
+    """All-to-all exchange among the ranks of one run."""
+
+    rank: int
+    size: int
+
+    def alltoall(self, out: list[Any]) -> list[Any]:
+        """Send ``out[r]`` to rank ``r`` (``out[rank]`` comes back as is); returns what each rank sent."""
+        ...  # pragma: no cover - a protocol
+
+
+# -- the split -----------------------------------------------------------------------------------------------
+def assign_ranks(sim: FabricSim, ranks: int) -> list[int]:
+    """The rank of every node: hosts in contiguous blocks of whole T0 groups, each switch with its lower
+    neighbours' rank when they agree, the others (spines) shared out in turn."""
+    topo = sim.topo
+    hosts, nodes = topo.num_hosts, topo.num_nodes()
+    if not 1 <= ranks <= hosts:
+        raise PartitionError(f"--ranks {ranks}: need 1..{hosts} (the fabric has {hosts} hosts)")
+    groups: dict[int, list[int]] = {}  # host groups by the switch behind their first port
+    for h in range(hosts):
+        groups.setdefault(topo.ports(h)[0].peer, []).append(h)
+    rank = [-1] * nodes
+    done = 0
+    for g in groups.values():
+        r = min(ranks - 1, done * ranks // hosts)
+        for h in g:
+            rank[h] = r
+        done += len(g)
+    shared = 0
+    frontier = [n for n in range(hosts, nodes)]
+    while frontier:
+        later = []
+        progress = False
+        for n in frontier:
+            below = {rank[r.peer] for r in topo.ports(n) if rank[r.peer] >= 0}
+            if not below:
+                later.append(n)
+                continue
+            if len(below) == 1:
+                rank[n] = below.pop()
+            else:
+                rank[n] = shared % ranks
+                shared += 1
+            progress = True
+        if not progress:  # switches out of reach of any host
+            for n in later:
+                rank[n] = shared % ranks
+                shared += 1
+            break
+        frontier = later
+    return rank
+
+
+def lookahead_ns(sim: FabricSim) -> int:
+    """The exchange window: the shortest link latency anywhere (not only across ranks, so that the window
+    grid, and with it where a run ends, is the same for every split)."""
+    lat = min(r.latency_ns for n in range(sim.topo.num_nodes()) for r in sim.topo.ports(n))
+    if lat < 1:
+        raise PartitionError("a split run needs every link to have a latency of at least 1 ns")
+    return lat
+
+
+def _check(sim: FabricSim, ranks: int) -> None:
+    cfg = sim.config
+    if not cfg.ordered:
+        raise PartitionError("a split run needs FabricSimConfig.ordered (set by --ranks)")
+    if ranks > 1:
+        if any(f.trigger or f.send_done or f.recv_done for f in sim.flows):
+            raise PartitionError(
+                "flow triggers start one host's flow at another's completion at once: 1 rank only"
+            )
+        if cfg.validate_wire:
+            raise PartitionError("validate_wire: 1 rank only")
+
+
+class _Cut:
+    """This rank's view: which nodes it runs, and how shipped events name their target."""
+
+    def __init__(self, sim: FabricSim, rank_of: list[int], rank: int) -> None:
+        self.rank_of = rank_of
+        self.rank = rank
+        self.nodes = sim.nodes
+        self.ports: list[Port] = []  # the cut ports of every rank, by index (shipped as that index)
+        self.code: dict[int, int] = {}  # id(callback's object) -> 2 * node (arrive) or 2 * port index + 1
+        self.dest: dict[int, int] = {}  # the same key -> the rank that runs the target
+        for n, node in enumerate(sim.nodes):
+            for p in node.ports:
+                peer = p.peer.id
+                if peer < 0 or rank_of[peer] == rank_of[n]:
+                    continue
+                if rank_of[n] == rank:
+                    p.origin = ~(n + 1)
+                self.code[id(p)] = 2 * len(self.ports) + 1
+                self.dest[id(p)] = rank_of[peer]
+                self.code[id(p.peer)] = 2 * peer
+                self.dest[id(p.peer)] = rank_of[peer]
+                self.ports.append(p)
+
+    def encode(self, outbox: list[tuple[int, int, Callable[[Any], None], Any]], size: int) -> list[list[Any]]:
+        out: list[list[Any]] = [[] for _ in range(size)]
+        for at, tie, cb, p in outbox:
+            target = id(cb.__self__)  # type: ignore[attr-defined]
+            out[self.dest[target]].append((at, tie, self.code[target], _pack(p)))
+        return out
+
+    def decode(
+        self, events: list[Any], insert: Callable[[int, int, int, Callable[[Any], None], Any], None]
+    ) -> None:
+        for at, tie, code, data in events:
+            if code & 1:
+                port = self.ports[code >> 1]
+                cb = port._deliver  # the guarded delivery the port would have scheduled
+            else:
+                arrive = self.nodes[code >> 1].arrive_cb
+                assert arrive is not None  # bound when the ports leading there were made
+                cb = arrive
+            insert(at, 0, tie, cb, _unpack(data))
+
+
+def _pack(p: SimPacket) -> tuple[Any, ...]:
+    tx = p.tx
+    assert tx is not None  # MRC hosts only
+    if tx.tpl is not None:
+        body: tuple[Any, ...] = (tx.tpl, tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload))
+    else:
+        body = (tx.packet,)
+    return (
+        p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn, int(p.trim), p.epoch, p.seg, p.flow_crc,
+        tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num, tx.size, body,
+    )  # fmt: skip
+
+
+def _unpack(d: tuple[Any, ...]) -> SimPacket:
+    (
+        size,
+        addr,
+        src,
+        dst,
+        port,
+        entropy,
+        ecn,
+        trim,
+        epoch,
+        seg,
+        crc,
+        tport,
+        peer,
+        ev,
+        tent,
+        qpn,
+        tsize,
+        body,
+    ) = d
+    if len(body) == 1:
+        tx = Transmit(tport, peer, ev, tent, body[0], qpn, tsize)
+    else:
+        tx = Transmit(tport, peer, ev, tent, None, qpn, tsize)
+        tx.tpl, tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = body[:6]
+        tx.payload = _zeros(body[6])
+    p = SimPacket(tx, size, addr, src, dst, port, entropy)
+    p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = ecn, TrimMark(trim), epoch, seg, crc
+    return p
+
+
+# -- running -------------------------------------------------------------------------------------------------
+def run_split(
+    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None = None
+) -> SimResults:
+    """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
+    results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds."""
+    _check(sim, ex.size)
+    rank_of = assign_ranks(sim, ex.size)
+    cut = _Cut(sim, rank_of, ex.rank)
+    owned = [r == ex.rank for r in rank_of]
+    sim.owned = owned
+    sim.faults.owned = owned
+    for h in sim.hosts:  # the same memory keys on every rank
+        if isinstance(h, MrcHost):
+            h.register_flow_memory()
+    engine = sim.sim
+    window = lookahead_ns(sim)
+    mine_src = [f for f in sim.flows if owned[f.src]]
+    mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
+    t = engine.now
+    shown = time.perf_counter()
+    while True:
+        end = min(t + window, until + 1)
+        engine.run(until=end - 1)
+        outbox = engine.outbox
+        engine.outbox = []
+        nxt = engine.peek()
+        soonest = min((e[0] for e in outbox), default=_NEVER)
+        local_next = min(soonest, _NEVER if nxt is None else nxt)
+        undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
+        msgs = cut.encode(outbox, ex.size)
+        got = ex.alltoall([(local_next, undone, _dumps(m) if m else b"") for m in msgs])
+        for r, (_n, _u, events) in enumerate(got):
+            if r != ex.rank and events:
+                cut.decode(pickle.loads(events), engine.insert)
+        if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
+            shown = time.perf_counter()
+            progress(sim)
+        next_t = min(g[0] for g in got)
+        if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
+            break
+        t = max(end, next_t)
+    if sim.sampler is not None:
+        sim.sampler.sample()
+    part = _partial(sim, owned)
+    parts = ex.alltoall([part] * ex.size)
+    _merge(sim, parts[ex.rank :] + parts[: ex.rank])
+    return sim.results()
+
+
+def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
+    """What this rank knows that the others do not: its flows' ends, its ports' counters, its samples."""
+    flows = {f.id: (f.finish, f.status, f.recv_finish) for f in sim.flows if owned[f.src] or owned[f.dst]}
+    ports = [
+        [
+            (p.sent_bytes, p.sent_packets, p.drops, p.losses, p.trims, p.marks, p.down_drop_at)
+            for p in node.ports
+        ]
+        for node in sim.nodes
+    ]
+    rtx = {h.id: h.retransmits() for h in sim.hosts if owned[h.id]}
+    s = sim.sampler
+    return {
+        "flows": flows,
+        "ports": ports,
+        "rtx": rtx,
+        "events": sim.sim.events - sim.sim.setup_events,  # every rank runs those: counted once, by this one
+        "samples": [] if s is None else [dataclasses.astuple(x) for x in s.samples],
+        "pair_bytes": [] if s is None else s.pair_bytes,
+        "ev_log": [] if s is None else s.ev_log,
+    }
+
+
+def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
+    """This rank (``parts[0]``) takes every other rank's share into its own objects (its replicas of the
+    nodes it did not run)."""
+    own = parts[0]
+    for part in parts[1:]:
+        for f in sim.flows:
+            got = part["flows"].get(f.id)
+            if got is None:
+                continue
+            if got[0] is not None:
+                f.finish, f.status = got[0], got[1]
+            if got[2] is not None:
+                f.recv_finish = got[2]
+        for node, counts in zip(sim.nodes, part["ports"], strict=True):
+            for p, c in zip(node.ports, counts, strict=True):
+                p.sent_bytes += c[0]
+                p.sent_packets += c[1]
+                p.drops += c[2]
+                p.losses += c[3]
+                p.trims += c[4]
+                p.marks += c[5]
+                if c[6] is not None and (p.down_drop_at is None or c[6] > p.down_drop_at):
+                    p.down_drop_at = c[6]
+        for h, n in part["rtx"].items():
+            host = sim.hosts[h]
+            assert isinstance(host, MrcHost)  # ordered runs are MRC only
+            host.nic.stats.retransmits = n
+        sim.sim.events += part["events"]
+    sim.completed = sum(f.finish is not None for f in sim.flows)
+    s = sim.sampler
+    if s is None:
+        return
+    s.samples = _merge_samples([p["samples"] for p in parts])
+    s.pair_bytes = [
+        tuple(map(sum, zip(*rows, strict=True)))
+        for rows in zip(*(p["pair_bytes"] for p in parts), strict=True)
+    ]
+    s.ev_log = _merge_ev_log([p["ev_log"] for p in parts], [x[0] for x in own["samples"]], s.ev_log_limit)
+
+
+def _merge_samples(per_rank: list[list[tuple[Any, ...]]]) -> list[Sample]:
+    out: list[Sample] = []
+    last = (0, 0)
+    bad = 0
+    for tuples in zip(*per_rank, strict=True):
+        row = [Sample(*t) for t in tuples]
+        now = row[0].time_ns
+        got = sum(s.delivered_bytes for s in row)
+        rate = (got - last[1]) * 8e9 / (now - last[0]) if now > last[0] else 0.0
+        last = (now, got)
+        to_bad = sum(s.ev_to_bad for s in row)
+        to_good = sum(s.ev_to_good for s in row)
+        bad += to_bad - to_good
+        out.append(Sample(now, got, rate, bad, to_bad, to_good, sum(s.watched_bytes for s in row)))
+    return out
+
+
+def _merge_ev_log(
+    per_rank: list[list[tuple[int, int, int, int, str]]], ticks: list[int], limit: int
+) -> list[tuple[int, int, int, int, str]]:
+    """The EV log in the one-process order: by the sample that polled an entry, then by host."""
+    import bisect
+
+    merged = [e for log in per_rank for e in log]
+    merged.sort(key=lambda e: (bisect.bisect_right(ticks, e[0]), e[1]))
+    return merged[:limit]
+
+
+# -- transports ----------------------------------------------------------------------------------------------
+class PipeExchange:
+    """The exchange among processes forked from one (no MPI): a pipe between every two ranks."""
+
+    def __init__(self, rank: int, size: int, conns: dict[int, Connection]) -> None:
+        self.rank = rank
+        self.size = size
+        self.conns = conns
+
+    def alltoall(self, out: list[Any]) -> list[Any]:
+        def send() -> None:
+            for r, c in self.conns.items():
+                c.send_bytes(pickle.dumps(out[r], pickle.HIGHEST_PROTOCOL))
+
+        sender = threading.Thread(target=send)  # a large message fills the pipe: receive while sending
+        sender.start()
+        got: list[Any] = [None] * self.size
+        got[self.rank] = out[self.rank]
+        for r, c in self.conns.items():
+            got[r] = pickle.loads(c.recv_bytes())
+        sender.join()
+        return got
+
+
+class MpiExchange:
+    """The exchange over MPI (mpi4py; the ``mpi`` extra), one rank per MPI process."""
+
+    def __init__(self) -> None:
+        try:
+            from mpi4py import MPI  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:  # pragma: no cover - depends on the extra
+            raise PartitionError("MPI runs need mpi4py: pip install 'openmrc[mpi]'") from exc
+        self.comm = MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+
+    def alltoall(self, out: list[Any]) -> list[Any]:
+        got: list[Any] = self.comm.alltoall(out)
+        return got
+
+
+def mpi_world() -> MpiExchange | None:
+    """The MPI exchange when this process is one of several started by ``mpiexec`` (None otherwise)."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        if int(os.environ.get(var, "1") or 1) > 1:
+            return MpiExchange()
+    return None
+
+
+def run(
+    sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+) -> SimResults:
+    """Run ``sim`` on ``ranks`` ranks: over MPI when started by ``mpiexec`` (its size must be ``ranks``),
+    else in processes forked from this one."""
+    ex = mpi_world()
+    if ex is None:
+        return run_local(sim, ranks, until, progress)
+    if ex.size != ranks:
+        raise PartitionError(f"--ranks {ranks}, but mpiexec started {ex.size} processes")
+    return run_split(sim, ex, until, progress)
+
+
+def run_local(
+    sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+) -> SimResults:
+    """Run ``sim`` split over ``ranks`` processes forked from this one (this one is rank 0)."""
+    _check(sim, ranks)
+    if ranks == 1:
+        return run_split(sim, PipeExchange(0, 1, {}), until, progress)
+    pipes = {(a, b): Pipe() for a in range(ranks) for b in range(a + 1, ranks)}
+
+    def conns(rank: int) -> dict[int, Connection]:
+        out = {}
+        for (a, b), (ca, cb) in pipes.items():
+            if a == rank:
+                out[b] = ca
+            elif b == rank:
+                out[a] = cb
+        return out
+
+    children = []
+    for rank in range(1, ranks):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child (its coverage is not collected)
+            code = 0
+            try:
+                run_split(sim, PipeExchange(rank, ranks, conns(rank)), until)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        children.append(pid)
+    try:
+        result = run_split(sim, PipeExchange(0, ranks, conns(0)), until, progress)
+    finally:
+        failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
+    if failed:
+        raise PartitionError(f"{len(failed)} of {ranks - 1} forked ranks failed")
+    return result

@@ -1,0 +1,191 @@
+"""A simulation split across ranks (`openmrc.sim.partition`) gives the results of the run in one process."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from openmrc.cli.main import app
+from openmrc.fabric.fattree import FatTree
+from openmrc.sim import partition
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.engine import Simulator
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.flows import Trigger
+from openmrc.sim.metrics import SimResults
+
+fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="the local backend forks")
+
+
+def _clos() -> FabricSim:
+    """A small 2-plane Clos with everything that must not depend on the split: an incast (trims, ECN
+    draws), a permutation, random loss on a plane, a link that fails and returns, a NIC port failure,
+    Write-with-Immediate flows (the receiver's completion) and sampling."""
+    sim = FabricSim.clos(FabricSimConfig(hosts=32, planes=2, evs_per_qp=8, ordered=True))
+    for i in range(1, 9):
+        sim.add_flow(3 * i, 0, 300_000, imm=i % 2 == 0)
+    for i in range(32):
+        sim.add_flow(i, (i + 13) % 32, 100_000, 5_000)
+    faults = sim.faults
+    faults.fail_link(*faults.t0_uplink(0, 0, 0), 20_000, 60_000)
+    faults.fail_nic_port(5, 2, 30_000)
+    faults.set_loss(faults.plane_ports(1), 0.01, 0, 50_000)
+    sim.sample_every(5_000)
+    return sim
+
+
+def _fat_tree() -> FabricSim:
+    """A k=4 fat tree, ECMP: pods split across ranks, core switches shared out; a core switch fails."""
+    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", evs_per_qp=16, ordered=True))
+    for i in range(16):
+        sim.add_flow(i, (i + 5) % 16, 200_000)
+    sim.faults.fail_switch(sim.topo.num_nodes() - 1, 10_000)
+    return sim
+
+
+def _view(res: SimResults) -> dict[str, Any]:
+    return {
+        "flows": [(f.id, f.start, f.finish, f.recv_finish, f.status) for f in res.flows],
+        "counters": res.counters,
+        "links": res.links,
+        "samples": res.samples,
+        "ev_log": res.ev_log,
+        "outages": res.outages,
+        "events": res.events,
+        "now": res.now,
+    }
+
+
+@fork_only
+@pytest.mark.parametrize("build", [_clos, _fat_tree])
+def test_same_results_on_1_2_and_3_ranks(build: Any) -> None:
+    one = _view(partition.run_local(build(), 1, 10**9))
+    assert all(f[2] is not None for f in one["flows"])  # every flow finished
+    assert one["counters"]["packet_hops"] > 0
+    for ranks in (2, 3):
+        assert _view(partition.run_local(build(), ranks, 10**9)) == one, ranks
+
+
+def test_the_split_keeps_t0_groups_and_shares_spines() -> None:
+    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
+    rank = partition.assign_ranks(sim, 2)
+    topo = sim.topo
+    assert sorted(set(rank)) == [0, 1]
+    for h in range(topo.num_hosts):
+        assert rank[h] == rank[topo.ports(h)[0].peer]  # a host runs with its T0
+    assert rank[: topo.num_hosts] == sorted(rank[: topo.num_hosts])  # contiguous blocks
+    cores = [
+        n for n in range(topo.num_hosts, topo.num_nodes()) if len({rank[r.peer] for r in topo.ports(n)}) > 1
+    ]
+    assert {rank[n] for n in cores} == {0, 1}  # shared out
+    assert partition.lookahead_ns(sim) == min(r.latency_ns for r in topo.ports(0))
+
+
+def test_ordered_engine_breaks_ties_by_origin_then_count() -> None:
+    sim = Simulator()
+    sim.order_by_origin(3)
+    ran: list[str] = []
+
+    def later(name: str) -> None:
+        ran.append(name)
+
+    def first(name: str) -> None:
+        ran.append(name)
+        sim.schedule(sim.now, later, "zero-delay from 1", origin=1)  # merged by tie into this time's events
+
+    sim.schedule(10, later, "3a", origin=3)
+    sim.push_from(10, later, "2a", 2)
+    sim.schedule(10, first, "1a", origin=1)
+    sim.push_from(10, later, "3b", 3)
+    sim.schedule(10, later, "prio 1", priority=1, origin=0)
+    sim.schedule(10, later, "0a", origin=0)
+    sim.run()
+    assert ran == ["0a", "1a", "zero-delay from 1", "2a", "3a", "3b", "prio 1"]
+    with pytest.raises(ValueError, match="already scheduled"):
+        sim.order_by_origin(3)
+
+
+def test_a_negative_origin_goes_to_the_outbox() -> None:
+    sim = Simulator()
+    sim.order_by_origin(2)
+    sim.push_from(5, print, "x", ~2)
+    assert sim.peek() is None
+    ((at, tie, cb, arg),) = sim.outbox
+    assert (at, cb, arg) == (5, print, "x") and tie >> 36 == 2
+
+
+@fork_only
+def test_what_acts_across_hosts_at_once_is_refused() -> None:
+    sim = FabricSim.clos(FabricSimConfig(hosts=16, planes=1, ordered=True))
+    done = Trigger()
+    sim.add_flow(0, 9, 10_000, send_done=done)
+    sim.add_flow(9, 1, 10_000, trigger=done)
+    with pytest.raises(partition.PartitionError, match="trigger"):
+        partition.run_local(sim, 2, 10**9)
+    assert partition.run_local(sim, 1, 10**9).flows[1].finish is not None  # one rank: fine
+    with pytest.raises(partition.PartitionError, match="ordered"):
+        partition.run_local(FabricSim.clos(FabricSimConfig(hosts=16, planes=1)), 2, 10**9)
+    with pytest.raises(ValueError, match="MRC hosts without PFC"):
+        FabricSimConfig(routing="ecmp", transport="roce", ordered=True)
+
+
+@fork_only
+def test_cli_ranks_writes_the_same_files(tmp_path: Path) -> None:
+    outs = []
+    for ranks in (1, 2):
+        out = tmp_path / f"r{ranks}"
+        sets = ["--set", "fabric.hosts=32", "--set", "workload.size_kib=64"]
+        res = CliRunner().invoke(
+            app, ["sim", "run", "clos-perm", "--ranks", str(ranks), "--quiet", "--out", str(out), *sets]
+        )
+        assert res.exit_code == 0, res.output
+        outs.append(out)
+    for name in ("flows.csv", "links.csv", "series.csv"):
+        assert (outs[0] / name).read_text() == (outs[1] / name).read_text(), name
+    res = CliRunner().invoke(
+        app, ["sim", "run", "clos-perm", "--ranks", "2", "--set", "fabric.transport='roce'"]
+    )
+    assert res.exit_code != 0 and "Traceback" not in res.output
+
+
+def test_ranks_refuse_a_scenario_with_a_variant_they_cannot_split_before_running_any() -> None:
+    res = CliRunner().invoke(app, ["sim", "run", "htsim-incast-15", "--ranks", "2"])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "RoCEv2 + DCQCN" in res.output and "--variant" in res.output
+    assert "finished MRC" not in res.output  # the MRC variant, first in the file, did not run first
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("mpi4py") is None
+    or shutil.which("mpiexec", path=os.path.dirname(sys.executable)) is None,
+    reason="the mpi extra (mpi4py, mpich) is not installed",
+)
+def test_mpi_ranks_give_the_single_process_results(tmp_path: Path) -> None:
+    script = tmp_path / "run.py"
+    script.write_text(  # each rank writes its own file (their stdout lines may interleave)
+        "import sys\n"
+        "from mpi4py import MPI\n"
+        "from openmrc.sim import partition\n"
+        "from tests.test_sim_partition import _clos, _view\n"
+        "res = _view(partition.run(_clos(), int(sys.argv[1]), 10**9))\n"
+        "out = f'{sys.argv[2]}/rank{MPI.COMM_WORLD.Get_rank()}.txt'\n"
+        "open(out, 'w').write(f\"{res['flows']!r} {res['counters']!r}\")\n"
+    )
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
+    assert mpiexec is not None
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    cmd = [mpiexec, "-n", "2", sys.executable, str(script), "2", str(tmp_path)]
+    got = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert got.returncode == 0, got.stderr
+    one = _view(partition.run_local(_clos(), 1, 10**9))
+    want = f"{one['flows']!r} {one['counters']!r}"
+    assert (tmp_path / "rank0.txt").read_text() == want
+    assert (tmp_path / "rank1.txt").read_text() == want  # every rank has the whole run's results
