@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from openmrc.cli.main import app
 from openmrc.ev import packet_fields
 from openmrc.fabric.clos import MultiPlaneClos
-from openmrc.fabric.srv6 import KIND_HOST, KIND_T0, KIND_T1, UsidPlan
+from openmrc.fabric.srv6 import KIND_HOST, KIND_T0, KIND_T1, SRV6_EV_MODE, UsidPlan, ev_min_active
 
 
 def medium() -> MultiPlaneClos:
@@ -148,6 +148,11 @@ def test_every_ev_of_a_profile_is_one_of_the_pairs_paths(
     assert len(set(addrs)) == count
     shares = [ports.count(p) for p in range(1, planes + 1)]
     assert max(shares) - min(shares) <= 1
+    # what simulated hosts install instead of the profile: the very same expanded EVs, ports and floor
+    expanded = plan.ev_expanded(src, dst, count)
+    assert expanded == [(prof.expand(ev), port) for ev, port in zip(prof.evs or (), ports, strict=True)]
+    assert prof.fmt is not None and prof.fmt.mode is SRV6_EV_MODE
+    assert prof.ev_min_active == ev_min_active(count)
 
 
 def test_pairs_with_few_evs_spread_over_every_uplink() -> None:

@@ -8,6 +8,7 @@ import pytest
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost, RoceV2Host
+from openmrc.sim.network import SimPacket
 from openmrc.transport import QpState, RecvWR, SendWR, Sge, WcOpcode, WcStatus, WrOpcode
 
 
@@ -38,6 +39,39 @@ def test_an_application_writes_between_simulated_hosts_beside_the_flows(routing:
     res = sim.run(until=10_000_000)
     assert flow.status is WcStatus.SUCCESS and res.summary()["completed"] == 1
     assert a.nic.stats.tx_data >= size // 4096
+
+
+def test_flow_packets_share_a_zero_payload_and_an_applications_packets_carry_its_bytes() -> None:
+    """The flows' buffer holds only zeros, so their packets in flight share one zero view per length
+    (no view each); a Write from an application's own memory still carries, and delivers, its bytes."""
+    sim = FabricSim.clos(FabricSimConfig(planes=2, hosts=9, t0_radix=8, t1_radix=8))
+    a, b = sim.host(1), sim.host(8)
+    qa, qb = a.create_qp(), b.create_qp()
+    a.connect(qa, 8, qb.qp_num)
+    b.connect(qb, 1, qa.qp_num)
+    size = 20_000
+    src, dst = bytearray(b"\x5a" * size), bytearray(size)
+    mra, mrb = a.register(src), b.register(dst)
+    flow = sim.add_flow(1, 8, 100_000)
+    payloads: list[memoryview] = []
+
+    def tap(_host: object, p: SimPacket, sent: bool) -> None:
+        if sent and p.tx is not None and p.tx.tpl is not None:
+            payloads.append(p.tx.payload)
+
+    a.node.tap = tap
+    a.post_send(qa, SendWR(9, WrOpcode.RDMA_WRITE, [Sge(mra.addr, size, mra.lkey)], mrb.addr, mrb.rkey))
+    sent = []
+    while not (sent and flow.finish is not None) and sim.sim.peek() is not None:
+        sim.sim.run(until=sim.sim.now + 1_000)
+        sent += a.poll(qa.send_cq)
+    assert [(w.wr_id, w.status) for w in sent] == [(9, WcStatus.SUCCESS)] and dst == src
+    assert flow.status is WcStatus.SUCCESS
+    own = [v for v in payloads if v.obj is src]
+    flows = [v for v in payloads if v.obj is not src]
+    assert sum(len(v) for v in own) >= size
+    assert sum(len(v) for v in flows) >= 100_000 and not any(any(v) for v in flows)
+    assert len({id(v) for v in flows}) == len({len(v) for v in flows})  # one shared view per length
 
 
 def test_only_mrc_hosts_open_their_nic() -> None:

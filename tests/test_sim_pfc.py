@@ -64,12 +64,13 @@ def test_a_pause_stops_the_upstream_port_and_nothing_is_lost() -> None:
     sim.run()
     assert [seq for _, seq in sink.got] == list(range(40))  # every packet, in order
     assert first.drops == slow.drops == 0
-    assert first.pauses >= 1 and first.paused_ns > 0 and not first.paused
+    assert first.pfc is not None and slow.pfc is not None
+    assert first.pauses >= 1 and first.pfc.paused_ns > 0 and not first.pfc.paused
     # what the relay holds is bounded by xoff plus what was already on its way when the PAUSE took effect:
     # one propagation delay back, one forward, and a packet on the wire at each end
     headroom = 2 * LAT * 100_000_000_000 // 8_000_000_000 + 2 * PKT
-    assert slow.max_queued <= 3 * PKT + headroom
-    assert first.rx_bytes == 0 and not first.pause_sent  # the relay's ingress charge is all released
+    assert slow.pfc.max_queued <= 3 * PKT + headroom
+    assert first.pfc.rx_bytes == 0 and not first.pfc.pause_sent  # the relay's ingress charge is all released
     # the slow port set the pace: the last packet left it 40 packet times (at 10 Gb/s) after the first
     assert sink.got[-1][0] - sink.got[0][0] == 39 * PKT * 8 // 10
 
@@ -84,6 +85,8 @@ def test_without_pfc_the_same_burst_overflows_a_small_buffer() -> None:
 
 def test_a_pause_takes_effect_one_propagation_delay_later_and_lets_the_current_packet_finish() -> None:
     sim, first, _slow, _sink = chain(pfc=True)
+    pfc = first.pfc
+    assert pfc is not None
     for i in range(40):
         first.send(data(i), 0)
     sent: list[int] = []
@@ -91,7 +94,7 @@ def test_a_pause_takes_effect_one_propagation_delay_later_and_lets_the_current_p
 
     def watch(_: object) -> None:
         sent.append(first.sent_packets)
-        if first.paused and not paused_at:
+        if pfc.paused and not paused_at:
             paused_at.append(sim.now)
         if sim.now < 60_000:
             sim.schedule(sim.now + 10, watch)
@@ -106,7 +109,7 @@ def test_a_pause_takes_effect_one_propagation_delay_later_and_lets_the_current_p
     during = [n for t, n in zip(range(0, 60_000, 10), sent, strict=False) if at + 400 <= t < at + 2_000]
     assert during and max(during) - min(during) <= 1
     # a paused port with data waiting tells its NIC not to hand it more
-    if first.paused and first.queue:
+    if pfc.paused and pfc.queue:
         assert first.free_at == PAUSED
 
 
@@ -155,8 +158,9 @@ def test_a_link_failure_in_a_lossless_fabric_releases_what_it_held() -> None:
     failed: list[tuple[Port, int]] = []
 
     def fail(_: object) -> None:
-        n, i, port = max(inner, key=lambda x: x[2].queued_bytes)
-        failed.append((port, port.queued_bytes))
+        n, i, port = max(inner, key=lambda x: x[2].pfc.queued_bytes if x[2].pfc is not None else 0)
+        assert port.pfc is not None
+        failed.append((port, port.pfc.queued_bytes))
         sim.faults.fail_link(n, i, sim.sim.now)
 
     sim.sim.schedule(20_000, fail)
@@ -164,7 +168,8 @@ def test_a_link_failure_in_a_lossless_fabric_releases_what_it_held() -> None:
     ((port, held),) = failed
     assert held > 0 and port.drops > 0
     assert res.summary()["completed"] == 8 and res.counters["retransmits"] > 0
-    assert not any(p.paused or p.pause_sent or p.rx_bytes for node in sim.nodes for p in node.ports)
+    pfcs = [p.pfc for node in sim.nodes for p in node.ports]
+    assert all(q is not None and not (q.paused or q.pause_sent or q.rx_bytes) for q in pfcs)
 
 
 def test_mrc_runs_on_a_lossless_fabric_too() -> None:

@@ -34,10 +34,17 @@ from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.ecmp import fmix32
 from openmrc.fabric.topology import Role
 
-__all__ = ["Route", "UsidPlan"]
+__all__ = ["SRV6_EV_MODE", "Route", "UsidPlan", "ev_min_active"]
 
 KIND_T0, KIND_T1, KIND_HOST = 1, 2, 3
 _FMT: Final = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
+SRV6_EV_MODE: Final = _FMT.mode
+"""The EV format mode of `UsidPlan.ev_profile`'s profiles."""
+
+
+def ev_min_active(count: int) -> int:
+    """The floor of usable EVs of a `UsidPlan.ev_profile` of ``count`` EVs."""
+    return max(1, count // 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +213,41 @@ class UsidPlan:
         When a pair uses fewer paths than a plane has uplinks, its uplinks are evenly spaced from an
         offset that depends on the pair, so that different pairs use different T1s and the whole fabric
         carries traffic (one fixed set would load a few T1s and leave the rest idle)."""
+        paths, ports = self._paths(src, dst, count)
+        fields = (EVField(32, init_val=self.locator), *(EVField(16, mask=0xFFFF) for _ in range(4)))
+        prof = EVProfile(
+            EVProfileMode.EXP,
+            _FMT,
+            fields,
+            ev_count=len(paths),
+            ev_min_active=ev_min_active(len(paths)),
+            event_mask=int(EVENT_MASK_ALLOWED),  # the simulator's EV timeline reads these events
+            evs=tuple(path.to_bytes(8, "big") for path in paths),
+        )
+        return prof, ports
+
+    def ev_expanded(self, src: int, dst: int, count: int | None = None) -> list[tuple[bytes, int]]:
+        """`ev_profile`'s EVs as that profile expands them (32 bytes: the uSID destination address, no
+        SRH segment), each with its port: what a simulated fabric's hosts install, without validating
+        and expanding a profile per host pair in the interpreter (mode `SRV6_EV_MODE`, floor
+        `ev_min_active`)."""
+        paths, ports = self._paths(src, dst, count)
+        loc = self.locator << 96
+        return [
+            (((loc | path << 32) << 128).to_bytes(32, "big"), port)
+            for path, port in zip(paths, ports, strict=True)
+        ]
+
+    def _paths(self, src: int, dst: int, count: int | None) -> tuple[list[int], list[int]]:
+        """`ev_profile`'s compact EVs as integers (four uSIDs), and the port of each."""
         t = self.topo
         per_plane = 1 if t.hops(src, dst) == 1 else t.uplinks
         total = t.planes * per_plane
         count = total if count is None else count
         if not 1 <= count <= total:
             raise ValueError(f"count {count} outside 1..{total} paths between host{src} and host{dst}")
-        evs, ports = [], []
+        paths: list[int] = []
+        ports: list[int] = []
         per = -(-count // t.planes)  # EVs per plane
         stride = per_plane // per if per_plane > 1 else 1
         offset = fmix32((src * 0x9E3779B1 + dst) & 0xFFFFFFFF) % stride if per < per_plane else 0
@@ -234,16 +269,6 @@ class UsidPlan:
             path = fixed | in_plane[plane]
             if per_plane > 1:
                 path |= (offset + (i // t.planes) * per_plane // per) << 32
-            evs.append(path.to_bytes(8, "big"))
+            paths.append(path)
             ports.append(plane + 1)
-        fields = (EVField(32, init_val=self.locator), *(EVField(16, mask=0xFFFF) for _ in range(4)))
-        prof = EVProfile(
-            EVProfileMode.EXP,
-            _FMT,
-            fields,
-            ev_count=count,
-            ev_min_active=max(1, count // 8),
-            event_mask=int(EVENT_MASK_ALLOWED),  # the simulator's EV timeline reads these events
-            evs=tuple(evs),
-        )
-        return prof, ports
+        return paths, ports

@@ -401,5 +401,5 @@ class FabricSim:
             ports = [p for node in self.nodes for p in node.ports]
             out["pfc_pauses"] = sum(p.pauses for p in ports)
             out["pfc_paused_ns"] = sum(p.paused_total_ns(self.sim.now) for p in ports)
-            out["max_queue_bytes"] = max((p.max_queued for p in ports), default=0)
+            out["max_queue_bytes"] = max((p.pfc.max_queued for p in ports if p.pfc is not None), default=0)
         return out

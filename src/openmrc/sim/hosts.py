@@ -18,11 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from openmrc.fabric.srv6 import UsidPlan
+from openmrc.ev import EVENT_MASK_ALLOWED
+from openmrc.fabric.srv6 import SRV6_EV_MODE, UsidPlan, ev_min_active
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
 from openmrc.sim.flows import Flow
-from openmrc.sim.network import Host, Node
+from openmrc.sim.network import Host, Node, ZeroBuffer
 from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.transport import (
     Access,
@@ -139,12 +140,13 @@ class _SimCq(CompletionQueue):
 class _MrcShared:
     """What the MRC hosts of one simulation share: the CQs with new completions, the flows' buffer."""
 
-    __slots__ = ("buf", "env", "ready", "timeout")
+    __slots__ = ("buf", "env", "ready", "timeout", "zeros")
 
     def __init__(self, env: HostEnv) -> None:
         self.env = env
         self.ready: list[CompletionQueue] = []  # flow CQs that got completions since the last drain
-        self.buf = bytearray(1 << 20)  # every flow writes from and into this one buffer
+        self.buf = bytearray(1 << 20)  # every flow writes from and into this one buffer (only zeros)
+        self.zeros = ZeroBuffer(self.buf)  # so their packets carry a shared zero payload
         self.timeout = max(0, (4 * env.base_rtt_ns // 1024).bit_length())
 
     def after_pump(self, _node: Host) -> None:
@@ -202,6 +204,7 @@ class MrcHost(SimHost):
             nic = Nic(env.planes, rng=random.Random(env.rng.getrandbits(64)), config=nic_cfg)
             node = Host(env.engine, n, nic)
             node.on_pump = shared.after_pump
+            node.zeros = shared.zeros
             out.append(cls(node, shared))
         return out
 
@@ -242,8 +245,12 @@ class MrcHost(SimHost):
             return 0
         if peer not in self._profiles:
             total = plan.topo.paths_between(self._node.id, peer)
-            prof, ports = plan.ev_profile(self._node.id, peer, min(self._shared.env.config.evs_per_qp, total))
-            self.nic.add_ev_profile(peer + 1, prof, ports)
+            # `UsidPlan.ev_profile`, installed already expanded (a profile per host pair to validate and
+            # expand in the interpreter was most of setting up a large fabric's flows)
+            evs = plan.ev_expanded(self._node.id, peer, min(self._shared.env.config.evs_per_qp, total))
+            self.nic.profiles.add_expanded_profile(
+                peer + 1, SRV6_EV_MODE, evs, ev_min_active(len(evs)), int(EVENT_MASK_ALLOWED)
+            )
             self._profiles.add(peer)
         return peer + 1
 
@@ -308,7 +315,7 @@ class MrcHost(SimHost):
     def add_flow(self, f: Flow, peer: MrcHost) -> None:
         shared = self._shared
         if len(shared.buf) < f.size:
-            shared.buf = bytearray(f.size)
+            shared.buf = shared.zeros.buf = bytearray(f.size)
         f.qp = self._flow_pair(peer)[0]
 
     def start(self, f: Flow, peer: MrcHost, now: int) -> None:

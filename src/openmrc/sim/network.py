@@ -44,15 +44,24 @@ if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
     from openmrc.sim.routing import Routing
 
-__all__ = ["HEADER_BYTES", "PAUSED", "Host", "Port", "SimNic", "SimPacket", "Switch", "Unwired"]
+__all__ = [
+    "HEADER_BYTES",
+    "PAUSED",
+    "Host",
+    "Pfc",
+    "Port",
+    "SimNic",
+    "SimPacket",
+    "Switch",
+    "Unwired",
+    "ZeroBuffer",
+]
 
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
 #: a 4,086-byte payload makes htsim's 4,150-byte packet.
 HEADER_BYTES: Final = 64
 PAUSED: Final = 1 << 61
 """A PFC port's ``free_at`` while it is paused with data waiting (later than any run)."""
-_NO_QUEUE: Final[deque[SimPacket]] = deque(maxlen=0)
-"""The queues of every port without PFC (they hold nothing: maxlen 0)."""
 
 
 _NO_SEGMENT: Final = bytes(16)
@@ -89,21 +98,26 @@ class SimPacket:
     def __init__(
         self, packet: Packet | Transmit, size: int, addr: int, src: int, dst: int, port: int, entropy: int
     ) -> None:
+        tx: Transmit | None = None
+        pkt: Packet | None = None
         if isinstance(packet, Transmit):
-            self.tx: Transmit | None = packet
-            self._packet: Packet | None = None
-            self.is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
+            tx = packet
+            is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
         else:
-            self.tx = None
-            self._packet = packet
-            self.is_data = is_data_opcode(packet.bth.opcode)
+            pkt = packet
+            is_data = is_data_opcode(packet.bth.opcode)
+        self.tx = tx
+        self._packet = pkt
+        # the two flags next to each other: the compiled build packs them into one word (a packet in flight
+        # is about 150 bytes, and a large run has millions in flight)
+        self.is_data = is_data
+        self.ecn = False
         self.size = size
         self.addr = addr
         self.src = src
         self.dst = dst
         self.port = port  # the plane (1-based NIC port)
         self.entropy = entropy
-        self.ecn = False
         self.trim = TrimMark.NONE
         self.epoch = 0
         self.seg = 0
@@ -130,16 +144,11 @@ class Port:
     __slots__ = (
         "_arrive",
         "_deliver_cb",
-        "_pfc_deliver_cb",
-        "_pfc_done_cb",
-        "_pfc_pause_cb",
         "bps",
         "buffer",
-        "busy_until",
         "byte_den",
         "byte_num",
         "ctrl_free_at",
-        "ctrl_queue",
         "down_drop_at",
         "drops",
         "ecn_high",
@@ -152,30 +161,18 @@ class Port:
         "loss",
         "losses",
         "marks",
-        "max_queued",
         "nominal_bps",
-        "on_resume",
         "origin",
         "pace_ns",
-        "pause_sent",
-        "paused",
-        "paused_ns",
-        "paused_since",
-        "pauses",
         "peer",
         "pfc",
-        "queue",
-        "queued_bytes",
         "rng",
-        "rx_bytes",
         "sent_bytes",
         "sent_packets",
         "sim",
         "trimming",
         "trims",
         "up",
-        "xoff",
-        "xon",
     )
 
     def __init__(
@@ -206,14 +203,14 @@ class Port:
         self.ecn_low, self.ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
         self.trimming = trimming
         self.last_hop = last_hop
+        self.up = True  # (the flags side by side: the compiled build packs them into one word)
+        self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.rng = rng
         self.origin = 0
         """Who schedules this port's deliveries, for an ordered engine: its node's id + 1 (negated, ``~``,
         when the peer lives in another process); 0 until `openmrc.sim.partition` sets it."""
         self.free_at = 0
         self.ctrl_free_at = 0
-        self.up = True
-        self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
         self.loss = 0.0
         self.down_drop_at: int | None = None  # when the last data packet was sent into this port while down
@@ -223,22 +220,8 @@ class Port:
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
-        # priority flow control (off unless `enable_pfc`; a fabric has millions of ports, so what only PFC
-        # uses is made by `enable_pfc`: until then the queues are one shared empty deque, never appended to)
-        self.pfc = False
-        self.queue: deque[SimPacket] = _NO_QUEUE
-        self.ctrl_queue: deque[SimPacket] = _NO_QUEUE
-        self.queued_bytes = self.max_queued = 0
-        self.busy_until = -1  # end of the packet being serialised (-1: idle)
-        self.paused = False
-        self.pause_sent = False  # this port's peer has paused it (its ingress charge passed xoff)
-        self.rx_bytes = 0  # bytes this port delivered that still wait at the peer (the peer's ingress charge)
-        self.xoff = self.xon = 0
-        self.pauses = self.paused_ns = self.paused_since = 0
-        self.on_resume: Callable[[None], None] | None = None
-        self._pfc_deliver_cb: Callable[[SimPacket], None] | None = None
-        self._pfc_done_cb: Callable[[SimPacket], None] | None = None
-        self._pfc_pause_cb: Callable[[bool], None] | None = None
+        # priority flow control: off unless `enable_pfc` makes its state (a fabric has millions of ports)
+        self.pfc: Pfc | None = None
 
     def enable_pfc(self, xoff: int, xon: int, on_resume: Callable[[None], None] | None = None) -> None:
         """Make this port lossless: queue and serialise packets, obey PAUSE frames, and have the peer pause
@@ -246,13 +229,7 @@ class Port:
         (a host's) is called when a PAUSE ends."""
         if not 0 <= xon < xoff:
             raise ValueError(f"PFC thresholds: need 0 <= xon ({xon}) < xoff ({xoff})")
-        self.pfc = True
-        self.queue, self.ctrl_queue = deque(), deque()
-        self._pfc_deliver_cb = self._pfc_deliver
-        self._pfc_done_cb = self._pfc_done
-        self._pfc_pause_cb = self._pfc_pause
-        self.xoff, self.xon = xoff, xon
-        self.on_resume = on_resume
+        self.pfc = Pfc(self, xoff, xon, on_resume)
         self.trimming = False
         self.buffer = 1 << 62  # lossless: the thresholds, not the buffer, stop the senders
 
@@ -266,14 +243,15 @@ class Port:
         self.guarded = True
         was = self.up
         self.up = up
-        if self.pfc:
+        q = self.pfc
+        if q is not None:
             if was and not up:  # what waits here is lost with the link
-                while self.queue:
-                    self._pfc_release(self.queue.popleft(), self.sim.now)
+                while q.queue:
+                    self._pfc_release(q.queue.popleft(), self.sim.now)
                     self.drops += 1
-                self.drops += len(self.ctrl_queue)
-                self.ctrl_queue.clear()
-                self.queued_bytes = 0
+                self.drops += len(q.ctrl_queue)
+                q.ctrl_queue.clear()
+                q.queued_bytes = 0
             self._pfc_free_at(self.sim.now)
 
     def set_rate(self, bps: int) -> None:
@@ -301,7 +279,7 @@ class Port:
             if p.is_data:
                 self.down_drop_at = now
             return
-        if self.pfc:
+        if self.pfc is not None:
             self._pfc_send(p, now)
             return
         size = p.size
@@ -358,50 +336,55 @@ class Port:
 
     # -- priority flow control -----------------------------------------------------------------------------
     def _pfc_send(self, p: SimPacket, now: int) -> None:
+        q = self.pfc
+        assert q is not None  # a PFC port's
         if p.is_data and not p.trim:
-            queued = self.queued_bytes
+            queued = q.queued_bytes
             if queued > self.ecn_low:
                 self._red(p, queued)
-            self.queue.append(p)
-            self.queued_bytes = queued = queued + p.size
-            if queued > self.max_queued:
-                self.max_queued = queued
+            q.queue.append(p)
+            q.queued_bytes = queued = queued + p.size
+            if queued > q.max_queued:
+                q.max_queued = queued
             ing = p.hop
-            if ing is not None and ing._pfc_pause_cb is not None:  # charge the ingress; pause it past xoff
-                ing.rx_bytes += p.size
-                if not ing.pause_sent and ing.rx_bytes > ing.xoff:
-                    ing.pause_sent = True
-                    self.sim.push(now + ing.latency, ing._pfc_pause_cb, True)
+            iq = ing.pfc if ing is not None else None
+            if ing is not None and iq is not None:  # charge the ingress; pause it past xoff
+                iq.rx_bytes += p.size
+                if not iq.pause_sent and iq.rx_bytes > iq.xoff:
+                    iq.pause_sent = True
+                    self.sim.push(now + ing.latency, iq.pause_cb, True)
         else:
-            self.ctrl_queue.append(p)
-        if self.busy_until < 0:
+            q.ctrl_queue.append(p)
+        if q.busy_until < 0:
             self._pfc_next(now)
         self._pfc_free_at(now)
 
     def _pfc_release(self, p: SimPacket, now: int) -> None:
         """``p`` leaves this node's buffer: uncharge its ingress, and resume it below xon."""
         ing = p.hop
-        if ing is not None and ing._pfc_pause_cb is not None:
-            ing.rx_bytes -= p.size
-            if ing.pause_sent and ing.rx_bytes <= ing.xon:
-                ing.pause_sent = False
-                self.sim.push(now + ing.latency, ing._pfc_pause_cb, False)
+        iq = ing.pfc if ing is not None else None
+        if ing is not None and iq is not None:
+            iq.rx_bytes -= p.size
+            if iq.pause_sent and iq.rx_bytes <= iq.xon:
+                iq.pause_sent = False
+                self.sim.push(now + ing.latency, iq.pause_cb, False)
 
     def _pfc_next(self, now: int) -> None:
         """Start serialising the next packet: control first, data unless paused."""
-        if self.ctrl_queue:
-            p = self.ctrl_queue.popleft()
-        elif self.queue and not self.paused:
-            p = self.queue.popleft()
-            self.queued_bytes -= p.size
+        q = self.pfc
+        assert q is not None
+        if q.ctrl_queue:
+            p = q.ctrl_queue.popleft()
+        elif q.queue and not q.paused:
+            p = q.queue.popleft()
+            q.queued_bytes -= p.size
             self._pfc_release(p, now)
         else:
-            self.busy_until = -1
+            q.busy_until = -1
             return
-        self.busy_until = done = now + p.size * self.byte_num // self.byte_den
+        q.busy_until = done = now + p.size * self.byte_num // self.byte_den
         p.epoch = self.epoch
-        assert self._pfc_done_cb is not None  # a PFC port's
-        self.sim.push(done, self._pfc_done_cb, p)
+        self.sim.push(done, q.done_cb, p)
 
     def _pfc_done(self, p: SimPacket) -> None:
         now = self.sim.now
@@ -413,8 +396,9 @@ class Port:
             if self.loss and self.rng.random() < self.loss:
                 self.losses += 1
             else:
-                assert self._pfc_deliver_cb is not None  # a PFC port's
-                self.sim.push(now + self.latency, self._pfc_deliver_cb, p)
+                q = self.pfc
+                assert q is not None
+                self.sim.push(now + self.latency, q.deliver_cb, p)
         self._pfc_next(now)
         self._pfc_free_at(now)
 
@@ -427,32 +411,83 @@ class Port:
 
     def _pfc_pause(self, on: bool) -> None:
         """A PAUSE (``on``) or RESUME frame from the peer takes effect."""
+        q = self.pfc
+        assert q is not None
         now = self.sim.now
-        resumed = not on and self.paused
-        if on and not self.paused:
-            self.paused = True
-            self.paused_since = now
-            self.pauses += 1
+        resumed = not on and q.paused
+        if on and not q.paused:
+            q.paused = True
+            q.paused_since = now
+            q.pauses += 1
         elif resumed:
-            self.paused = False
-            self.paused_ns += now - self.paused_since
-            if self.busy_until < 0:
+            q.paused = False
+            q.paused_ns += now - q.paused_since
+            if q.busy_until < 0:
                 self._pfc_next(now)
         self._pfc_free_at(now)
-        if resumed and self.on_resume is not None:
-            self.on_resume(None)
+        if resumed and q.on_resume is not None:
+            q.on_resume(None)
 
     def _pfc_free_at(self, now: int) -> None:
         """When this port could take a packet without queueing (what a NIC's pacing reads)."""
-        if self.paused and self.queue:
+        q = self.pfc
+        assert q is not None
+        if q.paused and q.queue:
             self.free_at = PAUSED
         else:
-            waiting = self.queued_bytes + sum(q.size for q in self.ctrl_queue)
-            self.free_at = max(self.busy_until, now) + waiting * self.byte_num // self.byte_den
+            waiting = q.queued_bytes + sum(c.size for c in q.ctrl_queue)
+            self.free_at = max(q.busy_until, now) + waiting * self.byte_num // self.byte_den
 
     def paused_total_ns(self, now: int) -> int:
         """Time this port spent paused up to ``now``."""
-        return self.paused_ns + (now - self.paused_since if self.paused else 0)
+        q = self.pfc
+        if q is None:
+            return 0
+        return q.paused_ns + (now - q.paused_since if q.paused else 0)
+
+    @property
+    def pauses(self) -> int:
+        """PAUSE frames that stopped this port (0 without PFC; the rest of its PFC state is ``pfc``'s)."""
+        return self.pfc.pauses if self.pfc is not None else 0
+
+
+class Pfc:
+    """A lossless port's queues, PAUSE state and counters (`Port.enable_pfc`)."""
+
+    __slots__ = (
+        "busy_until",
+        "ctrl_queue",
+        "deliver_cb",
+        "done_cb",
+        "max_queued",
+        "on_resume",
+        "pause_cb",
+        "pause_sent",
+        "paused",
+        "paused_ns",
+        "paused_since",
+        "pauses",
+        "queue",
+        "queued_bytes",
+        "rx_bytes",
+        "xoff",
+        "xon",
+    )
+
+    def __init__(self, port: Port, xoff: int, xon: int, on_resume: Callable[[None], None] | None) -> None:
+        self.queue: deque[SimPacket] = deque()
+        self.ctrl_queue: deque[SimPacket] = deque()
+        self.queued_bytes = self.max_queued = 0
+        self.busy_until = -1  # end of the packet being serialised (-1: idle)
+        self.paused = False
+        self.pause_sent = False
+        self.rx_bytes = 0
+        self.xoff, self.xon = xoff, xon
+        self.pauses = self.paused_ns = self.paused_since = 0
+        self.on_resume = on_resume
+        self.deliver_cb: Callable[[SimPacket], None] = port._pfc_deliver  # bound once, not per packet
+        self.done_cb: Callable[[SimPacket], None] = port._pfc_done
+        self.pause_cb: Callable[[bool], None] = port._pfc_pause
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # custom nodes (sinks, taps) may be plain Python
@@ -506,10 +541,30 @@ class Switch(Node):
         self.ports[port].send(p, self.sim.now)
 
 
+class ZeroBuffer:
+    """A buffer that holds only zeros, as a simulation's flows use it (they send from and write into it):
+    a data packet whose payload views it travels with a shared zero view of the same length instead of a
+    view of its own (a memoryview is ~190 bytes, per packet in flight), and the receiver writes the same
+    zeros."""
+
+    __slots__ = ("_views", "buf")
+
+    def __init__(self, buf: bytearray) -> None:
+        self.buf = buf
+        self._views: dict[int, memoryview] = {}
+
+    def view(self, n: int) -> memoryview:
+        """A read-only view of ``n`` zero bytes (one per length, shared)."""
+        v = self._views.get(n)
+        if v is None:
+            v = self._views[n] = memoryview(bytes(n))
+        return v
+
+
 class Host(Node):
     """A host: one NIC port per plane, running a transport `Nic` on simulated time."""
 
-    __slots__ = ("_pace_cb", "_timer_cb", "nic", "on_pump", "pace_pending", "sim", "tap", "timer_at")
+    __slots__ = ("_pace_cb", "_timer_cb", "nic", "on_pump", "pace_pending", "sim", "tap", "timer_at", "zeros")
 
     def __init__(self, sim: Simulator, node_id: int, nic: Nic) -> None:
         super().__init__(node_id)
@@ -520,6 +575,8 @@ class Host(Node):
         self.on_pump: Callable[[Host], None] | None = None
         self.tap: Callable[[Host, SimPacket, bool], None] | None = None
         """Called with every packet this host sends (True) or receives (False), e.g. by `openmrc.sim.pcap`."""
+        self.zeros: ZeroBuffer | None = None
+        """Data packets viewing this buffer travel with a shared zero payload (`ZeroBuffer`)."""
         self._pace_cb: Callable[[None], None] = self._pace  # bound once, not per event
         self._timer_cb: Callable[[int], None] = self._timer
 
@@ -587,7 +644,14 @@ class Host(Node):
         self.pump(now)
 
     def _send(self, t: Transmit, now: int) -> None:
-        size = (len(t.payload) if t.tpl is not None else len(t.packet.payload)) + HEADER_BYTES
+        if t.tpl is not None:
+            payload = t.payload
+            size = len(payload) + HEADER_BYTES
+            zeros = self.zeros
+            if zeros is not None and payload.obj is zeros.buf:
+                t.payload = zeros.view(len(payload))
+        else:
+            size = len(t.packet.payload) + HEADER_BYTES
         ev = t.ev
         sp = SimPacket(t, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
         if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:

@@ -29,16 +29,19 @@ class CompletionQueue:
         if depth < 1:
             raise LocalProtocolError(errno.EINVAL, f"CQ depth {depth} < 1")
         self.depth = depth
-        self._q: deque[WorkCompletion] = deque()
+        self._q: deque[WorkCompletion] | None = None  # made at the first completion (most of a kilobyte)
         self.overrun = False
         self.armed = NOTIFY_NONE
         self.notify: Callable[[CompletionQueue], None] | None = None
 
     def push(self, wc: WorkCompletion) -> None:
-        if len(self._q) >= self.depth:
+        q = self._q
+        if q is None:
+            q = self._q = deque()
+        if len(q) >= self.depth:
             self.overrun = True
             return
-        self._q.append(wc)
+        q.append(wc)
         if self.armed:
             if self.armed == NOTIFY_SOLICITED and wc.status == _SUCCESS and wc.opcode != _RECV_IMM:
                 return
@@ -54,9 +57,9 @@ class CompletionQueue:
         """Up to ``n`` completions, oldest first."""
         out: list[WorkCompletion] = []
         q = self._q
-        while q and len(out) < n:
+        while q is not None and q and len(out) < n:
             out.append(q.popleft())
         return out
 
     def __len__(self) -> int:
-        return len(self._q)
+        return 0 if self._q is None else len(self._q)

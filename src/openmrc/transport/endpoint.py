@@ -56,12 +56,21 @@ class Endpoint:
         self.ports_up = [False] + [True] * num_ports  # index 0 unused: ports are 1-based
         self.any_down = False
         self.peer_ports: dict[Hashable, int] = {}
-        self.responses: deque[EpResponse] = deque()
+        self._responses: deque[EpResponse] | None = None  # made at the first response (see responses)
         self._pending: dict[int, tuple[int, EpOp]] = {}  # request id -> (sent at, op)
         self._arrivals: dict[int, int] = {}  # id(response packet) -> when its request arrived
         self._next = 0
 
     # -- port states ---------------------------------------------------------------------------------------
+    @property
+    def responses(self) -> deque[EpResponse]:
+        """Answers to this NIC's endpoint requests, oldest first (made at first use: an empty deque is
+        most of a kilobyte, and most NICs of a simulated fabric never send a request)."""
+        q = self._responses
+        if q is None:
+            q = self._responses = deque()
+        return q
+
     def port_mask(self, peer: Hashable | None) -> int:
         """The ports usable towards ``peer``: up here and, by its last word, there (None: here only)."""
         up = self.ports_up

@@ -91,7 +91,6 @@ class EvEntry:
         "skip_epoch",
         "slot",
         "state",
-        "uses",
     )
 
     def __init__(self, expanded: bytes, port: int, entropy: int) -> None:
@@ -104,7 +103,6 @@ class EvEntry:
         self.probe_out = False  # a probe on this EV awaits its answer
         self.next_probe = 0
         self.slot = -1  # index in the rotation, -1 for a backup
-        self.uses = 0
 
     def __repr__(self) -> str:
         return f"EvEntry(port={self.port}, entropy=0x{self.entropy:08x}, {self.state.name}, slot={self.slot})"
@@ -172,13 +170,13 @@ class EvTable:
         for e in self.entries:
             per_port.setdefault(e.port, []).append(e)
         self.rotation: list[EvEntry] = []
-        self.backups: dict[int, list[EvEntry]] = {}
+        self._backups: list[EvEntry] = []  # every plane's, in order (a QP has few: no list per plane)
         for port in sorted(per_port):
             group = per_port[port]
             shuffle(rng, group)
             n_active = max(1, round(len(group) * active_fraction))
             self.rotation.extend(group[:n_active])
-            self.backups[port] = group[n_active:]
+            self._backups.extend(group[n_active:])
         shuffle(rng, self.rotation)
         for i, e in enumerate(self.rotation):
             e.slot = i
@@ -193,6 +191,11 @@ class EvTable:
         self.bad: set[EvEntry] = set()
         self._probe_at: int | None = None  # cached next_probe_time()
         self._probe_dirty = False
+
+    @property
+    def backups(self) -> dict[int, list[EvEntry]]:
+        """The EVs out of the rotation, by port (plane), in the order they take a freed slot."""
+        return {p: [b for b in self._backups if b.port == p] for p in sorted({e.port for e in self.entries})}
 
     @property
     def port_mask(self) -> int:
@@ -253,7 +256,6 @@ class EvTable:
             e = self._burst_ev
             if e is not None and e.state is _GOOD and (mask >> (e.port - 1)) & 1:
                 self._burst_left -= 1
-                e.uses += 1
                 return e
             self._burst_left = 0
         rot = self.rotation
@@ -294,8 +296,7 @@ class EvTable:
         return fallback
 
     def _take(self, e: EvEntry, new_data: bool) -> EvEntry:
-        """``e`` is the pick: count it, and start a burst on it for new data."""
-        e.uses += 1
+        """``e`` is the pick: start a burst on it for new data."""
         if new_data and self.burst > 1:
             self._burst_ev, self._burst_left = e, self.burst - 1
         return e
@@ -339,13 +340,13 @@ class EvTable:
     def _retire(self, e: EvEntry) -> None:
         """Give ``e``'s rotation slot to a GOOD backup of the same plane, if there is one."""
         if e.slot < 0:
-            backups = self.backups.get(e.port, [])
+            backups = self._backups
             if e in backups:
                 backups.remove(e)
             return
-        backups = self.backups.get(e.port, [])
+        backups = self._backups
         for i, b in enumerate(backups):
-            if b.state is _GOOD:
+            if b.port == e.port and b.state is _GOOD:
                 del backups[i]
                 b.slot = e.slot
                 self.rotation[e.slot] = b
@@ -394,7 +395,7 @@ class EvTable:
             self._probe_dirty = True
             self._set_state(e, _GOOD, now)
             if e.slot < 0:
-                self.backups.setdefault(e.port, []).append(e)
+                self._backups.append(e)
 
     # -- controller ----------------------------------------------------------------------------------------
     def set_state(self, e: EvEntry, state: EVState, now: int) -> None:
@@ -410,8 +411,8 @@ class EvTable:
             e.probe_ok = 0
             if e.state is not _GOOD:
                 self._set_state(e, _GOOD, now)
-            if e.slot < 0 and e not in self.backups.setdefault(e.port, []):
-                self.backups[e.port].append(e)
+            if e.slot < 0 and e not in self._backups:
+                self._backups.append(e)
         elif state is _BAD:
             self.mark_bad(e, now)
         else:

@@ -21,6 +21,7 @@ import errno
 import heapq
 import random
 import socket
+from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Final
 
@@ -101,10 +102,18 @@ class Nic:
         # Views of their state under the names drivers and tests use (the same objects, never copies).
         self.ports_up = ep.ports_up
         self.peer_ports = ep.peer_ports
-        self.ep_responses = ep.responses
         self.ev_profiles = self.profiles.ev
         self.cc_profiles = self.profiles.cc
-        self.ev_events = self.profiles.events
+
+    @property
+    def ep_responses(self) -> deque[EpResponse]:
+        """The endpoint's answers to this NIC's requests (`Endpoint.responses`)."""
+        return self.endpoint.responses
+
+    @property
+    def ev_events(self) -> deque[EvEvent]:
+        """The EV event queue (`ProfileTable.events`)."""
+        return self.profiles.events
 
     # -- resources -----------------------------------------------------------------------------------------
     def register(

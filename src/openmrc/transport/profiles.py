@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import errno
 import random
+import zlib
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import Final
 
 from openmrc.ev import EVENT_MASK_ALLOWED, EVFormatMode, EVProfile, EVProfileMode, EVState, ev_echo32
 from openmrc.transport.cc import CongestionControl, create_cc
@@ -29,17 +30,38 @@ from openmrc.transport.types import LocalProtocolError
 __all__ = ["EvProfileBinding", "ProfileTable"]
 
 EVENT_QUEUE_DEPTH = 1 << 16
+_SRV6: Final = EVFormatMode.SRV6  # its echo is the CRC-32 of the expanded EV (`ev_echo32`)
 
 
-@dataclass(frozen=True, slots=True)
 class EvProfileBinding:
-    """An EV profile as the NIC holds it: every EV expanded, with its port and 32-bit echo value."""
+    """An EV profile as the NIC holds it: every EV expanded, with its port and 32-bit echo value.
 
-    profile_id: int
-    mode: EVFormatMode
-    entries: tuple[tuple[bytes, int, int], ...]
-    min_active: int
-    event_mask: int
+    A simulated fabric's NICs hold millions of EVs, so they are kept packed (the expanded values, then a
+    16-bit word per port and a 32-bit word per echo, no tuple or integer object per EV); `entries` builds
+    the (expanded EV, port, echo) tuples when asked."""
+
+    __slots__ = ("_echoes", "_evs", "_ports", "event_mask", "min_active", "mode", "profile_id")
+
+    def __init__(
+        self,
+        profile_id: int,
+        mode: EVFormatMode,
+        entries: Sequence[tuple[bytes, int, int]],
+        min_active: int,
+        event_mask: int,
+    ) -> None:
+        self.profile_id = profile_id
+        self.mode = mode
+        self._evs = tuple(ev for ev, _port, _echo in entries)
+        self._ports = array("H", [port for _ev, port, _echo in entries])
+        self._echoes = array("I", [echo for _ev, _port, echo in entries])
+        self.min_active = min_active
+        self.event_mask = event_mask
+
+    @property
+    def entries(self) -> tuple[tuple[bytes, int, int], ...]:
+        """Each EV as (expanded EV, port, 32-bit echo), in the profile's order."""
+        return tuple(zip(self._evs, self._ports, self._echoes, strict=True))
 
 
 class ProfileTable:
@@ -52,7 +74,7 @@ class ProfileTable:
         self.stats = stats
         self.ev: dict[int, EvProfileBinding] = {}
         self.cc: dict[int, tuple[str, object | None]] = {}
-        self.events: deque[EvEvent] = deque(maxlen=EVENT_QUEUE_DEPTH)
+        self._events: deque[EvEvent] | None = None  # made at the first event (see events)
         self.sinks: list[Callable[[EvEvent], None]] = []
         """Called with every queued event as well (a controller's EV event queues)."""
         self.resolver: Callable[[int, int], bool] | None = None
@@ -71,6 +93,15 @@ class ProfileTable:
                 config.link_bps * num_ports, config.base_rtt_ns, config.mtu, trimming=config.trimming
             ),
         )
+
+    @property
+    def events(self) -> deque[EvEvent]:
+        """The EV event queue, oldest first (made at first use: an empty deque is most of a kilobyte, and
+        most NICs of a simulated fabric never queue an event)."""
+        q = self._events
+        if q is None:
+            q = self._events = deque(maxlen=EVENT_QUEUE_DEPTH)
+        return q
 
     # -- EV profiles ---------------------------------------------------------------------------------------
     def has_ev_profile(self, profile_id: int) -> bool:
@@ -108,7 +139,7 @@ class ProfileTable:
         return EvProfileBinding(
             profile_id,
             EVFormatMode.UDP,
-            tuple(entries),
+            entries,
             max(1, n // 8) if min_active < 0 else min_active,
             int(EVENT_MASK_ALLOWED) if event_mask < 0 else event_mask,
         )
@@ -150,9 +181,7 @@ class ProfileTable:
                 raise LocalProtocolError(errno.EINVAL, f"ports[{i}]: port {port} outside 1..{self.num_ports}")
             ev = profile.expand(c)
             entries.append((ev, port, ev_echo32(ev, profile.fmt.mode)))
-        b = EvProfileBinding(
-            profile_id, profile.fmt.mode, tuple(entries), profile.ev_min_active, profile.event_mask
-        )
+        b = EvProfileBinding(profile_id, profile.fmt.mode, entries, profile.ev_min_active, profile.event_mask)
         self.ev[profile_id] = b
         return b
 
@@ -172,10 +201,10 @@ class ProfileTable:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: {len(ev)} bytes, an expanded EV has 32")
             if not 1 <= port <= self.num_ports:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{self.num_ports}")
-            entries.append((bytes(ev), port, ev_echo32(ev, mode)))
+            entries.append((bytes(ev), port, zlib.crc32(ev) if mode is _SRV6 else ev_echo32(ev, mode)))
         if not entries or not 0 <= min_active <= len(entries):
             raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(entries)}")
-        b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, tuple(entries), min_active, event_mask)
+        b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, entries, min_active, event_mask)
         return b
 
     def build_ev_table(
@@ -186,10 +215,11 @@ class ProfileTable:
         that the profile's event mask selects are queued."""
         b = self.ev_profile(profile_id)
         cfg = self.config
-        events, stats, sinks = self.events, self.stats, self.sinks
+        stats, sinks = self.stats, self.sinks
 
         def emit(ev: EvEvent) -> None:
             if ev.state & b.event_mask:
+                events = self.events
                 if len(events) == events.maxlen:
                     stats.ev_events_dropped += 1
                 events.append(ev)
@@ -218,9 +248,9 @@ class ProfileTable:
 
     def poll_events(self, n: int = 64) -> list[EvEvent]:
         """Up to ``n`` queued EV events, oldest first."""
-        events = self.events
+        events = self._events
         out: list[EvEvent] = []
-        while events and len(out) < n:
+        while events is not None and events and len(out) < n:
             out.append(events.popleft())
         return out
 

@@ -138,7 +138,7 @@ class Qp:
         self.sq_sig_all = init.sq_sig_all
         self.state = QpState.RESET
         self.attr = QpAttr()
-        self.recv_queue: deque[RecvWR] = deque()
+        self._recv_queue: deque[RecvWR] | None = None  # made at first use (see recv_queue)
         self.evs: EvTable | None = None
         self.timer_at = -1
         """The deadline the NIC's timer heap holds for this QP (-1: none); the NIC's bookkeeping."""
@@ -147,6 +147,15 @@ class Qp:
 
     def __repr__(self) -> str:
         return f"Qp(0x{self.qp_num:06x}, {self.state.name})"
+
+    @property
+    def recv_queue(self) -> deque[RecvWR]:
+        """Posted receive WRs, oldest first (made at first use: an empty deque is most of a kilobyte, and
+        most QPs of a simulated fabric never post a receive)."""
+        q = self._recv_queue
+        if q is None:
+            q = self._recv_queue = deque()
+        return q
 
     # -- state machine -------------------------------------------------------------------------------------
     def modify(self, state: QpState, *, now: int = 0, **attrs: Any) -> None:
@@ -193,7 +202,7 @@ class Qp:
         elif state is QpState.RESET:
             self.attr = QpAttr()
             self.evs = None
-            self.recv_queue.clear()
+            self._recv_queue = None
             self.requester = Requester(self)
             self.responder = Responder(self)
         self.nic.wake(self)
