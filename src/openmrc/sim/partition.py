@@ -45,7 +45,8 @@ from openmrc.sim.metrics import Sample, SimResults
 from openmrc.sim.network import Port, SimPacket
 from openmrc.transport import Transmit, TrimMark
 from openmrc.wire import headers
-from openmrc.wire.packet import DataTemplate, Packet
+from openmrc.wire.buffer import WireError
+from openmrc.wire.packet import DataTemplate, Packet, parse
 
 __all__ = [
     "Exchange",
@@ -62,6 +63,8 @@ __all__ = [
 
 _NEVER = 1 << 62
 PROGRESS_S = 0.2
+_TPL_CACHE = 1 << 14
+"""Templates remembered per rank (a Write's packets share one) before the caches start over."""
 _ZEROS = memoryview(bytes(1 << 16))
 """The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
 with anything else), so only their number crosses."""
@@ -81,14 +84,8 @@ def _fields_reduce(o: Any) -> tuple[type, tuple[Any, ...]]:
     return type(o), tuple(getattr(o, f.name) for f in dataclasses.fields(o))
 
 
-def _template_reduce(t: DataTemplate) -> tuple[type, tuple[Any, ...]]:
-    imm = t.immdt
-    return DataTemplate, (t.dest_qp, t.meth.rqmsn, t.meth.msn, t.rkey, t.dma_len, imm and imm.imm_data)
-
-
 _DISPATCH = copyreg.dispatch_table.copy()
 _DISPATCH[memoryview] = _zeros_reduce
-_DISPATCH[DataTemplate] = _template_reduce
 _DISPATCH[Packet] = _fields_reduce
 for _cls in vars(headers).values():
     if isinstance(_cls, type) and dataclasses.is_dataclass(_cls):
@@ -206,71 +203,91 @@ class _Cut:
                 self.code[id(p.peer)] = 2 * peer
                 self.dest[id(p.peer)] = rank_of[peer]
                 self.ports.append(p)
+        self.tpl_out: dict[int, tuple[DataTemplate, tuple[Any, ...]]] = {}  # id -> (template, its fields)
+        self.tpl_in: dict[tuple[Any, ...], DataTemplate] = {}  # the fields -> one template made of them
 
     def encode(self, outbox: list[tuple[int, int, Callable[[Any], None], Any]], size: int) -> list[list[Any]]:
+        """Each crossing event as one flat tuple of plain values (a data packet's Write template as its
+        fields), by the rank it goes to: the pickler then runs at C speed."""
         out: list[list[Any]] = [[] for _ in range(size)]
+        code, dest, tpls = self.code, self.dest, self.tpl_out
+        if len(tpls) > _TPL_CACHE:
+            tpls.clear()
         for at, tie, cb, p in outbox:
             target = id(cb.__self__)  # type: ignore[attr-defined]
-            out[self.dest[target]].append((at, tie, self.code[target], _pack(p)))
+            tx = p.tx
+            assert tx is not None  # MRC hosts only
+            tpl = tx.tpl
+            if tpl is None:
+                row: tuple[Any, ...] = (
+                    at, tie, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
+                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num,
+                    tx.size, _wire(tx.packet),
+                )  # fmt: skip
+            else:
+                got = tpls.get(id(tpl))
+                if got is None or got[0] is not tpl:
+                    imm = tpl.immdt
+                    key = (
+                        tpl.dest_qp,
+                        tpl.meth.rqmsn,
+                        tpl.meth.msn,
+                        tpl.rkey,
+                        tpl.dma_len,
+                        imm and imm.imm_data,
+                    )
+                    got = tpls[id(tpl)] = (tpl, key)
+                row = (
+                    at, tie, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
+                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num,
+                    tx.size, got[1], tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload),
+                )  # fmt: skip
+            out[dest[target]].append(row)
         return out
 
     def decode(
         self, events: list[Any], insert: Callable[[int, int, int, Callable[[Any], None], Any], None]
     ) -> None:
-        for at, tie, code, data in events:
+        ports, nodes, tpls = self.ports, self.nodes, self.tpl_in
+        if len(tpls) > _TPL_CACHE:
+            tpls.clear()
+        for row in events:
+            code = row[2]
             if code & 1:
-                port = self.ports[code >> 1]
-                cb = port._deliver  # the guarded delivery the port would have scheduled
+                cb = ports[code >> 1]._deliver  # the guarded delivery the port would have scheduled
             else:
-                arrive = self.nodes[code >> 1].arrive_cb
+                arrive = nodes[code >> 1].arrive_cb
                 assert arrive is not None  # bound when the ports leading there were made
                 cb = arrive
-            insert(at, 0, tie, cb, _unpack(data))
+            if len(row) == 21:
+                pkt = row[20]
+                if not isinstance(pkt, Packet):
+                    pkt = parse(pkt)
+                tx = Transmit(row[14], row[15], row[16], row[17], pkt, row[18], row[19])
+            else:
+                tx = Transmit(row[14], row[15], row[16], row[17], None, row[18], row[19])
+                key = row[20]
+                tpl = tpls.get(key)
+                if tpl is None:
+                    tpl = tpls[key] = DataTemplate(*key)
+                tx.tpl = tpl
+                tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = row[21], row[22], row[23], row[24], row[25]
+                tx.payload = _ZEROS[: row[26]]
+            p = SimPacket(tx, row[3], row[4], row[5], row[6], row[7], row[8])
+            p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = row[9], _TRIMS[row[10]], row[11], row[12], row[13]
+            insert(row[0], 0, row[1], cb, p)
 
 
-def _pack(p: SimPacket) -> tuple[Any, ...]:
-    tx = p.tx
-    assert tx is not None  # MRC hosts only
-    if tx.tpl is not None:
-        body: tuple[Any, ...] = (tx.tpl, tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload))
-    else:
-        body = (tx.packet,)
-    return (
-        p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn, int(p.trim), p.epoch, p.seg, p.flow_crc,
-        tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num, tx.size, body,
-    )  # fmt: skip
+def _wire(pkt: Packet) -> bytes | Packet:
+    """A control packet as its wire bytes (what `parse` makes the same packet of again), or itself (then
+    pickled) when it does not encode."""
+    try:
+        return pkt.encode()
+    except WireError:
+        return pkt
 
 
-def _unpack(d: tuple[Any, ...]) -> SimPacket:
-    (
-        size,
-        addr,
-        src,
-        dst,
-        port,
-        entropy,
-        ecn,
-        trim,
-        epoch,
-        seg,
-        crc,
-        tport,
-        peer,
-        ev,
-        tent,
-        qpn,
-        tsize,
-        body,
-    ) = d
-    if len(body) == 1:
-        tx = Transmit(tport, peer, ev, tent, body[0], qpn, tsize)
-    else:
-        tx = Transmit(tport, peer, ev, tent, None, qpn, tsize)
-        tx.tpl, tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = body[:6]
-        tx.payload = _zeros(body[6])
-    p = SimPacket(tx, size, addr, src, dst, port, entropy)
-    p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = ecn, TrimMark(trim), epoch, seg, crc
-    return p
+_TRIMS = {int(m): m for m in TrimMark}
 
 
 # -- running -------------------------------------------------------------------------------------------------
