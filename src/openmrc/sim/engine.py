@@ -187,6 +187,10 @@ class Simulator:
         tie = (origin << ORIGIN_SHIFT) | n
         if remote:
             self.outbox.append((at, tie, callback, arg))
+        elif prio == 0 and at != self.now and at - self.now < WHEEL_NS:  # `insert`'s common case
+            self.seq += 1
+            self.wheel[at & _MASK].append((tie, callback, arg))
+            self.in_wheel += 1
         else:
             self.insert(at, prio, tie, callback, arg)
 
@@ -293,12 +297,13 @@ class Simulator:
         nowh = self.now_heap
         n = 0
         t = self.now
+        spare: list[Any] = []  # the slot list run last time, emptied: the next one run takes its place
         while True:
             t = self._next_time(t, limit)
             if t < 0:
                 break
             slot = wheel[t & _MASK]
-            wheel[t & _MASK] = []
+            wheel[t & _MASK] = spare
             self.in_wheel -= len(slot)
             while heap and heap[0][0] == t and heap[0][1] == 0:
                 e = _heappop(heap)
@@ -306,28 +311,33 @@ class Simulator:
             self.heap_next = heap[0][0] if heap else _NEVER
             slot.sort()
             self.in_now = True
-            i = 0
-            end = len(slot)
+            for item in slot:  # in tie order, with what this time's events schedule for it merged in
+                while nowh and nowh[0][0] < item[0]:
+                    e0 = _heappop(nowh)
+                    n += self._run_one(e0[0], e0[1], e0[2])
+                n += self._run_one(item[0], item[1], item[2])
             while True:
-                if nowh and (i >= end or nowh[0][0] < slot[i][0]):
-                    _tie, cb, arg = _heappop(nowh)
-                elif i < end:
-                    _tie, cb, arg = slot[i]
-                    i += 1
+                if nowh:
+                    e0 = _heappop(nowh)
+                    n += self._run_one(e0[0], e0[1], e0[2])
                 elif self.heap_next == t:  # a higher priority at t, after every priority-0 event of t
                     e = _heappop(heap)
                     self.heap_next = heap[0][0] if heap else _NEVER
-                    _tie, cb, arg = e[2], e[3], e[4]
+                    n += self._run_one(e[2], e[3], e[4])
                 else:
                     break
-                cb(arg)
-                n += 1
-                if _tie < _ORIGIN_1:
-                    self.setup_events += 1
             self.in_now = False
+            slot.clear()
+            spare = slot
             t += 1
         self.events += n
         return n
+
+    def _run_one(self, tie: int, cb: Callable[[Any], None], arg: Any) -> int:
+        cb(arg)
+        if tie < _ORIGIN_1:
+            self.setup_events += 1
+        return 1
 
     def _pop_heap(self) -> bool:
         """Run the heap's first event; True if it halted the run."""
