@@ -441,6 +441,9 @@ class PipeExchange:
         self.conns = conns
 
     def alltoall(self, out: list[Any]) -> list[Any]:
+        if not self.conns:  # one rank: nothing to send
+            return list(out)
+
         def send() -> None:
             for r, c in self.conns.items():
                 c.send_bytes(pickle.dumps(out[r], pickle.HIGHEST_PROTOCOL))
