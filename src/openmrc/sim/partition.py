@@ -39,6 +39,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Protocol
 
+from openmrc.sim.engine import PausedGc
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
@@ -63,6 +64,10 @@ __all__ = [
 
 _NEVER = 1 << 62
 PROGRESS_S = 0.2
+last_times: list[dict[str, float]] = []
+"""Where each rank's time went in this process's last split run, by rank: seconds running its share
+(``run_s``), packing, in the exchange (waiting for the others included) and unpacking, its CPU seconds,
+and the number of windows and of events it shipped."""
 _TPL_CACHE = 1 << 14
 """Templates remembered per rank (a Write's packets share one) before the caches start over."""
 _ZEROS = memoryview(bytes(1 << 16))
@@ -309,34 +314,51 @@ def run_split(
     window = lookahead_ns(sim)
     mine_src = [f for f in sim.flows if owned[f.src]]
     mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
-    t = engine.now
-    shown = time.perf_counter()
-    while True:
-        end = min(t + window, until + 1)
-        engine.run(until=end - 1)
-        outbox = engine.outbox
-        engine.outbox = []
-        nxt = engine.peek()
-        soonest = min((e[0] for e in outbox), default=_NEVER)
-        local_next = min(soonest, _NEVER if nxt is None else nxt)
-        undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
-        msgs = cut.encode(outbox, ex.size)
-        got = ex.alltoall([(local_next, undone, _dumps(m) if m else b"") for m in msgs])
-        for r, (_n, _u, events) in enumerate(got):
-            if r != ex.rank and events:
-                cut.decode(pickle.loads(events), engine.insert)
-        if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
-            shown = time.perf_counter()
-            progress(sim)
-        next_t = min(g[0] for g in got)
-        if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
-            break
-        t = max(end, next_t)
+    with PausedGc():  # packing and unpacking make short-lived objects too: see PausedGc
+        t = engine.now
+        shown = time.perf_counter()
+        times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
+        c0 = time.process_time()
+        while True:
+            end = min(t + window, until + 1)
+            w0 = time.perf_counter()
+            engine.run(until=end - 1)
+            w1 = time.perf_counter()
+            outbox = engine.outbox
+            engine.outbox = []
+            nxt = engine.peek()
+            soonest = min((e[0] for e in outbox), default=_NEVER)
+            local_next = min(soonest, _NEVER if nxt is None else nxt)
+            undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
+            msgs = cut.encode(outbox, ex.size)
+            out = [(local_next, undone, _dumps(m) if m else b"") for m in msgs]
+            w2 = time.perf_counter()
+            got = ex.alltoall(out)
+            w3 = time.perf_counter()
+            for r, (_n, _u, events) in enumerate(got):
+                if r != ex.rank and events:
+                    cut.decode(pickle.loads(events), engine.insert)
+            times["run_s"] += w1 - w0
+            times["pack_s"] += w2 - w1
+            times["exchange_s"] += w3 - w2
+            times["unpack_s"] += time.perf_counter() - w3
+            times["windows"] += 1
+            times["crossing"] += len(outbox)
+            if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
+                shown = time.perf_counter()
+                progress(sim)
+            next_t = min(g[0] for g in got)
+            if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
+                break
+            t = max(end, next_t)
     if sim.sampler is not None:
         sim.sampler.sample()
+    times["cpu_s"] = time.process_time() - c0
     part = _partial(sim, owned)
+    part["times"] = times
     parts = ex.alltoall([part] * ex.size)
     _merge(sim, parts[ex.rank :] + parts[: ex.rank])
+    last_times[:] = [p["times"] for p in parts]
     return sim.results()
 
 
