@@ -17,7 +17,7 @@ window in which the last flow finished (or at ``until``), the same window whatev
 
 The results do not depend on the split because the engine runs in ordered mode
 (`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
-that node's own count, and each port draws from its own random stream. A node's history therefore
+that node's own scheduling order, and each port draws from its own random stream. A node's history therefore
 depends only on the packets it receives, and by induction it is the same on any number of ranks. What
 would let one host act on another at once (flow triggers, PFC pauses, the RoCEv2 baseline) is refused
 when the run has more than one rank.
@@ -218,14 +218,14 @@ class _Cut:
         code, dest, tpls = self.code, self.dest, self.tpl_out
         if len(tpls) > _TPL_CACHE:
             tpls.clear()
-        for at, tie, cb, p in outbox:
+        for at, origin, cb, p in outbox:
             target = id(cb.__self__)  # type: ignore[attr-defined]
             tx = p.tx
             assert tx is not None  # MRC hosts only
             tpl = tx.tpl
             if tpl is None:
                 row: tuple[Any, ...] = (
-                    at, tie, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
+                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
                     int(p.trim), p.epoch, p.seg, p.flow_crc, tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num,
                     tx.size, _wire(tx.packet),
                 )  # fmt: skip
@@ -243,7 +243,7 @@ class _Cut:
                     )
                     got = tpls[id(tpl)] = (tpl, key)
                 row = (
-                    at, tie, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
+                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
                     int(p.trim), p.epoch, p.seg, p.flow_crc, tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num,
                     tx.size, got[1], tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload),
                 )  # fmt: skip
