@@ -21,6 +21,8 @@ from openmrc.sim.engine import Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Trigger
 from openmrc.sim.metrics import SimResults
+from openmrc.wire import AETH, BTH, Opcode, Packet
+from openmrc.wire.packet import parse
 
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="the local backend forks")
 
@@ -188,3 +190,11 @@ def test_mpi_ranks_give_the_single_process_results(tmp_path: Path) -> None:
     want = f"{one['flows']!r} {one['counters']!r}"
     assert (tmp_path / "rank0.txt").read_text() == want
     assert (tmp_path / "rank1.txt").read_text() == want  # every rank has the whole run's results
+
+
+def test_a_control_packet_crosses_as_its_wire_bytes_or_else_as_itself() -> None:
+    ack = Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77), aeth=AETH(0, 5))
+    got = partition._wire(ack)
+    assert isinstance(got, bytes) and parse(got) == ack
+    bad = Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77))  # no AETH: does not encode
+    assert partition._wire(bad) is bad

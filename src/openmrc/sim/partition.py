@@ -15,6 +15,11 @@ packets that cross to it (`Simulator.outbox`), its next event time and its unfin
 window starts at the later of ``t + W`` and the earliest event anywhere. The run ends at the end of the
 window in which the last flow finished (or at ``until``), the same window whatever the split.
 
+A crossing packet travels as one flat tuple of plain values (`_Cut.encode`): a data packet's Write
+template as its fields (each rank keeps one template per Write), a control packet as its wire bytes
+(`Packet.encode`, `parse`). The loop runs with the garbage collector paused, like the engine: the
+tuples and packets it makes would otherwise have it rescan the whole fabric again and again.
+
 The results do not depend on the split because the engine runs in ordered mode
 (`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
 that node's own scheduling order, and each port draws from its own random stream. A node's history therefore
