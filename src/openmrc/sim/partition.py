@@ -213,6 +213,7 @@ class _Cut:
                 self.code[id(p.peer)] = 2 * peer
                 self.dest[id(p.peer)] = rank_of[peer]
                 self.ports.append(p)
+        self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
         self.tpl_out: dict[int, tuple[DataTemplate, tuple[Any, ...]]] = {}  # id -> (template, its fields)
         self.tpl_in: dict[tuple[Any, ...], DataTemplate] = {}  # the fields -> one template made of them
 
@@ -227,12 +228,13 @@ class _Cut:
             target = id(cb.__self__)  # type: ignore[attr-defined]
             tx = p.tx
             assert tx is not None  # MRC hosts only
+            # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
+            assert tx.peer == p.dst and tx.port == p.port and tx.entropy == p.entropy
             tpl = tx.tpl
             if tpl is None:
                 row: tuple[Any, ...] = (
                     at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
-                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num,
-                    tx.size, _wire(tx.packet),
+                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, _wire(tx.packet),
                 )  # fmt: skip
             else:
                 got = tpls.get(id(tpl))
@@ -249,8 +251,8 @@ class _Cut:
                     got = tpls[id(tpl)] = (tpl, key)
                 row = (
                     at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
-                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num,
-                    tx.size, got[1], tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload),
+                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, got[1], tx.op,
+                    tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload),
                 )  # fmt: skip
             out[dest[target]].append(row)
         return out
@@ -258,31 +260,31 @@ class _Cut:
     def decode(
         self, events: list[Any], insert: Callable[[int, int, int, Callable[[Any], None], Any], None]
     ) -> None:
-        ports, nodes, tpls = self.ports, self.nodes, self.tpl_in
+        delivers, nodes, tpls = self.delivers, self.nodes, self.tpl_in
         if len(tpls) > _TPL_CACHE:
             tpls.clear()
         for row in events:
             code = row[2]
             if code & 1:
-                cb = ports[code >> 1]._deliver  # the guarded delivery the port would have scheduled
+                cb = delivers[code >> 1]
             else:
                 arrive = nodes[code >> 1].arrive_cb
                 assert arrive is not None  # bound when the ports leading there were made
                 cb = arrive
-            if len(row) == 21:
-                pkt = row[20]
+            if len(row) == 18:
+                pkt = row[17]
                 if not isinstance(pkt, Packet):
                     pkt = parse(pkt)
-                tx = Transmit(row[14], row[15], row[16], row[17], pkt, row[18], row[19])
+                tx = Transmit(row[7], row[6], row[14], row[8], pkt, row[15], row[16])
             else:
-                tx = Transmit(row[14], row[15], row[16], row[17], None, row[18], row[19])
-                key = row[20]
+                tx = Transmit(row[7], row[6], row[14], row[8], None, row[15], row[16])
+                key = row[17]
                 tpl = tpls.get(key)
                 if tpl is None:
                     tpl = tpls[key] = DataTemplate(*key)
                 tx.tpl = tpl
-                tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = row[21], row[22], row[23], row[24], row[25]
-                tx.payload = _ZEROS[: row[26]]
+                tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = row[18], row[19], row[20], row[21], row[22]
+                tx.payload = _ZEROS[: row[23]]
             p = SimPacket(tx, row[3], row[4], row[5], row[6], row[7], row[8])
             p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = row[9], _TRIMS[row[10]], row[11], row[12], row[13]
             insert(row[0], 0, row[1], cb, p)
