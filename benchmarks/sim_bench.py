@@ -6,6 +6,9 @@ Parts (``--only``):
                    median FCT (htsim: 200.5 / 194.5 µs in 15.7 s on a 2-core machine)
   htsim-perm-1ev   the same with 1 EV (htsim: tail 889.9 µs)
   htsim-perm-roce  the same with RoCEv2 over ECMP
+  htsim-perm-2ranks  scenario 1, MRC with 128 EVs, split over 2 forked processes (`openmrc.sim.partition`,
+                   ordered mode): ``wall_s_2ranks`` and the CPU time of both (``cpu_s_2ranks``); beside it
+                   the same ordered run in 1 process (``wall_s_1rank``), whose results it must equal
   link-failure     scenario 5: bypass time of a T0-T1 link failure and of a NIC port failure (MRC), and the
                    failed host's goodput after vs before (target: (k-1)/k)
   scale            the 131,072-host 8-plane Clos (512-port switches), permutation of 256 KiB per host:
@@ -31,13 +34,22 @@ import sys
 import time
 from typing import Any
 
+from openmrc.sim import partition
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.scenario import build_run, expand_runs, load_scenario
 from openmrc.sim.workloads import permutation
 
 PERM_FILES = {16: "perm_1024n_1024c_0u_2000000b.cm", 8: "perm_128n_128c_2MB.cm", 4: "perm_16n_16c_2MB.cm"}
-PARTS = ("htsim-perm", "htsim-perm-1ev", "htsim-perm-roce", "link-failure", "scale", "clos-perm")
+PARTS = (
+    "htsim-perm",
+    "htsim-perm-1ev",
+    "htsim-perm-roce",
+    "htsim-perm-2ranks",
+    "link-failure",
+    "scale",
+    "clos-perm",
+)
 
 
 def _rss_mb() -> float:
@@ -95,6 +107,26 @@ def htsim_perm(variant: int, k: int) -> dict[str, Any]:
             "trims": rep["trims"],
             "htsim_k": k,
         }
+    return out
+
+
+def htsim_perm_ranks(k: int) -> dict[str, Any]:
+    """Scenario 1 (128 EVs) in ordered mode on 1 rank, then on 2 (forked): wall and CPU time of each run."""
+    over = [f"fabric.k={k}", f'workload.file="{PERM_FILES[k]}"', "sample_us=0", "fabric.ordered=true"]
+    out: dict[str, Any] = {}
+    got = []
+    for ranks in (1, 2):
+        sim = build_run(expand_runs(load_scenario("htsim-perm-1024", over))[0].doc)
+        t0, c0, kids0 = time.perf_counter(), time.process_time(), os.times().children_user
+        res = partition.run_local(sim, ranks, 10**10)
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0 + os.times().children_user - kids0  # the forked ranks' too
+        rep = res.report()
+        name = "1rank" if ranks == 1 else "2ranks"
+        out |= {f"wall_s_{name}": wall, f"cpu_s_{name}": cpu, f"tail_fct_us_{name}": rep.get("max_fct_us")}
+        got.append([(f.finish, f.status) for f in res.flows] + [res.counters, res.events])
+    out["speedup_2ranks"] = out["wall_s_1rank"] / out["wall_s_2ranks"]
+    out["same_results_2ranks"] = got[0] == got[1]
     return out
 
 
@@ -171,6 +203,8 @@ def clos_perm() -> dict[str, Any]:
 
 
 def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
+    if name == "htsim-perm-2ranks":
+        return htsim_perm_ranks(a.k)
     if name.startswith("htsim-perm"):
         return htsim_perm({"htsim-perm": 0, "htsim-perm-1ev": 1, "htsim-perm-roce": 2}[name], a.k)
     if name == "link-failure":

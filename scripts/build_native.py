@@ -66,6 +66,7 @@ MODULES = [
     "openmrc/sim/fabric_sim.py",
     "openmrc/sim/metrics.py",
     "openmrc/sim/workloads.py",
+    "openmrc/sim/partition.py",
 ]
 
 

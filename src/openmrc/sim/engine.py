@@ -20,24 +20,27 @@ time, going back to the slot whenever one of them scheduled more at ``t``. That 
 Partition-independent order (`Simulator.order_by_origin`)
 ---------------------------------------------------------
 The sequence number is global scheduling order: it depends on everything else the process scheduled, so a
-simulation split across processes (`openmrc.sim.partition`) cannot reproduce it. In ordered mode an event's
-tie-break is instead ``origin << 36 | n``: ``origin`` is who scheduled it (0: set-up and failures, node
-``i``: ``i + 1``) and ``n`` counts that origin's events. A node's events run where the node lives, so its
-count is the same however the fabric is split, and so is every tie. At each time the slot is sorted by
-tie; an event scheduled for the current time while it runs is merged in by tie (`now_heap`). Two events of
-different nodes at one time never touch the same state (links have a latency), so each node sees its
-events in the same order in every split. An origin made negative (``~origin``) marks an event for another
-process: it goes to `outbox` instead (the link to that process is longer than the exchange window).
+simulation split across processes (`openmrc.sim.partition`) cannot reproduce it. In ordered mode the
+events of one time run by ``origin``, who scheduled them (0: set-up and failures, node ``i``: ``i + 1``),
+and each origin's in the order it scheduled them. A node's events are scheduled where the node lives, so
+that order is the same however the fabric is split. No count is kept for it: each origin's events reach a
+slot in their scheduling order (the heap's, scheduled earlier, go first; another process ships an
+origin's events in order), so a stable sort of the slot by origin alone gives it. An event scheduled for
+the current time while it runs is merged in by origin (`now_heap`). Two events of different nodes at one
+time never touch the same state (links have a latency), so each node sees its events in the same order
+in every split. An origin made negative (``~origin``) marks an event for another process: it goes to
+`outbox` instead (the link to that process is longer than the exchange window).
 """
 
 from __future__ import annotations
 
 import gc
 import heapq
+import operator
 from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["ORIGIN_SHIFT", "TIME_SHIFT", "WHEEL_NS", "PausedGc", "Simulator", "event_key"]
+__all__ = ["TIME_SHIFT", "WHEEL_NS", "PausedGc", "Simulator", "event_key"]
 
 # Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
 _heappop: Final = heapq.heappop
@@ -53,9 +56,7 @@ WHEEL_NS: Final = 1 << _WHEEL_BITS
 """How far ahead (ns) the timing wheel reaches; later events wait in the heap."""
 _MASK: Final = WHEEL_NS - 1
 _NEVER: Final = 1 << 62
-ORIGIN_SHIFT: Final = 36
-"""An ordered-mode tie is ``origin << ORIGIN_SHIFT | n`` (the origin's ``n``-th event)."""
-_ORIGIN_1: Final = 1 << ORIGIN_SHIFT
+_by_origin: Final = operator.itemgetter(0)
 
 
 def event_key(at: int, priority: int, seq: int) -> int:
@@ -111,27 +112,26 @@ class Simulator:
         self.halted = False
         """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
         self.ordered = False
-        """Partition-independent ties (`order_by_origin`): wheel slots then hold (tie, callback, argument)."""
-        self.counts: list[int] = []
-        """Ordered mode: events scheduled so far by each origin."""
-        self.oheap: list[tuple[int, int, int, Callable[[Any], None], Any]] = []
-        """Ordered mode: (time, priority, tie, callback, argument) of the events not in the wheel."""
-        self.now_heap: list[tuple[int, Callable[[Any], None], Any]] = []
+        """Partition-independent ties (`order_by_origin`): wheel slots then hold (origin, callback, arg)."""
+        self.oheap: list[tuple[int, int, int, int, Callable[[Any], None], Any]] = []
+        """Ordered mode: (time, priority, origin, sequence, callback, argument) of the events not in the
+        wheel."""
+        self.now_heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: priority-0 events scheduled for the time being run, while it runs."""
         self.in_now = False
         self.setup_events = 0
         """Ordered mode: events of origin 0 (set-up, failures, sampling) run so far: a split run runs them
         in every process."""
         self.outbox: list[tuple[int, int, Callable[[Any], None], Any]] = []
-        """Ordered mode: (time, tie, callback, argument) of events for another process (negative origins)."""
+        """Ordered mode: (time, origin, callback, argument) of events for another process (negative origins),
+        in scheduling order."""
 
-    def order_by_origin(self, origins: int) -> None:
-        """Break ties by origin (0..``origins``) and each origin's own count instead of global scheduling
-        order (see the module's notes). Call before anything is scheduled."""
+    def order_by_origin(self) -> None:
+        """Break ties by origin, then each origin's own scheduling order, instead of global scheduling order
+        (see the module's notes). Call before anything is scheduled."""
         if self.seq:
             raise ValueError("order_by_origin: events are already scheduled")
         self.ordered = True
-        self.counts = [0] * (origins + 1)
 
     def schedule(
         self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0, origin: int = 0
@@ -179,27 +179,26 @@ class Simulator:
     def _push_ordered(
         self, at: int, callback: Callable[[Any], None], arg: Any, origin: int, prio: int
     ) -> None:
-        remote = origin < 0
-        if remote:
-            origin = ~origin
-        n = self.counts[origin] + 1
-        self.counts[origin] = n
-        tie = (origin << ORIGIN_SHIFT) | n
-        if remote:
-            self.outbox.append((at, tie, callback, arg))
-        else:
-            self.insert(at, prio, tie, callback, arg)
-
-    def insert(self, at: int, priority: int, tie: int, callback: Callable[[Any], None], arg: Any) -> None:
-        """Ordered mode: schedule an event whose tie is known (one another process sent)."""
-        self.seq += 1
-        if priority == 0 and at == self.now and self.in_now:
-            _heappush(self.now_heap, (tie, callback, arg))
-        elif priority == 0 and at - self.now < WHEEL_NS:
-            self.wheel[at & _MASK].append((tie, callback, arg))
+        if origin < 0:
+            self.outbox.append((at, ~origin, callback, arg))
+        elif prio == 0 and at != self.now and at - self.now < WHEEL_NS:  # `insert`'s common case
+            self.seq += 1
+            self.wheel[at & _MASK].append((origin, callback, arg))
             self.in_wheel += 1
         else:
-            _heappush(self.oheap, (at, priority, tie, callback, arg))
+            self.insert(at, prio, origin, callback, arg)
+
+    def insert(self, at: int, priority: int, origin: int, callback: Callable[[Any], None], arg: Any) -> None:
+        """Ordered mode: schedule an event of ``origin``'s (one another process sent: each origin's events
+        must come in the order that origin scheduled them)."""
+        self.seq = seq = self.seq + 1
+        if priority == 0 and at == self.now and self.in_now:
+            _heappush(self.now_heap, (origin, seq, callback, arg))
+        elif priority == 0 and at - self.now < WHEEL_NS:
+            self.wheel[at & _MASK].append((origin, callback, arg))
+            self.in_wheel += 1
+        else:
+            _heappush(self.oheap, (at, priority, origin, seq, callback, arg))
             if at < self.heap_next:
                 self.heap_next = at
 
@@ -286,48 +285,61 @@ class Simulator:
             return t
 
     def _run_ordered(self, limit: int) -> int:
-        """`_run` in tie order: each time's events sorted by (priority, tie), ``halted`` ignored (an ordered
+        """`_run` in origin order: each time's events by (priority, origin), ``halted`` ignored (an ordered
         run stops at window ends only, where every process agrees)."""
         wheel = self.wheel
         heap = self.oheap
         nowh = self.now_heap
         n = 0
         t = self.now
+        spare: list[Any] = []  # the slot list run last time, emptied: the next one run takes its place
         while True:
             t = self._next_time(t, limit)
             if t < 0:
                 break
             slot = wheel[t & _MASK]
-            wheel[t & _MASK] = []
+            wheel[t & _MASK] = spare
             self.in_wheel -= len(slot)
-            while heap and heap[0][0] == t and heap[0][1] == 0:
-                e = _heappop(heap)
-                slot.append((e[2], e[3], e[4]))
-            self.heap_next = heap[0][0] if heap else _NEVER
-            slot.sort()
+            if heap and heap[0][0] == t and heap[0][1] == 0:  # scheduled before the wheel's: first
+                early = []
+                while heap and heap[0][0] == t and heap[0][1] == 0:
+                    e = _heappop(heap)
+                    early.append((e[2], e[4], e[5]))
+                early.extend(slot)
+                slot.clear()
+                spare = slot
+                slot = early
+                self.heap_next = heap[0][0] if heap else _NEVER
+            if len(slot) > 1:
+                slot.sort(key=_by_origin)  # stable: each origin's events stay in their scheduling order
             self.in_now = True
-            i = 0
-            end = len(slot)
+            for item in slot:  # with what this time's events schedule for it merged in
+                while nowh and nowh[0][0] < item[0]:
+                    e0 = _heappop(nowh)
+                    n += self._run_one(e0[0], e0[2], e0[3])
+                n += self._run_one(item[0], item[1], item[2])
             while True:
-                if nowh and (i >= end or nowh[0][0] < slot[i][0]):
-                    _tie, cb, arg = _heappop(nowh)
-                elif i < end:
-                    _tie, cb, arg = slot[i]
-                    i += 1
+                if nowh:
+                    e0 = _heappop(nowh)
+                    n += self._run_one(e0[0], e0[2], e0[3])
                 elif self.heap_next == t:  # a higher priority at t, after every priority-0 event of t
                     e = _heappop(heap)
                     self.heap_next = heap[0][0] if heap else _NEVER
-                    _tie, cb, arg = e[2], e[3], e[4]
+                    n += self._run_one(e[2], e[4], e[5])
                 else:
                     break
-                cb(arg)
-                n += 1
-                if _tie < _ORIGIN_1:
-                    self.setup_events += 1
             self.in_now = False
+            slot.clear()
+            spare = slot
             t += 1
         self.events += n
         return n
+
+    def _run_one(self, origin: int, cb: Callable[[Any], None], arg: Any) -> int:
+        cb(arg)
+        if not origin:
+            self.setup_events += 1
+        return 1
 
     def _pop_heap(self) -> bool:
         """Run the heap's first event; True if it halted the run."""

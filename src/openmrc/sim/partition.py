@@ -15,9 +15,14 @@ packets that cross to it (`Simulator.outbox`), its next event time and its unfin
 window starts at the later of ``t + W`` and the earliest event anywhere. The run ends at the end of the
 window in which the last flow finished (or at ``until``), the same window whatever the split.
 
+A crossing packet travels as one flat tuple of plain values (`_Cut.encode`): a data packet's Write
+template as its fields (each rank keeps one template per Write), a control packet as its wire bytes
+(`Packet.encode`, `parse`). The loop runs with the garbage collector paused, like the engine: the
+tuples and packets it makes would otherwise have it rescan the whole fabric again and again.
+
 The results do not depend on the split because the engine runs in ordered mode
 (`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
-that node's own count, and each port draws from its own random stream. A node's history therefore
+that node's own scheduling order, and each port draws from its own random stream. A node's history therefore
 depends only on the packets it receives, and by induction it is the same on any number of ranks. What
 would let one host act on another at once (flow triggers, PFC pauses, the RoCEv2 baseline) is refused
 when the run has more than one rank.
@@ -39,13 +44,15 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Protocol
 
+from openmrc.sim.engine import PausedGc
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
 from openmrc.sim.network import Port, SimPacket
 from openmrc.transport import Transmit, TrimMark
 from openmrc.wire import headers
-from openmrc.wire.packet import DataTemplate, Packet
+from openmrc.wire.buffer import WireError
+from openmrc.wire.packet import DataTemplate, Packet, parse
 
 __all__ = [
     "Exchange",
@@ -62,6 +69,12 @@ __all__ = [
 
 _NEVER = 1 << 62
 PROGRESS_S = 0.2
+last_times: list[dict[str, float]] = []
+"""Where each rank's time went in this process's last split run, by rank: seconds running its share
+(``run_s``), packing, in the exchange (waiting for the others included) and unpacking, its CPU seconds,
+and the number of windows and of events it shipped."""
+_TPL_CACHE = 1 << 14
+"""Templates remembered per rank (a Write's packets share one) before the caches start over."""
 _ZEROS = memoryview(bytes(1 << 16))
 """The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
 with anything else), so only their number crosses."""
@@ -81,14 +94,8 @@ def _fields_reduce(o: Any) -> tuple[type, tuple[Any, ...]]:
     return type(o), tuple(getattr(o, f.name) for f in dataclasses.fields(o))
 
 
-def _template_reduce(t: DataTemplate) -> tuple[type, tuple[Any, ...]]:
-    imm = t.immdt
-    return DataTemplate, (t.dest_qp, t.meth.rqmsn, t.meth.msn, t.rkey, t.dma_len, imm and imm.imm_data)
-
-
 _DISPATCH = copyreg.dispatch_table.copy()
 _DISPATCH[memoryview] = _zeros_reduce
-_DISPATCH[DataTemplate] = _template_reduce
 _DISPATCH[Packet] = _fields_reduce
 for _cls in vars(headers).values():
     if isinstance(_cls, type) and dataclasses.is_dataclass(_cls):
@@ -206,71 +213,93 @@ class _Cut:
                 self.code[id(p.peer)] = 2 * peer
                 self.dest[id(p.peer)] = rank_of[peer]
                 self.ports.append(p)
+        self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
+        self.tpl_out: dict[int, tuple[DataTemplate, tuple[Any, ...]]] = {}  # id -> (template, its fields)
+        self.tpl_in: dict[tuple[Any, ...], DataTemplate] = {}  # the fields -> one template made of them
 
     def encode(self, outbox: list[tuple[int, int, Callable[[Any], None], Any]], size: int) -> list[list[Any]]:
+        """Each crossing event as one flat tuple of plain values (a data packet's Write template as its
+        fields), by the rank it goes to: the pickler then runs at C speed."""
         out: list[list[Any]] = [[] for _ in range(size)]
-        for at, tie, cb, p in outbox:
+        code, dest, tpls = self.code, self.dest, self.tpl_out
+        if len(tpls) > _TPL_CACHE:
+            tpls.clear()
+        for at, origin, cb, p in outbox:
             target = id(cb.__self__)  # type: ignore[attr-defined]
-            out[self.dest[target]].append((at, tie, self.code[target], _pack(p)))
+            tx = p.tx
+            assert tx is not None  # MRC hosts only
+            # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
+            assert tx.peer == p.dst and tx.port == p.port and tx.entropy == p.entropy
+            tpl = tx.tpl
+            if tpl is None:
+                row: tuple[Any, ...] = (
+                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
+                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, _wire(tx.packet),
+                )  # fmt: skip
+            else:
+                got = tpls.get(id(tpl))
+                if got is None or got[0] is not tpl:
+                    imm = tpl.immdt
+                    key = (
+                        tpl.dest_qp,
+                        tpl.meth.rqmsn,
+                        tpl.meth.msn,
+                        tpl.rkey,
+                        tpl.dma_len,
+                        imm and imm.imm_data,
+                    )
+                    got = tpls[id(tpl)] = (tpl, key)
+                row = (
+                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
+                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, got[1], tx.op,
+                    tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload),
+                )  # fmt: skip
+            out[dest[target]].append(row)
         return out
 
     def decode(
         self, events: list[Any], insert: Callable[[int, int, int, Callable[[Any], None], Any], None]
     ) -> None:
-        for at, tie, code, data in events:
+        delivers, nodes, tpls = self.delivers, self.nodes, self.tpl_in
+        if len(tpls) > _TPL_CACHE:
+            tpls.clear()
+        for row in events:
+            code = row[2]
             if code & 1:
-                port = self.ports[code >> 1]
-                cb = port._deliver  # the guarded delivery the port would have scheduled
+                cb = delivers[code >> 1]
             else:
-                arrive = self.nodes[code >> 1].arrive_cb
+                arrive = nodes[code >> 1].arrive_cb
                 assert arrive is not None  # bound when the ports leading there were made
                 cb = arrive
-            insert(at, 0, tie, cb, _unpack(data))
+            if len(row) == 18:
+                pkt = row[17]
+                if not isinstance(pkt, Packet):
+                    pkt = parse(pkt)
+                tx = Transmit(row[7], row[6], row[14], row[8], pkt, row[15], row[16])
+            else:
+                tx = Transmit(row[7], row[6], row[14], row[8], None, row[15], row[16])
+                key = row[17]
+                tpl = tpls.get(key)
+                if tpl is None:
+                    tpl = tpls[key] = DataTemplate(*key)
+                tx.tpl = tpl
+                tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = row[18], row[19], row[20], row[21], row[22]
+                tx.payload = _ZEROS[: row[23]]
+            p = SimPacket(tx, row[3], row[4], row[5], row[6], row[7], row[8])
+            p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = row[9], _TRIMS[row[10]], row[11], row[12], row[13]
+            insert(row[0], 0, row[1], cb, p)
 
 
-def _pack(p: SimPacket) -> tuple[Any, ...]:
-    tx = p.tx
-    assert tx is not None  # MRC hosts only
-    if tx.tpl is not None:
-        body: tuple[Any, ...] = (tx.tpl, tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload))
-    else:
-        body = (tx.packet,)
-    return (
-        p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn, int(p.trim), p.epoch, p.seg, p.flow_crc,
-        tx.port, tx.peer, tx.ev, tx.entropy, tx.qp_num, tx.size, body,
-    )  # fmt: skip
+def _wire(pkt: Packet) -> bytes | Packet:
+    """A control packet as its wire bytes (what `parse` makes the same packet of again), or itself (then
+    pickled) when it does not encode."""
+    try:
+        return pkt.encode()
+    except WireError:
+        return pkt
 
 
-def _unpack(d: tuple[Any, ...]) -> SimPacket:
-    (
-        size,
-        addr,
-        src,
-        dst,
-        port,
-        entropy,
-        ecn,
-        trim,
-        epoch,
-        seg,
-        crc,
-        tport,
-        peer,
-        ev,
-        tent,
-        qpn,
-        tsize,
-        body,
-    ) = d
-    if len(body) == 1:
-        tx = Transmit(tport, peer, ev, tent, body[0], qpn, tsize)
-    else:
-        tx = Transmit(tport, peer, ev, tent, None, qpn, tsize)
-        tx.tpl, tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = body[:6]
-        tx.payload = _zeros(body[6])
-    p = SimPacket(tx, size, addr, src, dst, port, entropy)
-    p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = ecn, TrimMark(trim), epoch, seg, crc
-    return p
+_TRIMS = {int(m): m for m in TrimMark}
 
 
 # -- running -------------------------------------------------------------------------------------------------
@@ -292,34 +321,51 @@ def run_split(
     window = lookahead_ns(sim)
     mine_src = [f for f in sim.flows if owned[f.src]]
     mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
-    t = engine.now
-    shown = time.perf_counter()
-    while True:
-        end = min(t + window, until + 1)
-        engine.run(until=end - 1)
-        outbox = engine.outbox
-        engine.outbox = []
-        nxt = engine.peek()
-        soonest = min((e[0] for e in outbox), default=_NEVER)
-        local_next = min(soonest, _NEVER if nxt is None else nxt)
-        undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
-        msgs = cut.encode(outbox, ex.size)
-        got = ex.alltoall([(local_next, undone, _dumps(m) if m else b"") for m in msgs])
-        for r, (_n, _u, events) in enumerate(got):
-            if r != ex.rank and events:
-                cut.decode(pickle.loads(events), engine.insert)
-        if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
-            shown = time.perf_counter()
-            progress(sim)
-        next_t = min(g[0] for g in got)
-        if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
-            break
-        t = max(end, next_t)
+    with PausedGc():  # packing and unpacking make short-lived objects too: see PausedGc
+        t = engine.now
+        shown = time.perf_counter()
+        times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
+        c0 = time.process_time()
+        while True:
+            end = min(t + window, until + 1)
+            w0 = time.perf_counter()
+            engine.run(until=end - 1)
+            w1 = time.perf_counter()
+            outbox = engine.outbox
+            engine.outbox = []
+            nxt = engine.peek()
+            soonest = min((e[0] for e in outbox), default=_NEVER)
+            local_next = min(soonest, _NEVER if nxt is None else nxt)
+            undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
+            msgs = cut.encode(outbox, ex.size)
+            out = [(local_next, undone, _dumps(m) if m else b"") for m in msgs]
+            w2 = time.perf_counter()
+            got = ex.alltoall(out)
+            w3 = time.perf_counter()
+            for r, (_n, _u, events) in enumerate(got):
+                if r != ex.rank and events:
+                    cut.decode(pickle.loads(events), engine.insert)
+            times["run_s"] += w1 - w0
+            times["pack_s"] += w2 - w1
+            times["exchange_s"] += w3 - w2
+            times["unpack_s"] += time.perf_counter() - w3
+            times["windows"] += 1
+            times["crossing"] += len(outbox)
+            if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
+                shown = time.perf_counter()
+                progress(sim)
+            next_t = min(g[0] for g in got)
+            if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
+                break
+            t = max(end, next_t)
     if sim.sampler is not None:
         sim.sampler.sample()
+    times["cpu_s"] = time.process_time() - c0
     part = _partial(sim, owned)
+    part["times"] = times
     parts = ex.alltoall([part] * ex.size)
     _merge(sim, parts[ex.rank :] + parts[: ex.rank])
+    last_times[:] = [p["times"] for p in parts]
     return sim.results()
 
 
@@ -424,6 +470,9 @@ class PipeExchange:
         self.conns = conns
 
     def alltoall(self, out: list[Any]) -> list[Any]:
+        if not self.conns:  # one rank: nothing to send
+            return list(out)
+
         def send() -> None:
             for r, c in self.conns.items():
                 c.send_bytes(pickle.dumps(out[r], pickle.HIGHEST_PROTOCOL))
