@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import platform
 import signal
 import subprocess
@@ -66,15 +67,17 @@ set = ["workload.size_kib=262144"]
 """
 
 
-def _start(tmp_path: Path, scenario: str, out: Path) -> subprocess.Popen[str]:
-    """``openmrc sim run`` of ``scenario`` (TOML text) with ``--out out``, in a subprocess."""
+def _start(tmp_path: Path, scenario: str, out: Path, *more: str) -> subprocess.Popen[str]:
+    """``openmrc sim run`` of ``scenario`` (TOML text) with ``--out out``, in a subprocess of its own
+    session (so that a Ctrl-C can go to its whole process group, as a terminal sends it)."""
     toml = tmp_path / "s.toml"
     toml.write_text(scenario)
     return subprocess.Popen(
-        [*openmrc_argv(), "sim", "run", str(toml), "--out", str(out)],
+        [*openmrc_argv(), "sim", "run", str(toml), "--out", str(out), *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
 
 
@@ -100,6 +103,33 @@ def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_finished_variants(tmp_path: 
     run = doc["runs"][0]
     assert run["completed"] == run["flows"] > 0  # the finished variant's results are whole
     assert (out / "short.flows.csv").is_file() and (out / "fct_cdf.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="--ranks forks its ranks")
+def test_ctrl_c_stops_every_rank_of_a_split_run(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches every process of the group: rank 0 stops, the forked ranks stop after
+    the same window, and none is left behind waiting for the others."""
+    out = tmp_path / "out"
+    proc = _start(tmp_path, TWO_VARIANTS, out, "--ranks", "2")
+    lines = lines_until(proc, "finished short")
+    assert lines and lines[-1].startswith("finished short (1 of 2)"), "".join(lines)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    text = "".join(lines) + rest
+    assert proc.returncode == 130, text
+    assert "fatal" not in text and "Traceback" not in text
+    assert "1 of 2 variant(s) had finished" in text and text.count("interrupt: stopping") == 1, text
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the forked rank is gone too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("a rank outlived the run")
+    assert (out / "short.flows.csv").is_file()
 
 
 def test_ctrl_c_before_anything_finished_leaves_no_empty_output(tmp_path: Path) -> None:

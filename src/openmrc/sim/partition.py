@@ -38,6 +38,7 @@ import dataclasses
 import io
 import os
 import pickle
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -307,7 +308,8 @@ def run_split(
     sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None = None
 ) -> SimResults:
     """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
-    results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds."""
+    results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds; a
+    KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
     _check(sim, ex.size)
     rank_of = assign_ranks(sim, ex.size)
     cut = _Cut(sim, rank_of, ex.rank)
@@ -326,6 +328,7 @@ def run_split(
         shown = time.perf_counter()
         times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
         c0 = time.process_time()
+        halt = False
         while True:
             end = min(t + window, until + 1)
             w0 = time.perf_counter()
@@ -338,11 +341,13 @@ def run_split(
             local_next = min(soonest, _NEVER if nxt is None else nxt)
             undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
             msgs = cut.encode(outbox, ex.size)
-            out = [(local_next, undone, _dumps(m) if m else b"") for m in msgs]
+            out = [(local_next, undone, _dumps(m) if m else b"", halt) for m in msgs]
             w2 = time.perf_counter()
             got = ex.alltoall(out)
             w3 = time.perf_counter()
-            for r, (_n, _u, events) in enumerate(got):
+            if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops after the same window
+                raise KeyboardInterrupt
+            for r, (_n, _u, events, _h) in enumerate(got):
                 if r != ex.rank and events:
                     cut.decode(pickle.loads(events), engine.insert)
             times["run_s"] += w1 - w0
@@ -353,7 +358,10 @@ def run_split(
             times["crossing"] += len(outbox)
             if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
                 shown = time.perf_counter()
-                progress(sim)
+                try:
+                    progress(sim)
+                except KeyboardInterrupt:  # (Ctrl-C): the others hear of it at the next exchange
+                    halt = True
             next_t = min(g[0] for g in got)
             if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
                 break
@@ -547,6 +555,7 @@ def run_local(
     for rank in range(1, ranks):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child (its coverage is not collected)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches rank 0, which stops every rank
             code = 0
             try:
                 run_split(sim, PipeExchange(rank, ranks, conns(rank)), until)
