@@ -166,15 +166,8 @@ class Simulator:
         """`push` by ``origin`` (which only ordered mode reads)."""
         if self.ordered:
             self._push_ordered(at, callback, arg, origin, 0)
-            return
-        self.seq = seq = self.seq + 1
-        if at - self.now < WHEEL_NS:
-            slot = self.wheel[at & _MASK]
-            slot.append(callback)
-            slot.append(arg)
-            self.in_wheel += 1
         else:
-            self._to_heap((at << TIME_SHIFT) | seq, callback, arg)
+            self.push(at, callback, arg)
 
     def _push_ordered(
         self, at: int, callback: Callable[[Any], None], arg: Any, origin: int, prio: int
