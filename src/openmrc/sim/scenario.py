@@ -441,15 +441,18 @@ def iter_runs(
     a capture). A run's ``wall_s`` counts from the start of its build. ``ranks``: split each run over that
     many processes (`openmrc.sim.partition`; the fabric in ordered mode, the same results for any count)."""
     runs = expand_runs(doc, seeds, variants)
-    if ranks is not None:  # refuse before the first run, not after it
+    if ranks is not None:  # refuse before the first run, not after it: the config says what can be split
         for r in runs:
-            fab = r.doc["fabric"]
-            if fab.get("transport", "mrc") != "mrc" or fab.get("pfc", False):
+            r.doc["fabric"]["ordered"] = True
+            try:
+                _config(r.doc)
+            except ScenarioError as exc:
                 raise ScenarioError(
-                    f"variant {r.label!r}: --ranks splits MRC runs without PFC only "
-                    "(pick the MRC variants with --variant)"
-                )
-            fab["ordered"] = True
+                    *(
+                        f"variant {r.label!r}: {p} (--ranks: pick the variants it can split with --variant)"
+                        for p in exc.problems
+                    )
+                ) from None
     for r in runs:
         t0 = time.perf_counter()
         if phase is not None:
