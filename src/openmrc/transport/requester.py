@@ -573,8 +573,9 @@ class Requester:
         ``srtt + reo_wnd``). On quiet paths, srtt + max(4·rttvar, srtt/4) (RACK's default reordering
         window is a quarter of the minimum RTT): measured on this QP's paths, not floored at the fabric's
         longest ``base_rtt``, so a short path (one T0) does not wait several of its RTTs per random loss
-        (what a collective's small steps cost); the responder acknowledges a packet that fills a hole at
-        once, so a late packet's SACK is not held back by the coalescing delay. While the QP sees congestion
+        (what a collective's small steps cost); the responder acknowledges at once a late packet that
+        fills a hole above another or closes the last one, so its SACK is not held back by the coalescing
+        delay. While the QP sees congestion
         (a trim or an ECN echo within the last `_CONGESTED_RTTS` RTTs) queues differ from path to path
         by far more than the RTT samples show: then max(2·srtt, srtt + 4·rttvar, base_rtt), since with
         trimming a congested packet is late, not lost. Before the first RTT sample, ``base_rtt``."""
