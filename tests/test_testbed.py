@@ -4,6 +4,7 @@ between two hosts sprays over every spine, and a blackholed spine link is routed
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,35 @@ from openmrc.testbed.experiment import FailoverResult, failover, openmrc_argv
 pytestmark = pytest.mark.skipif(missing() is not None, reason=f"testbed: {missing()}")
 
 LINK = "p0-t0-0--p0-t1-1"  # host0's plane-0 uplink to the second spine
+
+# Each run's namespaces carry its process id, so two test runs on one machine never tear down each other's
+# testbeds; those a killed run left behind are removed by the next run (their process is gone).
+_OURS = re.compile(r"omrct(\d+)([a-z])-")
+
+
+def _prefix(tag: str) -> str:
+    return f"omrct{os.getpid()}{tag}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_stale_testbeds(tmp_path_factory: pytest.TempPathFactory) -> None:
+    stale = set()
+    for name in Testbed(prefix="omrct", state_dir=tmp_path_factory.mktemp("tb-any")).namespaces():
+        m = _OURS.match(name)
+        if m and not _alive(int(m[1])):
+            stale.add(f"omrct{m[1]}{m[2]}-")
+    for prefix in stale:
+        Testbed(prefix=prefix, state_dir=tmp_path_factory.mktemp("tb-stale")).down()
 
 
 def _bed(tmp: Path, prefix: str, mode: str) -> Iterator[Testbed]:
@@ -32,12 +62,12 @@ def _bed(tmp: Path, prefix: str, mode: str) -> Iterator[Testbed]:
 
 @pytest.fixture(scope="module")
 def srv6_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    yield from _bed(tmp_path_factory.mktemp("tb-srv6"), "omrct-s-", "srv6")
+    yield from _bed(tmp_path_factory.mktemp("tb-srv6"), _prefix("s"), "srv6")
 
 
 @pytest.fixture(scope="module")
 def ecmp_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    yield from _bed(tmp_path_factory.mktemp("tb-ecmp"), "omrct-e-", "ecmp")
+    yield from _bed(tmp_path_factory.mktemp("tb-ecmp"), _prefix("e"), "ecmp")
 
 
 def _check_failover(r: FailoverResult, evs: int) -> None:
@@ -92,7 +122,7 @@ def test_faults_and_errors_name_what_is_wrong(srv6_bed: Testbed) -> None:
 
 
 def test_cli_up_status_down(tmp_path: Path) -> None:
-    env = {**os.environ, "OPENMRC_TESTBED_PREFIX": "omrct-c-", "OPENMRC_TESTBED_DIR": str(tmp_path / "st")}
+    env = {**os.environ, "OPENMRC_TESTBED_PREFIX": _prefix("c"), "OPENMRC_TESTBED_DIR": str(tmp_path / "st")}
     cli = [*openmrc_argv(), "testbed"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
