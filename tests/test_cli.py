@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from openmrc.cli import main as cli_main
 from openmrc.cli.main import app
 from openmrc.wire import parse_frame
 from openmrc.wire.examples import example_conversation
@@ -107,3 +110,33 @@ def test_topo_plan_names_a_bad_locator(locator: str, reason: str) -> None:
     res = runner.invoke(app, ["topo", "plan", "--hosts", "64", "--locator", locator], terminal_width=200)
     assert res.exit_code == 2 and "--locator" in res.output and reason in res.output, res.output
     assert "Traceback" not in res.output
+
+
+class _Exited(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "said"),
+    [
+        (["version"], 0, "0."),
+        (["sim", "run", "no-such-scenario"], 2, "no scenario 'no-such-scenario'"),
+        (["--no-such-option"], 2, "No such option"),
+    ],
+)
+def test_the_console_entry_point_leaves_with_the_commands_exit_code(
+    argv: list[str], code: int, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    codes: list[int] = []
+
+    def exit_now(c: int) -> None:
+        codes.append(c)
+        raise _Exited
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    monkeypatch.setattr(sys, "argv", ["openmrc", *argv])
+    with pytest.raises(_Exited):
+        cli_main.run()
+    assert codes == [code]
+    out = capsys.readouterr()
+    assert said in out.out + out.err

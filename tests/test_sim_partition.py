@@ -164,11 +164,14 @@ def test_ranks_refuse_a_scenario_with_a_variant_they_cannot_split_before_running
     assert "finished MRC" not in res.output  # the MRC variant, first in the file, did not run first
 
 
-@pytest.mark.skipif(
+with_mpi = pytest.mark.skipif(
     importlib.util.find_spec("mpi4py") is None
     or shutil.which("mpiexec", path=os.path.dirname(sys.executable)) is None,
     reason="the mpi extra (mpi4py, mpich) is not installed",
 )
+
+
+@with_mpi
 def test_mpi_ranks_give_the_single_process_results(tmp_path: Path) -> None:
     script = tmp_path / "run.py"
     script.write_text(  # each rank writes its own file (their stdout lines may interleave)
@@ -198,3 +201,34 @@ def test_a_control_packet_crosses_as_its_wire_bytes_or_else_as_itself() -> None:
     assert isinstance(got, bytes) and parse(got) == ack
     bad = Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77))  # no AETH: does not encode
     assert partition._wire(bad) is bad
+
+
+@with_mpi
+def test_the_cli_under_mpiexec_writes_the_results_of_the_single_process_run(tmp_path: Path) -> None:
+    from openmrc.testbed.experiment import openmrc_argv
+
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
+    assert mpiexec is not None
+    sets = ["--set", "fabric.hosts=32", "--set", "workload.size_kib=64"]
+    ranks2, ranks1 = tmp_path / "r2", tmp_path / "r1"
+    cmd = [
+        mpiexec,
+        "-n",
+        "2",
+        *openmrc_argv(),
+        "sim",
+        "run",
+        "clos-perm",
+        "--ranks",
+        "2",
+        "--out",
+        str(ranks2),
+    ]
+    got = subprocess.run([*cmd, *sets], capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert got.stdout.count("clos-perm") >= 1 and "Traceback" not in got.stdout + got.stderr  # rank 0's table
+    res = CliRunner().invoke(
+        app, ["sim", "run", "clos-perm", "--ranks", "1", "--quiet", "--out", str(ranks1), *sets]
+    )
+    assert res.exit_code == 0, res.output
+    assert (ranks2 / "flows.csv").read_text() == (ranks1 / "flows.csv").read_text()

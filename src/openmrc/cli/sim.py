@@ -293,17 +293,25 @@ def scenario_error(exc: ScenarioError) -> typer.Exit:
     return typer.Exit(2)
 
 
+keep: list[Run] = []
+"""The last command's finished runs, simulations included: the ``openmrc`` entry point
+(`openmrc.cli.main.run`) leaves the process without freeing them (a big fabric takes long to free, and
+nothing needs it freed)."""
+
+
 def run_scenario_cli(
     doc: dict[str, Any], out: Path | None, made_out: bool, sel: Selection = Selection()
 ) -> list[Run]:
     """`run_with_progress`; on Ctrl-C say where the run was, write what finished to ``out`` and exit 130."""
     started = time.time()
     try:
-        return run_with_progress(doc, sel)
+        runs = run_with_progress(doc, sel)
+        keep[:] = runs
+        return runs
     except ScenarioError as exc:
         raise scenario_error(exc) from None
     except RunInterrupted as exc:
-        done = exc.finished
+        done = keep[:] = exc.finished
         console.print(
             f"[bold]interrupted[/bold] {exc.where}; {len(done)} of {exc.total} variant(s) had finished"
         )
