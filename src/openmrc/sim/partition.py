@@ -43,16 +43,19 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from openmrc.sim.engine import PausedGc
+from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
 from openmrc.sim.network import Port, SimPacket
 from openmrc.transport import Transmit, TrimMark
+from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
 from openmrc.wire.buffer import WireError
+from openmrc.wire.constants import OP_SACK
+from openmrc.wire.headers import SETH, CcState, make_bth
 from openmrc.wire.packet import DataTemplate, Packet, parse
 
 __all__ = [
@@ -192,10 +195,80 @@ def _check(sim: FabricSim, ranks: int) -> None:
             raise PartitionError("validate_wire: 1 rank only")
 
 
+_HEAD: Final = 18
+"""Fields every crossing packet ships first: its kind, time, origin, target, the `SimPacket`'s and the
+`Transmit`'s."""
+_DATA: Final = 0
+"""A data packet: the head, then its Write template's index and op, flags, PSN, VA, payload length."""
+_DATA_LEN: Final = _HEAD + 6
+_SACK: Final = 1
+"""A SACK: the head, then its BTH's DestQP, PSN and flags, its SETH's 14 fields and its CC_STATE's 5."""
+_SACK_LEN: Final = _HEAD + 3 + 14 + 5
+_OTHER: Final = 2
+"""Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
+_OTHER_LEN: Final = _HEAD + 1
+
+
+class _Lane:
+    """What one rank ships to one other in a window: its packets as one flat list of ints, each packet
+    its kind's fields in a row (the pickler writes such a list at C speed; per-packet tuples of plain
+    values cost about 3 µs a packet), in the order they were sent. A data packet's Write template and a
+    packet's EV cross once each and are named by index afterwards (both ends keep the same tables: one
+    lane's messages arrive in order)."""
+
+    __slots__ = ("blobs", "evs", "new_evs", "new_tpls", "reset", "rows", "tpls")
+
+    def __init__(self) -> None:
+        self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
+        self.evs: dict[bytes, int] = {}
+        self.reset = False
+        self.rows: list[int] = []
+        self.blobs: list[bytes | Packet] = []
+        self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
+        self.new_evs: list[bytes] = []
+
+    def message(self) -> tuple[Any, ...] | None:
+        """This window's packets, templates and EVs (None: nothing crosses), the lane then emptied."""
+        if not self.rows:
+            return None
+        msg = (self.reset, self.new_tpls, self.new_evs, self.rows, self.blobs)
+        self.reset = False
+        self.rows, self.blobs, self.new_tpls, self.new_evs = [], [], [], []
+        if len(self.tpls) > _TPL_CACHE or len(self.evs) > _TPL_CACHE:
+            self.tpls.clear()
+            self.evs.clear()
+            self.reset = True  # the receiving end starts its tables over with the next message
+        return msg
+
+    def ev_index(self, ev: bytes) -> int:
+        i = self.evs.get(ev)
+        if i is None:
+            i = self.evs[ev] = len(self.evs)
+            self.new_evs.append(ev)
+        return i
+
+    def tpl_index(self, tpl: DataTemplate) -> int:
+        got = self.tpls.get(id(tpl))
+        if got is None or got[0] is not tpl:
+            imm = tpl.immdt
+            got = self.tpls[id(tpl)] = (tpl, len(self.tpls))
+            meth = tpl.meth
+            key = (
+                tpl.dest_qp,
+                meth.rqmsn,
+                meth.msn,
+                tpl.rkey,
+                tpl.dma_len,
+                None if imm is None else imm.imm_data,
+            )
+            self.new_tpls.append(key)
+        return got[1]
+
+
 class _Cut:
     """This rank's view: which nodes it runs, and how shipped events name their target."""
 
-    def __init__(self, sim: FabricSim, rank_of: list[int], rank: int) -> None:
+    def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
         self.rank_of = rank_of
         self.rank = rank
         self.nodes = sim.nodes
@@ -215,80 +288,169 @@ class _Cut:
                 self.dest[id(p.peer)] = rank_of[peer]
                 self.ports.append(p)
         self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
-        self.tpl_out: dict[int, tuple[DataTemplate, tuple[Any, ...]]] = {}  # id -> (template, its fields)
-        self.tpl_in: dict[tuple[Any, ...], DataTemplate] = {}  # the fields -> one template made of them
+        self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
+        self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
+        self.evs_in: list[list[bytes]] = [[] for _ in range(size)]
 
-    def encode(self, outbox: list[tuple[int, int, Callable[[Any], None], Any]], size: int) -> list[list[Any]]:
-        """Each crossing event as one flat tuple of plain values (a data packet's Write template as its
-        fields), by the rank it goes to: the pickler then runs at C speed."""
-        out: list[list[Any]] = [[] for _ in range(size)]
-        code, dest, tpls = self.code, self.dest, self.tpl_out
-        if len(tpls) > _TPL_CACHE:
-            tpls.clear()
-        for at, origin, cb, p in outbox:
+    def encode(
+        self, outbox: list[tuple[int, int, Callable[[Any], None], Any]]
+    ) -> list[tuple[Any, ...] | None]:
+        """Each crossing event packed into the lane of the rank it goes to; one message per rank."""
+        code, dest, lanes = self.code, self.dest, self.lanes
+        for at, origin, cb, arg in outbox:
             target = id(cb.__self__)  # type: ignore[attr-defined]
+            p: SimPacket = arg
             tx = p.tx
             assert tx is not None  # MRC hosts only
             # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
-            assert tx.peer == p.dst and tx.port == p.port and tx.entropy == p.entropy
+            assert tx.port == p.port and tx.entropy == p.entropy
+            lane = lanes[dest[target]]
+            d = lane.rows
             tpl = tx.tpl
-            if tpl is None:
-                row: tuple[Any, ...] = (
-                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
-                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, _wire(tx.packet),
-                )  # fmt: skip
+            if tpl is not None:
+                _head(d, _DATA, at, origin, code[target], p, tx, lane.ev_index(tx.ev))
+                d.append(lane.tpl_index(tpl))
+                d.append(tx.op)
+                d.append(int(tx.ack_req) | int(tx.rtx) << 1)
+                d.append(tx.psn)
+                d.append(tx.va)
+                d.append(len(tx.payload))
+                continue
+            pkt = tx.packet
+            if _is_plain_sack(pkt):
+                _head(d, _SACK, at, origin, code[target], p, tx, lane.ev_index(tx.ev))
+                _pack_sack(d, pkt)
             else:
-                got = tpls.get(id(tpl))
-                if got is None or got[0] is not tpl:
-                    imm = tpl.immdt
-                    key = (
-                        tpl.dest_qp,
-                        tpl.meth.rqmsn,
-                        tpl.meth.msn,
-                        tpl.rkey,
-                        tpl.dma_len,
-                        imm and imm.imm_data,
-                    )
-                    got = tpls[id(tpl)] = (tpl, key)
-                row = (
-                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
-                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, got[1], tx.op,
-                    tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload),
-                )  # fmt: skip
-            out[dest[target]].append(row)
-        return out
+                _head(d, _OTHER, at, origin, code[target], p, tx, lane.ev_index(tx.ev))
+                d.append(len(lane.blobs))
+                lane.blobs.append(_wire(pkt))
+        return [lane.message() for lane in lanes]
 
-    def decode(
-        self, events: list[Any], insert: Callable[[int, int, int, Callable[[Any], None], Any], None]
-    ) -> None:
-        delivers, nodes, tpls = self.delivers, self.nodes, self.tpl_in
-        if len(tpls) > _TPL_CACHE:
+    def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> None:
+        """Schedule the events of rank ``src``'s message here, in the order they were sent."""
+        reset, new_tpls, new_evs, d, blobs = msg
+        tpls, evs = self.tpls_in[src], self.evs_in[src]
+        if reset:
             tpls.clear()
-        for row in events:
-            code = row[2]
-            if code & 1:
-                cb = delivers[code >> 1]
+            evs.clear()
+        for key in new_tpls:
+            tpls.append(DataTemplate(*key))
+        evs.extend(new_evs)
+        rows: list[int] = d
+        i, n = 0, len(rows)
+        while i < n:
+            kind = rows[i]
+            if kind == _DATA:
+                self._arrive(rows, i, _data_tx(rows, i, tpls, evs), engine)
+                i += _DATA_LEN
+            elif kind == _SACK:
+                self._arrive(rows, i, _tx(rows, i, evs, _unpack_sack(rows, i + _HEAD)), engine)
+                i += _SACK_LEN
             else:
-                arrive = nodes[code >> 1].arrive_cb
-                assert arrive is not None  # bound when the ports leading there were made
-                cb = arrive
-            if len(row) == 18:
-                pkt = row[17]
-                if not isinstance(pkt, Packet):
-                    pkt = parse(pkt)
-                tx = Transmit(row[7], row[6], row[14], row[8], pkt, row[15], row[16])
-            else:
-                tx = Transmit(row[7], row[6], row[14], row[8], None, row[15], row[16])
-                key = row[17]
-                tpl = tpls.get(key)
-                if tpl is None:
-                    tpl = tpls[key] = DataTemplate(*key)
-                tx.tpl = tpl
-                tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = row[18], row[19], row[20], row[21], row[22]
-                tx.payload = _ZEROS[: row[23]]
-            p = SimPacket(tx, row[3], row[4], row[5], row[6], row[7], row[8])
-            p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = row[9], _TRIMS[row[10]], row[11], row[12], row[13]
-            insert(row[0], 0, row[1], cb, p)
+                blob = blobs[rows[i + _HEAD]]
+                pkt = blob if isinstance(blob, Packet) else parse(blob)
+                self._arrive(rows, i, _tx(rows, i, evs, pkt), engine)
+                i += _OTHER_LEN
+
+    def _arrive(self, d: list[int], i: int, tx: Transmit, engine: Simulator) -> None:
+        """The `SimPacket` of the head at ``d[i:]`` carrying ``tx``, scheduled where its head says."""
+        code = d[i + 3]
+        cb: Callable[[SimPacket], None]
+        if code & 1:
+            cb = self.delivers[code >> 1]
+        else:
+            arrive = self.nodes[code >> 1].arrive_cb
+            assert arrive is not None  # bound when the ports leading there were made
+            cb = arrive
+        p = SimPacket(tx, d[i + 4], d[i + 5], d[i + 6], d[i + 7], d[i + 8], d[i + 9])
+        p.ecn = d[i + 10] != 0
+        p.trim = _TRIMS[d[i + 11]]
+        p.epoch = d[i + 12]
+        p.seg = d[i + 13]
+        p.flow_crc = d[i + 14]
+        engine.insert(d[i + 1], 0, d[i + 2], cb, p)
+
+
+def _head(
+    d: list[int], kind: int, at: int, origin: int, code: int, p: SimPacket, tx: Transmit, ev: int
+) -> None:
+    d.append(kind)
+    d.append(at)
+    d.append(origin)
+    d.append(code)
+    d.append(p.size)
+    d.append(p.addr)
+    d.append(p.src)
+    d.append(p.dst)
+    d.append(p.port)
+    d.append(p.entropy)
+    d.append(int(p.ecn))
+    d.append(int(p.trim))
+    d.append(p.epoch)
+    d.append(p.seg)
+    d.append(p.flow_crc)
+    d.append(ev)
+    d.append(tx.qp_num)
+    d.append(tx.size)
+
+
+def _tx(d: list[int], i: int, evs: list[bytes], pkt: Packet) -> Transmit:
+    return Transmit(d[i + 8], d[i + 7], evs[d[i + 15]], d[i + 9], pkt, d[i + 16], d[i + 17])
+
+
+def _data_tx(d: list[int], i: int, tpls: list[DataTemplate], evs: list[bytes]) -> Transmit:
+    j = i + _HEAD
+    flags = d[j + 2]
+    return data_transmit(
+        d[i + 8], d[i + 7], evs[d[i + 15]], d[i + 9], d[i + 16], tpls[d[j]], d[j + 1],
+        flags & 1 != 0, flags & 2 != 0, d[j + 3], d[j + 4], _ZEROS[: d[j + 5]],
+    )  # fmt: skip
+
+
+def _is_plain_sack(pkt: Packet) -> bool:
+    """A SACK as the responder makes them: BTH (its defaults but DestQP, PSN, AckReq, RTX), SETH, CC_STATE."""
+    b = pkt.bth
+    return (
+        b.opcode == OP_SACK
+        and pkt.seth is not None
+        and pkt.cc_state is not None
+        and pkt.meth is None
+        and pkt.tseth is None
+        and pkt.reth is None
+        and pkt.imm is None
+        and pkt.aeth is None
+        and pkt.neth is None
+        and pkt.peth is None
+        and pkt.erth is None
+        and pkt.eeth is None
+        and not pkt.payload
+        and pkt.icrc == 0
+        and not (b.se or b.m or b.pad or b.tver or b.fecn or b.becn or b.ts)
+        and b.p_key == 0xFFFF
+    )
+
+
+def _pack_sack(d: list[int], pkt: Packet) -> None:
+    b, s, c = pkt.bth, pkt.seth, pkt.cc_state
+    assert s is not None and c is not None  # _is_plain_sack
+    d += (b.dest_qp, b.psn, int(b.ack_req) | int(b.rtx) << 1)
+    d += (s.hdr_type, s.next_hdr, int(s.m), int(s.pr), s.ack_psn_offset, s.entropy, s.src_qp, s.dst_qp)
+    d += (s.cack_psn, s.cc_type, s.cc_flags, s.mpr, s.sack_offset, s.bitmap)
+    d += (c.ts_echo, c.ooo_count, int(c.r_c), c.rcv_cwnd_pen, c.rcvd_256b)
+
+
+def _unpack_sack(d: list[int], j: int) -> Packet:
+    flags = d[j + 2]
+    s = j + 3
+    c = s + 14
+    seth = SETH(
+        d[s], d[s + 1], d[s + 2], d[s + 3] != 0, d[s + 4], d[s + 5], d[s + 6], d[s + 7], d[s + 8],
+        d[s + 9], d[s + 10], d[s + 11], d[s + 12], d[s + 13],
+    )  # fmt: skip
+    bth = make_bth(OP_SACK, d[j], flags & 1 != 0, flags & 2 != 0, d[j + 1])
+    return Packet(
+        bth, None, None, None, None, None, seth, CcState(d[c], d[c + 1], d[c + 2] != 0, d[c + 3], d[c + 4])
+    )
 
 
 def _wire(pkt: Packet) -> bytes | Packet:
@@ -300,7 +462,7 @@ def _wire(pkt: Packet) -> bytes | Packet:
         return pkt
 
 
-_TRIMS = {int(m): m for m in TrimMark}
+_TRIMS: Final = tuple(TrimMark)
 
 
 # -- running -------------------------------------------------------------------------------------------------
@@ -312,7 +474,7 @@ def run_split(
     KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
     _check(sim, ex.size)
     rank_of = assign_ranks(sim, ex.size)
-    cut = _Cut(sim, rank_of, ex.rank)
+    cut = _Cut(sim, rank_of, ex.rank, ex.size)
     owned = [r == ex.rank for r in rank_of]
     sim.owned = owned
     sim.faults.owned = owned
@@ -327,33 +489,40 @@ def run_split(
         t = engine.now
         shown = time.perf_counter()
         times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
+        for phase in ("run", "pack", "exchange", "unpack"):
+            times[f"{phase}_cpu_s"] = 0.0
         c0 = time.process_time()
         halt = False
         while True:
             end = min(t + window, until + 1)
-            w0 = time.perf_counter()
+            w0, c0w = time.perf_counter(), time.process_time()
             engine.run(until=end - 1)
-            w1 = time.perf_counter()
+            w1, c1w = time.perf_counter(), time.process_time()
             outbox = engine.outbox
             engine.outbox = []
             nxt = engine.peek()
             soonest = min((e[0] for e in outbox), default=_NEVER)
             local_next = min(soonest, _NEVER if nxt is None else nxt)
             undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
-            msgs = cut.encode(outbox, ex.size)
-            out = [(local_next, undone, _dumps(m) if m else b"", halt) for m in msgs]
-            w2 = time.perf_counter()
+            msgs = cut.encode(outbox)
+            out = [(local_next, undone, b"" if m is None else _dumps(m), halt) for m in msgs]
+            w2, c2w = time.perf_counter(), time.process_time()
             got = ex.alltoall(out)
-            w3 = time.perf_counter()
+            w3, c3w = time.perf_counter(), time.process_time()
             if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops after the same window
                 raise KeyboardInterrupt
             for r, (_n, _u, events, _h) in enumerate(got):
                 if r != ex.rank and events:
-                    cut.decode(pickle.loads(events), engine.insert)
+                    cut.decode(r, pickle.loads(events), engine)
             times["run_s"] += w1 - w0
             times["pack_s"] += w2 - w1
             times["exchange_s"] += w3 - w2
             times["unpack_s"] += time.perf_counter() - w3
+            c4w = time.process_time()
+            times["run_cpu_s"] += c1w - c0w
+            times["pack_cpu_s"] += c2w - c1w
+            times["exchange_cpu_s"] += c3w - c2w
+            times["unpack_cpu_s"] += c4w - c3w
             times["windows"] += 1
             times["crossing"] += len(outbox)
             if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
