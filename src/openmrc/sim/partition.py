@@ -77,8 +77,8 @@ last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, its CPU seconds,
 and the number of windows and of events it shipped."""
-_TPL_CACHE = 1 << 14
-"""Templates remembered per rank (a Write's packets share one) before the caches start over."""
+_TPL_CACHE = 1 << 17
+"""Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
 _ZEROS = memoryview(bytes(1 << 16))
 """The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
 with anything else), so only their number crosses."""
@@ -195,9 +195,9 @@ def _check(sim: FabricSim, ranks: int) -> None:
             raise PartitionError("validate_wire: 1 rank only")
 
 
-_HEAD: Final = 18
+_HEAD: Final = 17
 """Fields every crossing packet ships first: its kind, time, origin, target, the `SimPacket`'s and the
-`Transmit`'s."""
+`Transmit`'s but its EV (only a sender reads a packet's EV: it has made the packet's addresses of it)."""
 _DATA: Final = 0
 """A data packet: the head, then its Write template's index and op, flags, PSN, VA, payload length."""
 _DATA_LEN: Final = _HEAD + 6
@@ -212,40 +212,30 @@ _OTHER_LEN: Final = _HEAD + 1
 class _Lane:
     """What one rank ships to one other in a window: its packets as one flat list of ints, each packet
     its kind's fields in a row (the pickler writes such a list at C speed; per-packet tuples of plain
-    values cost about 3 µs a packet), in the order they were sent. A data packet's Write template and a
-    packet's EV cross once each and are named by index afterwards (both ends keep the same tables: one
-    lane's messages arrive in order)."""
+    values cost about 3 µs a packet), in the order they were sent. A data packet's Write template crosses
+    once and is named by its index afterwards (both ends keep the same table: one lane's messages arrive
+    in order)."""
 
-    __slots__ = ("blobs", "evs", "new_evs", "new_tpls", "reset", "rows", "tpls")
+    __slots__ = ("blobs", "new_tpls", "reset", "rows", "tpls")
 
     def __init__(self) -> None:
         self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
-        self.evs: dict[bytes, int] = {}
         self.reset = False
         self.rows: list[int] = []
         self.blobs: list[bytes | Packet] = []
         self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
-        self.new_evs: list[bytes] = []
 
     def message(self) -> tuple[Any, ...] | None:
         """This window's packets, templates and EVs (None: nothing crosses), the lane then emptied."""
         if not self.rows:
             return None
-        msg = (self.reset, self.new_tpls, self.new_evs, self.rows, self.blobs)
+        msg = (self.reset, self.new_tpls, self.rows, self.blobs)
         self.reset = False
-        self.rows, self.blobs, self.new_tpls, self.new_evs = [], [], [], []
-        if len(self.tpls) > _TPL_CACHE or len(self.evs) > _TPL_CACHE:
+        self.rows, self.blobs, self.new_tpls = [], [], []
+        if len(self.tpls) > _TPL_CACHE:
             self.tpls.clear()
-            self.evs.clear()
             self.reset = True  # the receiving end starts its tables over with the next message
         return msg
-
-    def ev_index(self, ev: bytes) -> int:
-        i = self.evs.get(ev)
-        if i is None:
-            i = self.evs[ev] = len(self.evs)
-            self.new_evs.append(ev)
-        return i
 
     def tpl_index(self, tpl: DataTemplate) -> int:
         got = self.tpls.get(id(tpl))
@@ -290,7 +280,6 @@ class _Cut:
         self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
         self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
         self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
-        self.evs_in: list[list[bytes]] = [[] for _ in range(size)]
 
     def encode(
         self, outbox: list[tuple[int, int, Callable[[Any], None], Any]]
@@ -308,7 +297,7 @@ class _Cut:
             d = lane.rows
             tpl = tx.tpl
             if tpl is not None:
-                _head(d, _DATA, at, origin, code[target], p, tx, lane.ev_index(tx.ev))
+                _head(d, _DATA, at, origin, code[target], p, tx)
                 d.append(lane.tpl_index(tpl))
                 d.append(tx.op)
                 d.append(int(tx.ack_req) | int(tx.rtx) << 1)
@@ -318,38 +307,36 @@ class _Cut:
                 continue
             pkt = tx.packet
             if _is_plain_sack(pkt):
-                _head(d, _SACK, at, origin, code[target], p, tx, lane.ev_index(tx.ev))
+                _head(d, _SACK, at, origin, code[target], p, tx)
                 _pack_sack(d, pkt)
             else:
-                _head(d, _OTHER, at, origin, code[target], p, tx, lane.ev_index(tx.ev))
+                _head(d, _OTHER, at, origin, code[target], p, tx)
                 d.append(len(lane.blobs))
                 lane.blobs.append(_wire(pkt))
         return [lane.message() for lane in lanes]
 
     def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> None:
         """Schedule the events of rank ``src``'s message here, in the order they were sent."""
-        reset, new_tpls, new_evs, d, blobs = msg
-        tpls, evs = self.tpls_in[src], self.evs_in[src]
+        reset, new_tpls, d, blobs = msg
+        tpls = self.tpls_in[src]
         if reset:
             tpls.clear()
-            evs.clear()
         for key in new_tpls:
             tpls.append(DataTemplate(*key))
-        evs.extend(new_evs)
         rows: list[int] = d
         i, n = 0, len(rows)
         while i < n:
             kind = rows[i]
             if kind == _DATA:
-                self._arrive(rows, i, _data_tx(rows, i, tpls, evs), engine)
+                self._arrive(rows, i, _data_tx(rows, i, tpls), engine)
                 i += _DATA_LEN
             elif kind == _SACK:
-                self._arrive(rows, i, _tx(rows, i, evs, _unpack_sack(rows, i + _HEAD)), engine)
+                self._arrive(rows, i, _tx(rows, i, _unpack_sack(rows, i + _HEAD)), engine)
                 i += _SACK_LEN
             else:
                 blob = blobs[rows[i + _HEAD]]
                 pkt = blob if isinstance(blob, Packet) else parse(blob)
-                self._arrive(rows, i, _tx(rows, i, evs, pkt), engine)
+                self._arrive(rows, i, _tx(rows, i, pkt), engine)
                 i += _OTHER_LEN
 
     def _arrive(self, d: list[int], i: int, tx: Transmit, engine: Simulator) -> None:
@@ -371,9 +358,7 @@ class _Cut:
         engine.insert(d[i + 1], 0, d[i + 2], cb, p)
 
 
-def _head(
-    d: list[int], kind: int, at: int, origin: int, code: int, p: SimPacket, tx: Transmit, ev: int
-) -> None:
+def _head(d: list[int], kind: int, at: int, origin: int, code: int, p: SimPacket, tx: Transmit) -> None:
     d.append(kind)
     d.append(at)
     d.append(origin)
@@ -389,20 +374,19 @@ def _head(
     d.append(p.epoch)
     d.append(p.seg)
     d.append(p.flow_crc)
-    d.append(ev)
     d.append(tx.qp_num)
     d.append(tx.size)
 
 
-def _tx(d: list[int], i: int, evs: list[bytes], pkt: Packet) -> Transmit:
-    return Transmit(d[i + 8], d[i + 7], evs[d[i + 15]], d[i + 9], pkt, d[i + 16], d[i + 17])
+def _tx(d: list[int], i: int, pkt: Packet) -> Transmit:
+    return Transmit(d[i + 8], d[i + 7], b"", d[i + 9], pkt, d[i + 15], d[i + 16])
 
 
-def _data_tx(d: list[int], i: int, tpls: list[DataTemplate], evs: list[bytes]) -> Transmit:
+def _data_tx(d: list[int], i: int, tpls: list[DataTemplate]) -> Transmit:
     j = i + _HEAD
     flags = d[j + 2]
     return data_transmit(
-        d[i + 8], d[i + 7], evs[d[i + 15]], d[i + 9], d[i + 16], tpls[d[j]], d[j + 1],
+        d[i + 8], d[i + 7], b"", d[i + 9], d[i + 15], tpls[d[j]], d[j + 1],
         flags & 1 != 0, flags & 2 != 0, d[j + 3], d[j + 4], _ZEROS[: d[j + 5]],
     )  # fmt: skip
 
@@ -489,7 +473,7 @@ def run_split(
         t = engine.now
         shown = time.perf_counter()
         times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
-        for phase in ("run", "pack", "exchange", "unpack"):
+        for phase in ("run", "pack", "encode", "exchange", "unpack", "loads"):
             times[f"{phase}_cpu_s"] = 0.0
         c0 = time.process_time()
         halt = False
@@ -505,15 +489,22 @@ def run_split(
             local_next = min(soonest, _NEVER if nxt is None else nxt)
             undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
             msgs = cut.encode(outbox)
+            c_enc = time.process_time()
             out = [(local_next, undone, b"" if m is None else _dumps(m), halt) for m in msgs]
+            times["crossing"] += len(outbox)
+            del outbox, msgs  # (freeing what crossed: counted as packing)
             w2, c2w = time.perf_counter(), time.process_time()
+            times["encode_cpu_s"] += c_enc - c1w
             got = ex.alltoall(out)
             w3, c3w = time.perf_counter(), time.process_time()
             if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops after the same window
                 raise KeyboardInterrupt
             for r, (_n, _u, events, _h) in enumerate(got):
                 if r != ex.rank and events:
-                    cut.decode(r, pickle.loads(events), engine)
+                    c_load = time.process_time()
+                    msg = pickle.loads(events)
+                    times["loads_cpu_s"] += time.process_time() - c_load
+                    cut.decode(r, msg, engine)
             times["run_s"] += w1 - w0
             times["pack_s"] += w2 - w1
             times["exchange_s"] += w3 - w2
@@ -524,7 +515,6 @@ def run_split(
             times["exchange_cpu_s"] += c3w - c2w
             times["unpack_cpu_s"] += c4w - c3w
             times["windows"] += 1
-            times["crossing"] += len(outbox)
             if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
                 shown = time.perf_counter()
                 try:
