@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_BYTES",
     "PAUSED",
+    "Crossing",
     "Host",
     "Pfc",
     "Port",
@@ -138,6 +139,15 @@ class SimPacket:
         return pkt
 
 
+class Crossing:
+    """Where a port whose peer runs in another process hands the packets it delivers
+    (`openmrc.sim.partition`), in place of scheduling their arrival."""
+
+    def ship(self, at: int, p: SimPacket, guarded: bool) -> None:  # pragma: no cover - partition overrides
+        """``p`` reaches the peer at ``at`` (``guarded``: through the port's epoch check, `Port._deliver`)."""
+        raise NotImplementedError
+
+
 class Port:
     """One direction of a link: the output queue of its node and the pipe to the peer."""
 
@@ -148,6 +158,7 @@ class Port:
         "buffer",
         "byte_den",
         "byte_num",
+        "cross",
         "ctrl_free_at",
         "down_drop_at",
         "drops",
@@ -207,8 +218,9 @@ class Port:
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.rng = rng
         self.origin = 0
-        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1 (negated, ``~``,
-        when the peer lives in another process); 0 until `openmrc.sim.partition` sets it."""
+        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
+        self.cross: Crossing | None = None
+        """Set when the peer runs in another process: the packets go there through it."""
         self.free_at = 0
         self.ctrl_free_at = 0
         self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
@@ -309,6 +321,11 @@ class Port:
         self.sent_packets += 1
         if self.loss and self.rng.random() < self.loss:
             self.losses += 1
+            return
+        if self.cross is not None:
+            if self.guarded:
+                p.epoch = self.epoch
+            self.cross.ship(done + self.latency, p, self.guarded)
             return
         if self.guarded:
             p.epoch = self.epoch

@@ -11,14 +11,16 @@ failures, which only change link state, run on every rank.
 Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators: the
 lookahead ``W`` is the shortest link latency of the fabric, so a packet sent in the window ``[t, t + W)``
 arrives at ``t + W`` or later. Each rank runs the window, then every rank sends every other one the
-packets that cross to it (`Simulator.outbox`), its next event time and its unfinished flows; the next
+packets that cross to it, its next event time and its unfinished flows; the next
 window starts at the later of ``t + W`` and the earliest event anywhere. The run ends at the end of the
 window in which the last flow finished (or at ``until``), the same window whatever the split.
 
-A crossing packet travels as one flat tuple of plain values (`_Cut.encode`): a data packet's Write
-template as its fields (each rank keeps one template per Write), a control packet as its wire bytes
-(`Packet.encode`, `parse`). The loop runs with the garbage collector paused, like the engine: the
-tuples and packets it makes would otherwise have it rescan the whole fabric again and again.
+A port whose peer runs on another rank (a cut port) hands each packet it delivers to that rank's lane
+(`network.Crossing`, `_Shipper`) instead of scheduling its arrival, and the lane packs it at once, while
+it is still in the cache: one flat list of ints per window, each packet its kind's fields in a row (a
+data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
+bytes). The loop runs with the garbage collector paused, like the engine: the objects packing and
+unpacking make would otherwise have it rescan the whole fabric again and again.
 
 The results do not depend on the split because the engine runs in ordered mode
 (`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
@@ -49,7 +51,7 @@ from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
-from openmrc.sim.network import Port, SimPacket
+from openmrc.sim.network import Crossing, Port, SimPacket
 from openmrc.transport import Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
@@ -75,8 +77,9 @@ _NEVER = 1 << 62
 PROGRESS_S = 0.2
 last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
-(``run_s``), packing, in the exchange (waiting for the others included) and unpacking, its CPU seconds,
-and the number of windows and of events it shipped."""
+(``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
+of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), and the number of windows and
+of packets it received (``crossing``)."""
 _TPL_CACHE = 1 << 17
 """Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
 _ZEROS = memoryview(bytes(1 << 16))
@@ -216,7 +219,7 @@ class _Lane:
     once and is named by its index afterwards (both ends keep the same table: one lane's messages arrive
     in order)."""
 
-    __slots__ = ("blobs", "new_tpls", "reset", "rows", "tpls")
+    __slots__ = ("blobs", "new_tpls", "reset", "rows", "soonest", "tpls")
 
     def __init__(self) -> None:
         self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
@@ -224,17 +227,48 @@ class _Lane:
         self.rows: list[int] = []
         self.blobs: list[bytes | Packet] = []
         self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
+        self.soonest = _NEVER
+        """The earliest arrival packed since the last message."""
+
+    def pack(self, at: int, origin: int, code: int, p: SimPacket) -> None:
+        """``p``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
+        tx = p.tx
+        assert tx is not None  # MRC hosts only
+        # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
+        assert tx.port == p.port and tx.entropy == p.entropy
+        if at < self.soonest:
+            self.soonest = at
+        d = self.rows
+        tpl = tx.tpl
+        if tpl is not None:
+            _head(d, _DATA, at, origin, code, p, tx)
+            d.append(self.tpl_index(tpl))
+            d.append(tx.op)
+            d.append(int(tx.ack_req) | int(tx.rtx) << 1)
+            d.append(tx.psn)
+            d.append(tx.va)
+            d.append(len(tx.payload))
+            return
+        pkt = tx.packet
+        if _is_plain_sack(pkt):
+            _head(d, _SACK, at, origin, code, p, tx)
+            _pack_sack(d, pkt)
+        else:
+            _head(d, _OTHER, at, origin, code, p, tx)
+            d.append(len(self.blobs))
+            self.blobs.append(_wire(pkt))
 
     def message(self) -> tuple[Any, ...] | None:
-        """This window's packets, templates and EVs (None: nothing crosses), the lane then emptied."""
+        """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
         if not self.rows:
             return None
         msg = (self.reset, self.new_tpls, self.rows, self.blobs)
         self.reset = False
         self.rows, self.blobs, self.new_tpls = [], [], []
+        self.soonest = _NEVER
         if len(self.tpls) > _TPL_CACHE:
             self.tpls.clear()
-            self.reset = True  # the receiving end starts its tables over with the next message
+            self.reset = True  # the receiving end starts its table over with the next message
         return msg
 
     def tpl_index(self, tpl: DataTemplate) -> int:
@@ -255,68 +289,43 @@ class _Lane:
         return got[1]
 
 
+class _Shipper(Crossing):
+    """A cut port of this rank: what it sends is packed straight into the lane towards its peer's rank."""
+
+    def __init__(self, lane: _Lane, origin: int, arrive: int, deliver: int) -> None:
+        self.lane = lane
+        self.origin = origin
+        self.arrive = arrive
+        self.deliver = deliver
+
+    def ship(self, at: int, p: SimPacket, guarded: bool) -> None:
+        self.lane.pack(at, self.origin, self.deliver if guarded else self.arrive, p)
+
+
 class _Cut:
-    """This rank's view: which nodes it runs, and how shipped events name their target."""
+    """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
+    (the node's arrival) or ``2 * i + 1`` (the guarded delivery of cut port ``i``, every rank's cut ports
+    numbered alike)."""
 
     def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
         self.rank_of = rank_of
         self.rank = rank
         self.nodes = sim.nodes
+        self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
         self.ports: list[Port] = []  # the cut ports of every rank, by index (shipped as that index)
-        self.code: dict[int, int] = {}  # id(callback's object) -> 2 * node (arrive) or 2 * port index + 1
-        self.dest: dict[int, int] = {}  # the same key -> the rank that runs the target
         for n, node in enumerate(sim.nodes):
             for p in node.ports:
                 peer = p.peer.id
                 if peer < 0 or rank_of[peer] == rank_of[n]:
                     continue
                 if rank_of[n] == rank:
-                    p.origin = ~(n + 1)
-                self.code[id(p)] = 2 * len(self.ports) + 1
-                self.dest[id(p)] = rank_of[peer]
-                self.code[id(p.peer)] = 2 * peer
-                self.dest[id(p.peer)] = rank_of[peer]
+                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * len(self.ports) + 1)
                 self.ports.append(p)
         self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
-        self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
         self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
 
-    def encode(
-        self, outbox: list[tuple[int, int, Callable[[Any], None], Any]]
-    ) -> list[tuple[Any, ...] | None]:
-        """Each crossing event packed into the lane of the rank it goes to; one message per rank."""
-        code, dest, lanes = self.code, self.dest, self.lanes
-        for at, origin, cb, arg in outbox:
-            target = id(cb.__self__)  # type: ignore[attr-defined]
-            p: SimPacket = arg
-            tx = p.tx
-            assert tx is not None  # MRC hosts only
-            # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
-            assert tx.port == p.port and tx.entropy == p.entropy
-            lane = lanes[dest[target]]
-            d = lane.rows
-            tpl = tx.tpl
-            if tpl is not None:
-                _head(d, _DATA, at, origin, code[target], p, tx)
-                d.append(lane.tpl_index(tpl))
-                d.append(tx.op)
-                d.append(int(tx.ack_req) | int(tx.rtx) << 1)
-                d.append(tx.psn)
-                d.append(tx.va)
-                d.append(len(tx.payload))
-                continue
-            pkt = tx.packet
-            if _is_plain_sack(pkt):
-                _head(d, _SACK, at, origin, code[target], p, tx)
-                _pack_sack(d, pkt)
-            else:
-                _head(d, _OTHER, at, origin, code[target], p, tx)
-                d.append(len(lane.blobs))
-                lane.blobs.append(_wire(pkt))
-        return [lane.message() for lane in lanes]
-
-    def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> None:
-        """Schedule the events of rank ``src``'s message here, in the order they were sent."""
+    def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
+        """Schedule the packets of rank ``src``'s message here, in the order they were sent; how many."""
         reset, new_tpls, d, blobs = msg
         tpls = self.tpls_in[src]
         if reset:
@@ -324,8 +333,9 @@ class _Cut:
         for key in new_tpls:
             tpls.append(DataTemplate(*key))
         rows: list[int] = d
-        i, n = 0, len(rows)
+        i, n, got = 0, len(rows), 0
         while i < n:
+            got += 1
             kind = rows[i]
             if kind == _DATA:
                 self._arrive(rows, i, _data_tx(rows, i, tpls), engine)
@@ -338,6 +348,7 @@ class _Cut:
                 pkt = blob if isinstance(blob, Packet) else parse(blob)
                 self._arrive(rows, i, _tx(rows, i, pkt), engine)
                 i += _OTHER_LEN
+        return got
 
     def _arrive(self, d: list[int], i: int, tx: Transmit, engine: Simulator) -> None:
         """The `SimPacket` of the head at ``d[i:]`` carrying ``tx``, scheduled where its head says."""
@@ -473,7 +484,7 @@ def run_split(
         t = engine.now
         shown = time.perf_counter()
         times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
-        for phase in ("run", "pack", "encode", "exchange", "unpack", "loads"):
+        for phase in ("run", "pack", "exchange", "unpack", "loads"):
             times[f"{phase}_cpu_s"] = 0.0
         c0 = time.process_time()
         halt = False
@@ -482,19 +493,13 @@ def run_split(
             w0, c0w = time.perf_counter(), time.process_time()
             engine.run(until=end - 1)
             w1, c1w = time.perf_counter(), time.process_time()
-            outbox = engine.outbox
-            engine.outbox = []
             nxt = engine.peek()
-            soonest = min((e[0] for e in outbox), default=_NEVER)
+            soonest = min(lane.soonest for lane in cut.lanes)
             local_next = min(soonest, _NEVER if nxt is None else nxt)
             undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
-            msgs = cut.encode(outbox)
-            c_enc = time.process_time()
+            msgs = [lane.message() for lane in cut.lanes]
             out = [(local_next, undone, b"" if m is None else _dumps(m), halt) for m in msgs]
-            times["crossing"] += len(outbox)
-            del outbox, msgs  # (freeing what crossed: counted as packing)
             w2, c2w = time.perf_counter(), time.process_time()
-            times["encode_cpu_s"] += c_enc - c1w
             got = ex.alltoall(out)
             w3, c3w = time.perf_counter(), time.process_time()
             if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops after the same window
@@ -504,7 +509,7 @@ def run_split(
                     c_load = time.process_time()
                     msg = pickle.loads(events)
                     times["loads_cpu_s"] += time.process_time() - c_load
-                    cut.decode(r, msg, engine)
+                    times["crossing"] += cut.decode(r, msg, engine)
             times["run_s"] += w1 - w0
             times["pack_s"] += w2 - w1
             times["exchange_s"] += w3 - w2
