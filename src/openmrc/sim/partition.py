@@ -40,6 +40,7 @@ import dataclasses
 import io
 import os
 import pickle
+import resource
 import signal
 import threading
 import time
@@ -78,8 +79,8 @@ PROGRESS_S = 0.2
 last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
-of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), and the number of windows and
-of packets it received (``crossing``)."""
+of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), the number of windows and of
+packets it received (``crossing``), and its memory (`_memory_mb`)."""
 _TPL_CACHE = 1 << 17
 """Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
 _ZEROS = memoryview(bytes(1 << 16))
@@ -533,12 +534,27 @@ def run_split(
     if sim.sampler is not None:
         sim.sampler.sample()
     times["cpu_s"] = time.process_time() - c0
+    times |= _memory_mb()
     part = _partial(sim, owned)
     part["times"] = times
     parts = ex.alltoall([part] * ex.size)
     _merge(sim, parts[ex.rank :] + parts[: ex.rank])
     last_times[:] = [p["times"] for p in parts]
     return sim.results()
+
+
+def _memory_mb() -> dict[str, float]:
+    """This process's peak resident set (``peak_rss_mb``; a forked rank's counts the pages it still shares
+    with the others) and, where Linux tells, its proportional share of what it maps now (``pss_mb``)."""
+    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    out["pss_mb"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
 
 
 def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
