@@ -178,6 +178,7 @@ class Port:
         "peer",
         "pfc",
         "rng",
+        "seed",
         "sent_bytes",
         "sent_packets",
         "sim",
@@ -197,7 +198,7 @@ class Port:
         ecn: tuple[int, int] | None,
         trimming: bool,
         last_hop: bool,
-        rng: random.Random,
+        rng: random.Random | None,
     ) -> None:
         self.sim = sim
         self.peer = peer
@@ -217,6 +218,10 @@ class Port:
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.rng = rng
+        """Where loss and ECN draws come from (shared by the ports of a default run); None: a stream of its
+        own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
+        few ever draw)."""
+        self.seed = 0
         self.origin = 0
         """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
         self.cross: Crossing | None = None
@@ -319,7 +324,7 @@ class Port:
             self.free_at = free + ser  # control takes the wire too
         self.sent_bytes += p.size
         self.sent_packets += 1
-        if self.loss and self.rng.random() < self.loss:
+        if self.loss and self._random() < self.loss:
             self.losses += 1
             return
         if self.cross is not None:
@@ -336,12 +341,15 @@ class Port:
         else:
             self.sim.push_from(done + self.latency, self._arrive, p, self.origin)
 
+    def _random(self) -> float:
+        rng = self.rng
+        if rng is None:
+            rng = self.rng = random.Random(self.seed)
+        return rng.random()
+
     def _red(self, p: SimPacket, queued: int) -> None:
         """RED above ``ecn_low`` bytes queued: mark ``p`` with a probability rising to 1 at ``ecn_high``."""
-        if (
-            queued >= self.ecn_high
-            or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
-        ):
+        if queued >= self.ecn_high or self._random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low:
             p.ecn = True
             self.marks += 1
 
@@ -410,7 +418,7 @@ class Port:
         else:
             self.sent_bytes += p.size
             self.sent_packets += 1
-            if self.loss and self.rng.random() < self.loss:
+            if self.loss and self._random() < self.loss:
                 self.losses += 1
             else:
                 q = self.pfc
