@@ -14,9 +14,13 @@ Parts (``--only``):
   scale            the 131,072-host 8-plane Clos (512-port switches), permutation of 256 KiB per host:
                    build, set-up and run times (wall, and CPU: the machine may be shared), peak RSS after
                    build, after set-up and at the end (``scale_peak_rss_mb``), and per host
+  scale-2ranks     the same in ordered mode split over 2 forked processes: ``scale_wall_s_2ranks``, the CPU
+                   time of both, each rank's run CPU time, peak RSS (``scale_peak_rss_mb_2ranks``: the
+                   larger; a forked rank's counts the pages it shares) and proportional set size
   clos-perm        a quick one: permutation on a 4-plane 64-host Clos
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
+                                   [--scale-ranks 2]
 
 Without ``--only`` every part but ``clos-perm`` runs (about 12 minutes on a 2-core machine with the compiled
 core; ``scale`` is most of it). ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree with htsim's
@@ -48,6 +52,7 @@ PARTS = (
     "htsim-perm-2ranks",
     "link-failure",
     "scale",
+    "scale-2ranks",
     "clos-perm",
 )
 
@@ -154,10 +159,13 @@ def link_failure() -> dict[str, Any]:
     return out
 
 
-def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
-    """The production shape (8 planes, 512-port switches) with ``hosts`` hosts; a permutation."""
+def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dict[str, Any]:
+    """The production shape (8 planes, 512-port switches) with ``hosts`` hosts; a permutation (in ordered
+    mode split over ``ranks`` forked processes when given)."""
     t0 = time.perf_counter()
-    cfg = FabricSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=evs, seed=1)
+    cfg = FabricSimConfig(
+        planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=evs, seed=1, ordered=ranks is not None
+    )
     sim = FabricSim.clos(cfg)
     build = time.perf_counter() - t0
     rss_build = _rss_mb()
@@ -166,6 +174,8 @@ def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
     setup = time.perf_counter() - t0 - build
     setup_cpu = time.process_time() - c0
     rss_setup = _rss_mb()
+    if ranks is not None:
+        return {"scale_hosts": hosts, "scale_evs_per_qp": evs} | _scale_split(sim, ranks, build, setup)
     rep, wall = _run(sim)
     peak = _rss_mb()
     return {
@@ -190,6 +200,27 @@ def scale(hosts: int, evs: int, kib: int = 256) -> dict[str, Any]:
     }
 
 
+def _scale_split(sim: FabricSim, ranks: int, build: float, setup: float) -> dict[str, Any]:
+    t0, c0, kids0 = time.perf_counter(), time.process_time(), os.times().children_user
+    res = partition.run_local(sim, ranks, 10**10)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0 + os.times().children_user - kids0
+    rep = res.report()
+    per = partition.last_times
+    return {
+        f"scale_build_s_{ranks}ranks": build,
+        f"scale_setup_s_{ranks}ranks": setup,
+        f"scale_wall_s_{ranks}ranks": wall,
+        f"scale_cpu_s_{ranks}ranks": cpu,
+        f"scale_run_cpu_s_per_rank_{ranks}ranks": [round(t["cpu_s"], 2) for t in per],
+        f"scale_peak_rss_mb_{ranks}ranks": max(t["peak_rss_mb"] for t in per),
+        f"scale_pss_mb_per_rank_{ranks}ranks": [round(t.get("pss_mb", 0.0)) for t in per],
+        f"scale_completed_{ranks}ranks": rep["completed"],
+        f"scale_tail_fct_us_{ranks}ranks": rep.get("max_fct_us"),
+        f"scale_median_fct_us_{ranks}ranks": rep.get("median_fct_us"),
+    }
+
+
 def clos_perm() -> dict[str, Any]:
     sim = FabricSim.clos(FabricSimConfig(planes=4, hosts=64, t0_radix=16, t1_radix=16, seed=1))
     permutation(sim, 1 << 20, seed=1)
@@ -211,6 +242,8 @@ def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
         return link_failure()
     if name == "scale":
         return scale(a.scale_hosts, a.scale_evs)
+    if name == "scale-2ranks":
+        return scale(a.scale_hosts, a.scale_evs, ranks=a.scale_ranks)
     return clos_perm()
 
 
@@ -221,6 +254,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=16, choices=sorted(PERM_FILES), help="fat tree for scenario 1")
     ap.add_argument("--scale-hosts", type=int, default=131_072)
     ap.add_argument("--scale-evs", type=int, default=32, help="EVs per QP in the scale run")
+    ap.add_argument("--scale-ranks", type=int, default=2, help="ranks of the scale-2ranks part (keys say it)")
     a = ap.parse_args()
     if a.only:
         out = part(a.only, a)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -17,12 +18,17 @@ from openmrc.cli.main import app
 from openmrc.fabric.fattree import FatTree
 from openmrc.sim import partition
 from openmrc.sim.config import FabricSimConfig
-from openmrc.sim.engine import Simulator
+from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Trigger
 from openmrc.sim.metrics import SimResults
+from openmrc.sim.network import SimPacket
+from openmrc.transport import Transmit, TrimMark
+from openmrc.transport.types import data_transmit
 from openmrc.wire import AETH, BTH, Opcode, Packet
-from openmrc.wire.packet import parse
+from openmrc.wire.constants import OP_SACK, OP_WRITE_MIDDLE
+from openmrc.wire.headers import SETH, CcState, make_bth
+from openmrc.wire.packet import DataTemplate, parse
 
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="the local backend forks")
 
@@ -232,3 +238,102 @@ def test_the_cli_under_mpiexec_writes_the_results_of_the_single_process_run(tmp_
     )
     assert res.exit_code == 0, res.output
     assert (ranks2 / "flows.csv").read_text() == (ranks1 / "flows.csv").read_text()
+
+
+def test_ordered_slots_merge_heap_events_first_within_each_origin() -> None:
+    sim = Simulator()
+    sim.order_by_origin()
+    ran: list[str] = []
+    far = WHEEL_NS + 5  # scheduled from time 0: waits in the heap, not the wheel
+
+    def rec(name: str) -> None:
+        ran.append(name)
+
+    def later(_: None) -> None:  # from time 10 the same time is within the wheel's reach
+        for name, origin in (("wheel 2", 2), ("wheel 1", 1), ("wheel 3", 3)):
+            sim.push_from(far, rec, name, origin)
+
+    sim.schedule(far, rec, "heap 3", origin=3)
+    sim.schedule(far, rec, "heap 1", origin=1)
+    sim.schedule(10, later, None, origin=4)
+    sim.run()
+    assert ran == ["heap 1", "wheel 1", "wheel 2", "heap 3", "wheel 3"]
+    assert sim.in_wheel == 0 and not any(sim.okeys)
+
+
+_TPL = DataTemplate(0x21, 3, 4, 0xBEEF, 1 << 20, 9)
+
+
+def _crossing(pkt: Packet | None) -> SimPacket:
+    if pkt is None:  # a data packet: its Write's template and fields
+        tx = data_transmit(
+            2,
+            5,
+            b"ev",
+            0xABCD,
+            0x33,
+            _TPL,
+            OP_WRITE_MIDDLE,
+            True,
+            False,
+            1234,
+            1 << 40,
+            memoryview(bytes(100)),
+        )
+    else:
+        tx = Transmit(2, 5, b"ev", 0xABCD, pkt, 0x33, 0)
+    p = SimPacket(tx, 164, (1 << 120) | 77, 3, 5, 2, 0xABCD)
+    p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = True, TrimMark.TRIMMED, 2, 1 << 100, 0x5A5A
+    return p
+
+
+@pytest.mark.parametrize(
+    "pkt",
+    [
+        None,
+        Packet(
+            make_bth(OP_SACK, 0x12, False, True, 77),
+            seth=SETH(0, 0, 1, True, -3, 0xABCD, 0x33, 0x12, 77, 1, 0, 64, 2, (1 << 64) - 2),
+            cc_state=CcState(5, 2, True, 1, 0xFFFFFF),
+        ),
+        Packet(BTH(Opcode.SACK, fecn=True, dest_qp=0x12, psn=77), seth=SETH(), cc_state=CcState()),
+        Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77), aeth=AETH(0, 5)),
+        Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77)),  # does not encode: crosses as itself
+    ],
+    ids=["data", "sack", "sack-fecn", "ack", "bad"],
+)
+def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | None) -> None:
+    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
+    rank_of = partition.assign_ranks(sim, 2)
+    cut = partition._Cut(sim, rank_of, 1, 2)
+    lane = partition._Lane()
+    sent = [_crossing(pkt), _crossing(pkt)]
+    target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
+    for i, p in enumerate(sent):
+        lane.pack(100 + i, 7, 2 * target, p)
+    msg = lane.message()
+    assert msg is not None and lane.message() is None  # emptied
+    engine = Simulator()
+    engine.order_by_origin()
+    assert cut.decode(0, pickle.loads(partition._dumps(msg)), engine) == 2
+    for i, p in enumerate(sent):
+        cb, got = engine.wheel[100 + i]
+        assert cb == sim.nodes[target].arrive_cb and engine.okeys[100 + i] == [7 << 28]
+        for name in (
+            "size",
+            "addr",
+            "src",
+            "dst",
+            "port",
+            "entropy",
+            "ecn",
+            "trim",
+            "epoch",
+            "seg",
+            "flow_crc",
+        ):
+            assert getattr(got, name) == getattr(p, name), name
+        assert got.tx.packet == p.tx.packet
+        assert (got.tx.qp_num, got.tx.size, got.tx.tpl is None) == (p.tx.qp_num, p.tx.size, pkt is not None)
+    if pkt is None:  # the template crossed once: both packets share the one made of it
+        assert engine.wheel[100][1].tx.tpl is engine.wheel[101][1].tx.tpl

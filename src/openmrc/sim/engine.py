@@ -26,7 +26,8 @@ and each origin's in the order it scheduled them. A node's events are scheduled 
 that order is the same however the fabric is split. No count is kept for it: each origin's events reach a
 slot in their scheduling order (the heap's, scheduled earlier, go first; another process ships an
 origin's events in order), so a stable sort of the slot by origin alone gives it. An event scheduled for
-the current time while it runs is merged in by origin (`now_heap`). Two events of different nodes at one
+the current time while it runs is merged in by origin (`now_heap`). A slot's order is kept as one plain
+integer per event (`okeys`), so ordering it is a sort of integers. Two events of different nodes at one
 time never touch the same state (links have a latency), so each node sees its events in the same order
 in every split. An origin made negative (``~origin``) marks an event for another process: it goes to
 `outbox` instead (the link to that process is longer than the exchange window).
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-import operator
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -56,7 +56,8 @@ WHEEL_NS: Final = 1 << _WHEEL_BITS
 """How far ahead (ns) the timing wheel reaches; later events wait in the heap."""
 _MASK: Final = WHEEL_NS - 1
 _NEVER: Final = 1 << 62
-_by_origin: Final = operator.itemgetter(0)
+_POS_BITS: Final = 28
+_POS_MASK: Final = (1 << _POS_BITS) - 1
 
 
 def event_key(at: int, priority: int, seq: int) -> int:
@@ -112,7 +113,12 @@ class Simulator:
         self.halted = False
         """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
         self.ordered = False
-        """Partition-independent ties (`order_by_origin`): wheel slots then hold (origin, callback, arg)."""
+        """Partition-independent ties (`order_by_origin`): each wheel slot then has a list of sort keys
+        beside it (`okeys`)."""
+        self.okeys: list[list[int]] = []
+        """Ordered mode: slot ``t % WHEEL_NS``'s events as ``origin << 28 | i`` (``i``: the event's place in
+        the slot): sorting these plain integers puts the slot in origin order, each origin's events in
+        their scheduling order, with no tuple per event and no key function."""
         self.oheap: list[tuple[int, int, int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: (time, priority, origin, sequence, callback, argument) of the events not in the
         wheel."""
@@ -132,6 +138,7 @@ class Simulator:
         if self.seq:
             raise ValueError("order_by_origin: events are already scheduled")
         self.ordered = True
+        self.okeys = [[] for _ in range(WHEEL_NS)]
 
     def schedule(
         self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0, origin: int = 0
@@ -176,7 +183,10 @@ class Simulator:
             self.outbox.append((at, ~origin, callback, arg))
         elif prio == 0 and at != self.now and at - self.now < WHEEL_NS:  # `insert`'s common case
             self.seq += 1
-            self.wheel[at & _MASK].append((origin, callback, arg))
+            slot = self.wheel[at & _MASK]
+            self.okeys[at & _MASK].append(origin << _POS_BITS | len(slot) >> 1)
+            slot.append(callback)
+            slot.append(arg)
             self.in_wheel += 1
         else:
             self.insert(at, prio, origin, callback, arg)
@@ -188,7 +198,10 @@ class Simulator:
         if priority == 0 and at == self.now and self.in_now:
             _heappush(self.now_heap, (origin, seq, callback, arg))
         elif priority == 0 and at - self.now < WHEEL_NS:
-            self.wheel[at & _MASK].append((origin, callback, arg))
+            slot = self.wheel[at & _MASK]
+            self.okeys[at & _MASK].append(origin << _POS_BITS | len(slot) >> 1)
+            slot.append(callback)
+            slot.append(arg)
             self.in_wheel += 1
         else:
             _heappush(self.oheap, (at, priority, origin, seq, callback, arg))
@@ -281,36 +294,52 @@ class Simulator:
         """`_run` in origin order: each time's events by (priority, origin), ``halted`` ignored (an ordered
         run stops at window ends only, where every process agrees)."""
         wheel = self.wheel
+        okeys = self.okeys
         heap = self.oheap
         nowh = self.now_heap
         n = 0
         t = self.now
-        spare: list[Any] = []  # the slot list run last time, emptied: the next one run takes its place
+        spare: list[Any] = []  # the slot lists run last time, emptied: the next ones run take their place
+        spare_keys: list[int] = []
         while True:
             t = self._next_time(t, limit)
             if t < 0:
                 break
-            slot = wheel[t & _MASK]
-            wheel[t & _MASK] = spare
-            self.in_wheel -= len(slot)
+            i = t & _MASK
+            slot = wheel[i]
+            keys = okeys[i]
+            wheel[i] = spare
+            okeys[i] = spare_keys
+            self.in_wheel -= len(keys)
             if heap and heap[0][0] == t and heap[0][1] == 0:  # scheduled before the wheel's: first
-                early = []
+                early: list[Any] = []
+                early_keys: list[int] = []
                 while heap and heap[0][0] == t and heap[0][1] == 0:
                     e = _heappop(heap)
-                    early.append((e[2], e[4], e[5]))
+                    early_keys.append(e[2] << _POS_BITS | len(early) >> 1)
+                    early.append(e[4])
+                    early.append(e[5])
+                m = len(early_keys)
+                early_keys.extend([k + m for k in keys])
                 early.extend(slot)
                 slot.clear()
-                spare = slot
-                slot = early
+                keys.clear()
+                slot, keys = early, early_keys
                 self.heap_next = heap[0][0] if heap else _NEVER
-            if len(slot) > 1:
-                slot.sort(key=_by_origin)  # stable: each origin's events stay in their scheduling order
+            if len(keys) > 1:
+                keys.sort()  # origin first; each origin's events stay in their scheduling order
             self.in_now = True
-            for item in slot:  # with what this time's events schedule for it merged in
-                while nowh and nowh[0][0] < item[0]:
+            for k in keys:  # with what this time's events schedule for it merged in
+                origin = k >> _POS_BITS
+                while nowh and nowh[0][0] < origin:
                     e0 = _heappop(nowh)
                     n += self._run_one(e0[0], e0[2], e0[3])
-                n += self._run_one(item[0], item[1], item[2])
+                j = (k & _POS_MASK) << 1
+                cb = slot[j]
+                cb(slot[j + 1])
+                n += 1
+                if not origin:
+                    self.setup_events += 1
             while True:
                 if nowh:
                     e0 = _heappop(nowh)
@@ -323,7 +352,9 @@ class Simulator:
                     break
             self.in_now = False
             slot.clear()
+            keys.clear()
             spare = slot
+            spare_keys = keys
             t += 1
         self.events += n
         return n

@@ -154,7 +154,8 @@ class FabricSim:
                     )
                 )
                 if ordered:  # draws that do not depend on which other ports a process runs
-                    node.ports[-1].rng = random.Random((cfg.seed << 40) | (n << 12) | ref.port)
+                    node.ports[-1].rng = None
+                    node.ports[-1].seed = (cfg.seed << 40) | (n << 12) | ref.port
                     node.ports[-1].origin = n + 1
                 if mark_last is not None and node.ports[-1].last_hop:  # trims still marked last-hop
                     node.ports[-1].ecn_low, node.ports[-1].ecn_high = mark_last

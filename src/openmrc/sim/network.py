@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_BYTES",
     "PAUSED",
+    "Crossing",
     "Host",
     "Pfc",
     "Port",
@@ -138,6 +139,15 @@ class SimPacket:
         return pkt
 
 
+class Crossing:
+    """Where a port whose peer runs in another process hands the packets it delivers
+    (`openmrc.sim.partition`), in place of scheduling their arrival."""
+
+    def ship(self, at: int, p: SimPacket, guarded: bool) -> None:  # pragma: no cover - partition overrides
+        """``p`` reaches the peer at ``at`` (``guarded``: through the port's epoch check, `Port._deliver`)."""
+        raise NotImplementedError
+
+
 class Port:
     """One direction of a link: the output queue of its node and the pipe to the peer."""
 
@@ -148,6 +158,7 @@ class Port:
         "buffer",
         "byte_den",
         "byte_num",
+        "cross",
         "ctrl_free_at",
         "down_drop_at",
         "drops",
@@ -167,6 +178,7 @@ class Port:
         "peer",
         "pfc",
         "rng",
+        "seed",
         "sent_bytes",
         "sent_packets",
         "sim",
@@ -186,7 +198,7 @@ class Port:
         ecn: tuple[int, int] | None,
         trimming: bool,
         last_hop: bool,
-        rng: random.Random,
+        rng: random.Random | None,
     ) -> None:
         self.sim = sim
         self.peer = peer
@@ -206,9 +218,14 @@ class Port:
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.rng = rng
+        """Where loss and ECN draws come from (shared by the ports of a default run); None: a stream of its
+        own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
+        few ever draw)."""
+        self.seed = 0
         self.origin = 0
-        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1 (negated, ``~``,
-        when the peer lives in another process); 0 until `openmrc.sim.partition` sets it."""
+        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
+        self.cross: Crossing | None = None
+        """Set when the peer runs in another process: the packets go there through it."""
         self.free_at = 0
         self.ctrl_free_at = 0
         self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
@@ -307,8 +324,13 @@ class Port:
             self.free_at = free + ser  # control takes the wire too
         self.sent_bytes += p.size
         self.sent_packets += 1
-        if self.loss and self.rng.random() < self.loss:
+        if self.loss and self._random() < self.loss:
             self.losses += 1
+            return
+        if self.cross is not None:
+            if self.guarded:
+                p.epoch = self.epoch
+            self.cross.ship(done + self.latency, p, self.guarded)
             return
         if self.guarded:
             p.epoch = self.epoch
@@ -319,12 +341,15 @@ class Port:
         else:
             self.sim.push_from(done + self.latency, self._arrive, p, self.origin)
 
+    def _random(self) -> float:
+        rng = self.rng
+        if rng is None:
+            rng = self.rng = random.Random(self.seed)
+        return rng.random()
+
     def _red(self, p: SimPacket, queued: int) -> None:
         """RED above ``ecn_low`` bytes queued: mark ``p`` with a probability rising to 1 at ``ecn_high``."""
-        if (
-            queued >= self.ecn_high
-            or self.rng.random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low
-        ):
+        if queued >= self.ecn_high or self._random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low:
             p.ecn = True
             self.marks += 1
 
@@ -393,7 +418,7 @@ class Port:
         else:
             self.sent_bytes += p.size
             self.sent_packets += 1
-            if self.loss and self.rng.random() < self.loss:
+            if self.loss and self._random() < self.loss:
                 self.losses += 1
             else:
                 q = self.pfc

@@ -11,14 +11,16 @@ failures, which only change link state, run on every rank.
 Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators: the
 lookahead ``W`` is the shortest link latency of the fabric, so a packet sent in the window ``[t, t + W)``
 arrives at ``t + W`` or later. Each rank runs the window, then every rank sends every other one the
-packets that cross to it (`Simulator.outbox`), its next event time and its unfinished flows; the next
+packets that cross to it, its next event time and its unfinished flows; the next
 window starts at the later of ``t + W`` and the earliest event anywhere. The run ends at the end of the
 window in which the last flow finished (or at ``until``), the same window whatever the split.
 
-A crossing packet travels as one flat tuple of plain values (`_Cut.encode`): a data packet's Write
-template as its fields (each rank keeps one template per Write), a control packet as its wire bytes
-(`Packet.encode`, `parse`). The loop runs with the garbage collector paused, like the engine: the
-tuples and packets it makes would otherwise have it rescan the whole fabric again and again.
+A port whose peer runs on another rank (a cut port) hands each packet it delivers to that rank's lane
+(`network.Crossing`, `_Shipper`) instead of scheduling its arrival, and the lane packs it at once, while
+it is still in the cache: one flat list of ints per window, each packet its kind's fields in a row (a
+data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
+bytes). The loop runs with the garbage collector paused, like the engine: the objects packing and
+unpacking make would otherwise have it rescan the whole fabric again and again.
 
 The results do not depend on the split because the engine runs in ordered mode
 (`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
@@ -38,21 +40,25 @@ import dataclasses
 import io
 import os
 import pickle
+import resource
 import signal
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from openmrc.sim.engine import PausedGc
+from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
-from openmrc.sim.network import Port, SimPacket
+from openmrc.sim.network import Crossing, Port, SimPacket
 from openmrc.transport import Transmit, TrimMark
+from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
 from openmrc.wire.buffer import WireError
+from openmrc.wire.constants import OP_SACK
+from openmrc.wire.headers import SETH, CcState, make_bth
 from openmrc.wire.packet import DataTemplate, Packet, parse
 
 __all__ = [
@@ -72,10 +78,11 @@ _NEVER = 1 << 62
 PROGRESS_S = 0.2
 last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
-(``run_s``), packing, in the exchange (waiting for the others included) and unpacking, its CPU seconds,
-and the number of windows and of events it shipped."""
-_TPL_CACHE = 1 << 14
-"""Templates remembered per rank (a Write's packets share one) before the caches start over."""
+(``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
+of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), the number of windows and of
+packets it received (``crossing``), and its memory (`_memory_mb`)."""
+_TPL_CACHE = 1 << 17
+"""Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
 _ZEROS = memoryview(bytes(1 << 16))
 """The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
 with anything else), so only their number crosses."""
@@ -192,103 +199,254 @@ def _check(sim: FabricSim, ranks: int) -> None:
             raise PartitionError("validate_wire: 1 rank only")
 
 
-class _Cut:
-    """This rank's view: which nodes it runs, and how shipped events name their target."""
+_HEAD: Final = 17
+"""Fields every crossing packet ships first: its kind, time, origin, target, the `SimPacket`'s and the
+`Transmit`'s but its EV (only a sender reads a packet's EV: it has made the packet's addresses of it)."""
+_DATA: Final = 0
+"""A data packet: the head, then its Write template's index and op, flags, PSN, VA, payload length."""
+_DATA_LEN: Final = _HEAD + 6
+_SACK: Final = 1
+"""A SACK: the head, then its BTH's DestQP, PSN and flags, its SETH's 14 fields and its CC_STATE's 5."""
+_SACK_LEN: Final = _HEAD + 3 + 14 + 5
+_OTHER: Final = 2
+"""Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
+_OTHER_LEN: Final = _HEAD + 1
 
-    def __init__(self, sim: FabricSim, rank_of: list[int], rank: int) -> None:
+
+class _Lane:
+    """What one rank ships to one other in a window: its packets as one flat list of ints, each packet
+    its kind's fields in a row (the pickler writes such a list at C speed; per-packet tuples of plain
+    values cost about 3 µs a packet), in the order they were sent. A data packet's Write template crosses
+    once and is named by its index afterwards (both ends keep the same table: one lane's messages arrive
+    in order)."""
+
+    __slots__ = ("blobs", "new_tpls", "reset", "rows", "soonest", "tpls")
+
+    def __init__(self) -> None:
+        self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
+        self.reset = False
+        self.rows: list[int] = []
+        self.blobs: list[bytes | Packet] = []
+        self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
+        self.soonest = _NEVER
+        """The earliest arrival packed since the last message."""
+
+    def pack(self, at: int, origin: int, code: int, p: SimPacket) -> None:
+        """``p``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
+        tx = p.tx
+        assert tx is not None  # MRC hosts only
+        # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
+        assert tx.port == p.port and tx.entropy == p.entropy
+        if at < self.soonest:
+            self.soonest = at
+        d = self.rows
+        tpl = tx.tpl
+        if tpl is not None:
+            _head(d, _DATA, at, origin, code, p, tx)
+            d.append(self.tpl_index(tpl))
+            d.append(tx.op)
+            d.append(int(tx.ack_req) | int(tx.rtx) << 1)
+            d.append(tx.psn)
+            d.append(tx.va)
+            d.append(len(tx.payload))
+            return
+        pkt = tx.packet
+        if _is_plain_sack(pkt):
+            _head(d, _SACK, at, origin, code, p, tx)
+            _pack_sack(d, pkt)
+        else:
+            _head(d, _OTHER, at, origin, code, p, tx)
+            d.append(len(self.blobs))
+            self.blobs.append(_wire(pkt))
+
+    def message(self) -> tuple[Any, ...] | None:
+        """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
+        if not self.rows:
+            return None
+        msg = (self.reset, self.new_tpls, self.rows, self.blobs)
+        self.reset = False
+        self.rows, self.blobs, self.new_tpls = [], [], []
+        self.soonest = _NEVER
+        if len(self.tpls) > _TPL_CACHE:
+            self.tpls.clear()
+            self.reset = True  # the receiving end starts its table over with the next message
+        return msg
+
+    def tpl_index(self, tpl: DataTemplate) -> int:
+        got = self.tpls.get(id(tpl))
+        if got is None or got[0] is not tpl:
+            imm = tpl.immdt
+            got = self.tpls[id(tpl)] = (tpl, len(self.tpls))
+            meth = tpl.meth
+            key = (
+                tpl.dest_qp,
+                meth.rqmsn,
+                meth.msn,
+                tpl.rkey,
+                tpl.dma_len,
+                None if imm is None else imm.imm_data,
+            )
+            self.new_tpls.append(key)
+        return got[1]
+
+
+class _Shipper(Crossing):
+    """A cut port of this rank: what it sends is packed straight into the lane towards its peer's rank."""
+
+    def __init__(self, lane: _Lane, origin: int, arrive: int, deliver: int) -> None:
+        self.lane = lane
+        self.origin = origin
+        self.arrive = arrive
+        self.deliver = deliver
+
+    def ship(self, at: int, p: SimPacket, guarded: bool) -> None:
+        self.lane.pack(at, self.origin, self.deliver if guarded else self.arrive, p)
+
+
+class _Cut:
+    """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
+    (the node's arrival) or ``2 * i + 1`` (the guarded delivery of cut port ``i``, every rank's cut ports
+    numbered alike)."""
+
+    def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
         self.rank_of = rank_of
         self.rank = rank
         self.nodes = sim.nodes
+        self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
         self.ports: list[Port] = []  # the cut ports of every rank, by index (shipped as that index)
-        self.code: dict[int, int] = {}  # id(callback's object) -> 2 * node (arrive) or 2 * port index + 1
-        self.dest: dict[int, int] = {}  # the same key -> the rank that runs the target
         for n, node in enumerate(sim.nodes):
             for p in node.ports:
                 peer = p.peer.id
                 if peer < 0 or rank_of[peer] == rank_of[n]:
                     continue
                 if rank_of[n] == rank:
-                    p.origin = ~(n + 1)
-                self.code[id(p)] = 2 * len(self.ports) + 1
-                self.dest[id(p)] = rank_of[peer]
-                self.code[id(p.peer)] = 2 * peer
-                self.dest[id(p.peer)] = rank_of[peer]
+                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * len(self.ports) + 1)
                 self.ports.append(p)
         self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
-        self.tpl_out: dict[int, tuple[DataTemplate, tuple[Any, ...]]] = {}  # id -> (template, its fields)
-        self.tpl_in: dict[tuple[Any, ...], DataTemplate] = {}  # the fields -> one template made of them
+        self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
 
-    def encode(self, outbox: list[tuple[int, int, Callable[[Any], None], Any]], size: int) -> list[list[Any]]:
-        """Each crossing event as one flat tuple of plain values (a data packet's Write template as its
-        fields), by the rank it goes to: the pickler then runs at C speed."""
-        out: list[list[Any]] = [[] for _ in range(size)]
-        code, dest, tpls = self.code, self.dest, self.tpl_out
-        if len(tpls) > _TPL_CACHE:
+    def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
+        """Schedule the packets of rank ``src``'s message here, in the order they were sent; how many."""
+        reset, new_tpls, d, blobs = msg
+        tpls = self.tpls_in[src]
+        if reset:
             tpls.clear()
-        for at, origin, cb, p in outbox:
-            target = id(cb.__self__)  # type: ignore[attr-defined]
-            tx = p.tx
-            assert tx is not None  # MRC hosts only
-            # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
-            assert tx.peer == p.dst and tx.port == p.port and tx.entropy == p.entropy
-            tpl = tx.tpl
-            if tpl is None:
-                row: tuple[Any, ...] = (
-                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
-                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, _wire(tx.packet),
-                )  # fmt: skip
+        for key in new_tpls:
+            tpls.append(DataTemplate(*key))
+        rows: list[int] = d
+        i, n, got = 0, len(rows), 0
+        while i < n:
+            got += 1
+            kind = rows[i]
+            if kind == _DATA:
+                self._arrive(rows, i, _data_tx(rows, i, tpls), engine)
+                i += _DATA_LEN
+            elif kind == _SACK:
+                self._arrive(rows, i, _tx(rows, i, _unpack_sack(rows, i + _HEAD)), engine)
+                i += _SACK_LEN
             else:
-                got = tpls.get(id(tpl))
-                if got is None or got[0] is not tpl:
-                    imm = tpl.immdt
-                    key = (
-                        tpl.dest_qp,
-                        tpl.meth.rqmsn,
-                        tpl.meth.msn,
-                        tpl.rkey,
-                        tpl.dma_len,
-                        imm and imm.imm_data,
-                    )
-                    got = tpls[id(tpl)] = (tpl, key)
-                row = (
-                    at, origin, code[target], p.size, p.addr, p.src, p.dst, p.port, p.entropy, p.ecn,
-                    int(p.trim), p.epoch, p.seg, p.flow_crc, tx.ev, tx.qp_num, tx.size, got[1], tx.op,
-                    tx.ack_req, tx.rtx, tx.psn, tx.va, len(tx.payload),
-                )  # fmt: skip
-            out[dest[target]].append(row)
-        return out
+                blob = blobs[rows[i + _HEAD]]
+                pkt = blob if isinstance(blob, Packet) else parse(blob)
+                self._arrive(rows, i, _tx(rows, i, pkt), engine)
+                i += _OTHER_LEN
+        return got
 
-    def decode(
-        self, events: list[Any], insert: Callable[[int, int, int, Callable[[Any], None], Any], None]
-    ) -> None:
-        delivers, nodes, tpls = self.delivers, self.nodes, self.tpl_in
-        if len(tpls) > _TPL_CACHE:
-            tpls.clear()
-        for row in events:
-            code = row[2]
-            if code & 1:
-                cb = delivers[code >> 1]
-            else:
-                arrive = nodes[code >> 1].arrive_cb
-                assert arrive is not None  # bound when the ports leading there were made
-                cb = arrive
-            if len(row) == 18:
-                pkt = row[17]
-                if not isinstance(pkt, Packet):
-                    pkt = parse(pkt)
-                tx = Transmit(row[7], row[6], row[14], row[8], pkt, row[15], row[16])
-            else:
-                tx = Transmit(row[7], row[6], row[14], row[8], None, row[15], row[16])
-                key = row[17]
-                tpl = tpls.get(key)
-                if tpl is None:
-                    tpl = tpls[key] = DataTemplate(*key)
-                tx.tpl = tpl
-                tx.op, tx.ack_req, tx.rtx, tx.psn, tx.va = row[18], row[19], row[20], row[21], row[22]
-                tx.payload = _ZEROS[: row[23]]
-            p = SimPacket(tx, row[3], row[4], row[5], row[6], row[7], row[8])
-            p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = row[9], _TRIMS[row[10]], row[11], row[12], row[13]
-            insert(row[0], 0, row[1], cb, p)
+    def _arrive(self, d: list[int], i: int, tx: Transmit, engine: Simulator) -> None:
+        """The `SimPacket` of the head at ``d[i:]`` carrying ``tx``, scheduled where its head says."""
+        code = d[i + 3]
+        cb: Callable[[SimPacket], None]
+        if code & 1:
+            cb = self.delivers[code >> 1]
+        else:
+            arrive = self.nodes[code >> 1].arrive_cb
+            assert arrive is not None  # bound when the ports leading there were made
+            cb = arrive
+        p = SimPacket(tx, d[i + 4], d[i + 5], d[i + 6], d[i + 7], d[i + 8], d[i + 9])
+        p.ecn = d[i + 10] != 0
+        p.trim = _TRIMS[d[i + 11]]
+        p.epoch = d[i + 12]
+        p.seg = d[i + 13]
+        p.flow_crc = d[i + 14]
+        engine.insert(d[i + 1], 0, d[i + 2], cb, p)
+
+
+def _head(d: list[int], kind: int, at: int, origin: int, code: int, p: SimPacket, tx: Transmit) -> None:
+    d.append(kind)
+    d.append(at)
+    d.append(origin)
+    d.append(code)
+    d.append(p.size)
+    d.append(p.addr)
+    d.append(p.src)
+    d.append(p.dst)
+    d.append(p.port)
+    d.append(p.entropy)
+    d.append(int(p.ecn))
+    d.append(int(p.trim))
+    d.append(p.epoch)
+    d.append(p.seg)
+    d.append(p.flow_crc)
+    d.append(tx.qp_num)
+    d.append(tx.size)
+
+
+def _tx(d: list[int], i: int, pkt: Packet) -> Transmit:
+    return Transmit(d[i + 8], d[i + 7], b"", d[i + 9], pkt, d[i + 15], d[i + 16])
+
+
+def _data_tx(d: list[int], i: int, tpls: list[DataTemplate]) -> Transmit:
+    j = i + _HEAD
+    flags = d[j + 2]
+    return data_transmit(
+        d[i + 8], d[i + 7], b"", d[i + 9], d[i + 15], tpls[d[j]], d[j + 1],
+        flags & 1 != 0, flags & 2 != 0, d[j + 3], d[j + 4], _ZEROS[: d[j + 5]],
+    )  # fmt: skip
+
+
+def _is_plain_sack(pkt: Packet) -> bool:
+    """A SACK as the responder makes them: BTH (its defaults but DestQP, PSN, AckReq, RTX), SETH, CC_STATE."""
+    b = pkt.bth
+    return (
+        b.opcode == OP_SACK
+        and pkt.seth is not None
+        and pkt.cc_state is not None
+        and pkt.meth is None
+        and pkt.tseth is None
+        and pkt.reth is None
+        and pkt.imm is None
+        and pkt.aeth is None
+        and pkt.neth is None
+        and pkt.peth is None
+        and pkt.erth is None
+        and pkt.eeth is None
+        and not pkt.payload
+        and pkt.icrc == 0
+        and not (b.se or b.m or b.pad or b.tver or b.fecn or b.becn or b.ts)
+        and b.p_key == 0xFFFF
+    )
+
+
+def _pack_sack(d: list[int], pkt: Packet) -> None:
+    b, s, c = pkt.bth, pkt.seth, pkt.cc_state
+    assert s is not None and c is not None  # _is_plain_sack
+    d += (b.dest_qp, b.psn, int(b.ack_req) | int(b.rtx) << 1)
+    d += (s.hdr_type, s.next_hdr, int(s.m), int(s.pr), s.ack_psn_offset, s.entropy, s.src_qp, s.dst_qp)
+    d += (s.cack_psn, s.cc_type, s.cc_flags, s.mpr, s.sack_offset, s.bitmap)
+    d += (c.ts_echo, c.ooo_count, int(c.r_c), c.rcv_cwnd_pen, c.rcvd_256b)
+
+
+def _unpack_sack(d: list[int], j: int) -> Packet:
+    flags = d[j + 2]
+    s = j + 3
+    c = s + 14
+    seth = SETH(
+        d[s], d[s + 1], d[s + 2], d[s + 3] != 0, d[s + 4], d[s + 5], d[s + 6], d[s + 7], d[s + 8],
+        d[s + 9], d[s + 10], d[s + 11], d[s + 12], d[s + 13],
+    )  # fmt: skip
+    bth = make_bth(OP_SACK, d[j], flags & 1 != 0, flags & 2 != 0, d[j + 1])
+    return Packet(
+        bth, None, None, None, None, None, seth, CcState(d[c], d[c + 1], d[c + 2] != 0, d[c + 3], d[c + 4])
+    )
 
 
 def _wire(pkt: Packet) -> bytes | Packet:
@@ -300,7 +458,7 @@ def _wire(pkt: Packet) -> bytes | Packet:
         return pkt
 
 
-_TRIMS = {int(m): m for m in TrimMark}
+_TRIMS: Final = tuple(TrimMark)
 
 
 # -- running -------------------------------------------------------------------------------------------------
@@ -312,7 +470,7 @@ def run_split(
     KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
     _check(sim, ex.size)
     rank_of = assign_ranks(sim, ex.size)
-    cut = _Cut(sim, rank_of, ex.rank)
+    cut = _Cut(sim, rank_of, ex.rank, ex.size)
     owned = [r == ex.rank for r in rank_of]
     sim.owned = owned
     sim.faults.owned = owned
@@ -327,35 +485,42 @@ def run_split(
         t = engine.now
         shown = time.perf_counter()
         times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
+        for phase in ("run", "pack", "exchange", "unpack", "loads"):
+            times[f"{phase}_cpu_s"] = 0.0
         c0 = time.process_time()
         halt = False
         while True:
             end = min(t + window, until + 1)
-            w0 = time.perf_counter()
+            w0, c0w = time.perf_counter(), time.process_time()
             engine.run(until=end - 1)
-            w1 = time.perf_counter()
-            outbox = engine.outbox
-            engine.outbox = []
+            w1, c1w = time.perf_counter(), time.process_time()
             nxt = engine.peek()
-            soonest = min((e[0] for e in outbox), default=_NEVER)
+            soonest = min(lane.soonest for lane in cut.lanes)
             local_next = min(soonest, _NEVER if nxt is None else nxt)
             undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
-            msgs = cut.encode(outbox, ex.size)
-            out = [(local_next, undone, _dumps(m) if m else b"", halt) for m in msgs]
-            w2 = time.perf_counter()
+            msgs = [lane.message() for lane in cut.lanes]
+            out = [(local_next, undone, b"" if m is None else _dumps(m), halt) for m in msgs]
+            w2, c2w = time.perf_counter(), time.process_time()
             got = ex.alltoall(out)
-            w3 = time.perf_counter()
+            w3, c3w = time.perf_counter(), time.process_time()
             if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops after the same window
                 raise KeyboardInterrupt
             for r, (_n, _u, events, _h) in enumerate(got):
                 if r != ex.rank and events:
-                    cut.decode(pickle.loads(events), engine.insert)
+                    c_load = time.process_time()
+                    msg = pickle.loads(events)
+                    times["loads_cpu_s"] += time.process_time() - c_load
+                    times["crossing"] += cut.decode(r, msg, engine)
             times["run_s"] += w1 - w0
             times["pack_s"] += w2 - w1
             times["exchange_s"] += w3 - w2
             times["unpack_s"] += time.perf_counter() - w3
+            c4w = time.process_time()
+            times["run_cpu_s"] += c1w - c0w
+            times["pack_cpu_s"] += c2w - c1w
+            times["exchange_cpu_s"] += c3w - c2w
+            times["unpack_cpu_s"] += c4w - c3w
             times["windows"] += 1
-            times["crossing"] += len(outbox)
             if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
                 shown = time.perf_counter()
                 try:
@@ -369,12 +534,27 @@ def run_split(
     if sim.sampler is not None:
         sim.sampler.sample()
     times["cpu_s"] = time.process_time() - c0
+    times |= _memory_mb()
     part = _partial(sim, owned)
     part["times"] = times
     parts = ex.alltoall([part] * ex.size)
     _merge(sim, parts[ex.rank :] + parts[: ex.rank])
     last_times[:] = [p["times"] for p in parts]
     return sim.results()
+
+
+def _memory_mb() -> dict[str, float]:
+    """This process's peak resident set (``peak_rss_mb``; a forked rank's counts the pages it still shares
+    with the others) and, where Linux tells, its proportional share of what it maps now (``pss_mb``)."""
+    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    out["pss_mb"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
 
 
 def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
