@@ -102,7 +102,7 @@ class SimPacket:
         pkt: Packet | None = None
         if isinstance(packet, Transmit):
             tx = packet
-            is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
+            is_data = packet.tpl is not None or packet.is_data()  # no Packet built for a SACK
         else:
             pkt = packet
             is_data = is_data_opcode(packet.bth.opcode)
@@ -651,7 +651,7 @@ class Host(Node):
             if zeros is not None and payload.obj is zeros.buf:
                 t.payload = zeros.view(len(payload))
         else:
-            size = len(t.packet.payload) + HEADER_BYTES
+            size = t.payload_len() + HEADER_BYTES  # a SACK stays its fields
         ev = t.ev
         sp = SimPacket(t, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
         if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
