@@ -185,6 +185,11 @@ class _Wr:
         return memoryview(out)
 
 
+_NONE_POSTED: Final[deque[_Wr]] = deque()
+"""A requester's ``wrs`` and ``unsent`` while it has no Write (shared and never appended to: an empty deque
+is 600 bytes, and a large simulation's receiving QPs never post)."""
+
+
 class _Tx:
     """One outstanding (unacknowledged) packet."""
 
@@ -209,8 +214,8 @@ class _Tx:
 class Requester:
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
-        self.wrs: deque[_Wr] = deque()  # posted, not yet completed, in post order
-        self.unsent: deque[_Wr] = deque()  # posted, not every packet sent yet
+        self.wrs = _NONE_POSTED  # posted, not yet completed, in post order
+        self.unsent = _NONE_POSTED  # posted, not every packet sent yet
         self.outstanding: dict[int, _Tx] = {}  # seq -> packet, unacknowledged
         self.by_order: dict[int, _Tx] = {}  # transmission order -> packet in flight (insertion-ordered)
         self.retx: list[int] = []  # heap of lost seqs awaiting retransmission
@@ -280,6 +285,9 @@ class Requester:
     def post(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool) -> None:
         self.blocked = False
         w = _Wr(wr, views, total, signaled, self.qp.nic.config.mtu)
+        if self.wrs is _NONE_POSTED:
+            self.wrs = deque()
+            self.unsent = deque()
         self.wrs.append(w)
         self.unsent.append(w)
 
