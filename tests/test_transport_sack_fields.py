@@ -19,7 +19,7 @@ from .test_transport_timers import run_checked
 from .transport_tools import deliver_sack, statuses
 
 _FIELDS = st.tuples(
-    st.integers(0, (1 << 24) - 1),  # src_qp
+    st.integers(0, (1 << 24) - 1),  # qp_num
     st.integers(0, (1 << 24) - 1),  # dest_qp
     st.integers(0, (1 << 24) - 1),  # cack_psn
     st.integers(-0x8000, 0x7FFF),  # ack_psn_offset

@@ -281,8 +281,9 @@ class Nic:
         src: Hashable = None,
     ) -> None:
         """`receive` of a packet another in-process NIC's `datagrams_to_send` emitted (the simulator's hosts):
-        a data packet that left its NIC as its Write's template reaches the responder by its fields, and no
-        `Packet` is ever built for it (in validation mode it takes the byte path like every packet)."""
+        a data packet that left its NIC as its Write's template reaches the responder by its fields, a SACK
+        (`SackTransmit`) the requester by its fields (`Requester.on_sack_fields`), and no `Packet` is ever
+        built for them (in validation mode they take the byte path like every packet)."""
         tpl = t.tpl
         if tpl is None or self._validate or tpl.dest_qp == RESERVED_QP_ENDPOINT:
             if (
@@ -345,7 +346,7 @@ class Nic:
             t.echo,
             t.m,
             t.pr,
-            t.src_qp & 0xFFFF,
+            t.qp_num & 0xFFFF,
             dqp & 0xFFFF,
             t.mpr,
             now,
