@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from openmrc.transport import Transmit, WcStatus
-from openmrc.transport.types import SackTransmit
+from openmrc.transport import SackTransmit, Transmit, WcStatus
 from openmrc.wire import BTH, SETH, CcState, Opcode, Packet, SackM, parse
 
 from .helpers import Pair

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from openmrc.transport import Nic, Transmit, TrimMark, WcStatus, WorkCompletion
-from openmrc.transport.types import SackTransmit
+from openmrc.transport import Nic, SackTransmit, Transmit, TrimMark, WcStatus, WorkCompletion
 from openmrc.wire import DATA_OPCODES, Addressing, Packet, parse, seal
 
 from .helpers import Fabric, Pair

@@ -73,9 +73,9 @@ class SimPacket:
     """A packet in flight: the transport's packet plus what the fabric needs.
 
     An MRC host's packet is the sender's `Transmit` (``tx``): a data packet stays its Write's template and
-    per-packet fields all the way to the receiving NIC (`Nic.receive_transmit`), so no `Packet` object
-    graph is built for it (``packet`` builds one on demand, e.g. for a capture). Other hosts (RoCEv2, tests)
-    hand over a `Packet`."""
+    per-packet fields all the way to the receiving NIC (`Nic.receive_transmit`), a SACK its fields
+    (`SackTransmit`), so no `Packet` object graph is built for them (``packet`` builds one on demand, e.g.
+    for a capture). Other hosts (RoCEv2, tests) hand over a `Packet`."""
 
     __slots__ = (
         "_packet",
