@@ -17,7 +17,7 @@ from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import HEADER_BYTES, Node, Port, SimPacket
-from openmrc.transport import TrimMark
+from openmrc.transport import SackTransmit, TrimMark
 from openmrc.wire import BTH, METH, RETH, SETH, CcState, Opcode, Packet
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -241,15 +241,18 @@ def test_serialisation_time_is_the_floor_of_bytes_at_the_rate(bps: int, n: int) 
 
 
 def test_mrc_data_packets_cross_the_fabric_as_the_senders_transmit() -> None:
-    """No `Packet` is built for an MRC data packet in flight (the receiving NIC takes its fields), yet a
-    tap still sees it as one, with the fields the sender emitted."""
+    """No `Packet` is built for an MRC data packet or SACK in flight (the receiving NIC takes its fields),
+    yet a tap still sees it as one, with the fields the sender emitted."""
     sim = FabricSim.clos(FabricSimConfig(planes=2, hosts=8, t0_radix=8, t1_radix=8, seed=1))
     seen: list[tuple[bool, bool, int]] = []
+    sacks: list[bool] = []
 
     def tap(_host: object, p: SimPacket, outgoing: bool) -> None:
         if outgoing and p.is_data:
-            built = p.tx is not None and p.tx.tpl is not None and p._packet is None
-            seen.append((built, p.tx is not None, p.packet.bth.psn))
+            built = p.tx.tpl is not None and not p.tx.has_packet()
+            seen.append((built, p.tx.tpl is not None, p.packet.bth.psn))
+        elif not outgoing and not p.is_data:
+            sacks.append(isinstance(p.tx, SackTransmit) and not p.tx.has_packet())
 
     for n in range(8):
         sim.nodes[n].tap = tap  # type: ignore[union-attr]
@@ -258,6 +261,7 @@ def test_mrc_data_packets_cross_the_fabric_as_the_senders_transmit() -> None:
     assert res.summary()["completed"] == 1
     assert seen and all(built and tx for built, tx, _psn in seen)
     assert sorted({psn for *_, psn in seen}) == list(range(len({psn for *_, psn in seen})))
+    assert sacks and all(sacks)
 
 
 def test_ecn_trim_and_priority() -> None:

@@ -35,7 +35,7 @@ from openmrc.wire import (
 
 from .helpers import Impairments, Pair
 from .test_transport_timers import run_checked
-from .transport_tools import TEST_ADDR, install, statuses
+from .transport_tools import TEST_ADDR, deliver_sack, install, statuses
 
 MTU = 4096
 S = WcStatus
@@ -188,11 +188,10 @@ def test_nak_from_the_wrong_qp_pair_is_dropped() -> None:
 
 
 def sack(p: Pair, cack: int, **kw: int) -> Packet:
+    seth = {"src_qp": p.qp_b.qp_num & 0xFFFF, "dst_qp": p.qp_a.qp_num & 0xFFFF} | kw
     return Packet(
         BTH(Opcode.SACK, dest_qp=p.qp_a.qp_num, psn=cack & 0xFFFFFF),
-        seth=SETH(
-            src_qp=p.qp_b.qp_num & 0xFFFF, dst_qp=p.qp_a.qp_num & 0xFFFF, cack_psn=cack & 0xFFFFFF, **kw
-        ),
+        seth=SETH(cack_psn=cack & 0xFFFFFF, **seth),
         cc_state=CcState(),
     )
 
@@ -203,53 +202,59 @@ def sack(p: Pair, cack: int, **kw: int) -> Packet:
         lambda p, r: sack(p, r.next_seq + r.mpr * 128 + 1),  # past any window the responder can have
         lambda p, r: sack(p, r.cack - 9 * 128 * 8),  # far older than the window
         lambda p, r: sack(p, r.cack, pr=True, entropy=r.qp.evs.rotation[0].entropy),  # no probe outstanding
+        lambda p, r: sack(p, max(r.outstanding) + 1, src_qp=(p.qp_b.qp_num ^ 0x5A5A) & 0xFFFF),  # wrong peer
+        lambda p, r: sack(p, max(r.outstanding) + 1, dst_qp=(p.qp_a.qp_num ^ 0x5A5A) & 0xFFFF),  # not ours
     ],
-    ids=["cack-past-any-window", "cack-ancient", "probe-answer-unasked"],
+    ids=["cack-past-any-window", "cack-ancient", "probe-answer-unasked", "wrong-src-qp", "wrong-dst-qp"],
 )
-def test_forged_sack_is_dropped_and_changes_nothing(forge) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("via", ["packet", "fields"])
+def test_forged_sack_is_dropped_and_changes_nothing(forge, via: str) -> None:  # type: ignore[no-untyped-def]
     p = running_pair()
     r = p.qp_a.requester
     state = (r.cack, len(r.outstanding), r.inflight, r.next_seq)
-    p.a.receive(forge(p, r), 1, p.now, src="b")
+    deliver_sack(p, forge(p, r), via)
     assert (r.cack, len(r.outstanding), r.inflight, r.next_seq) == state
     assert p.a.stats.rx_bogus_ack == 1
     finishes(p)
 
 
-def test_cumulative_psn_past_what_was_sent_acknowledges_what_was_sent_only() -> None:
+@pytest.mark.parametrize("via", ["packet", "fields"])
+def test_cumulative_psn_past_what_was_sent_acknowledges_what_was_sent_only(via: str) -> None:
     """A forged Write the responder took at the very next PSNs moves its cumulative PSN past everything
     the requester sent: that acknowledges what was sent (no retry to exhaustion), and no PSN not yet sent
     counts as acknowledged."""
     p = running_pair()
     r = p.qp_a.requester
     sent = r.next_seq
-    p.a.receive(sack(p, sent + 3), 1, p.now, src="b")
+    deliver_sack(p, sack(p, sent + 3), via)
     assert p.a.stats.rx_bogus_ack == 0
     assert r.cack == sent and not r.outstanding and r.inflight == 0 and r.next_seq == sent
 
 
-def test_sack_bits_for_psns_never_sent_are_ignored_and_the_rest_is_used() -> None:
+@pytest.mark.parametrize("via", ["packet", "fields"])
+def test_sack_bits_for_psns_never_sent_are_ignored_and_the_rest_is_used(via: str) -> None:
     """A forged Write the responder placed at a PSN not yet sent shows up in every later SACK's bitmap:
     those bits are ignored, the SACKs are not (their cumulative PSN and other bits still count)."""
     p = running_pair()
     r = p.qp_a.requester
     state = (r.cack, len(r.outstanding), r.inflight)
-    p.a.receive(sack(p, r.cack, sack_offset=r.next_seq - r.cack - 8, bitmap=1 << 9), 1, p.now, src="b")
+    deliver_sack(p, sack(p, r.cack, sack_offset=r.next_seq - r.cack - 8, bitmap=1 << 9), via)
     assert (r.cack, len(r.outstanding), r.inflight) == state and p.a.stats.rx_bogus_ack == 0
     low = max(r.outstanding)
-    p.a.receive(sack(p, r.cack, sack_offset=low - r.cack, bitmap=1 | 1 << 40), 1, p.now, src="b")
+    deliver_sack(p, sack(p, r.cack, sack_offset=low - r.cack, bitmap=1 | 1 << 40), via)
     assert low not in r.outstanding and len(r.outstanding) == state[1] - 1  # its own bit acknowledged
     finishes(p)
 
 
-def test_forged_probe_answer_does_not_restore_a_bad_ev() -> None:
+@pytest.mark.parametrize("via", ["packet", "fields"])
+def test_forged_probe_answer_does_not_restore_a_bad_ev(via: str) -> None:
     p = running_pair()
     evs = p.qp_a.evs
     assert evs is not None
     e = evs.rotation[5]
     evs.mark_bad(e, p.now)
     for _ in range(3):
-        p.a.receive(sack(p, p.qp_a.requester.cack, pr=True, entropy=e.entropy), 1, p.now, src="b")
+        deliver_sack(p, sack(p, p.qp_a.requester.cack, pr=True, entropy=e.entropy), via)
     assert e.state.name == "ASSUMED_BAD" and p.a.stats.rx_bogus_ack == 3
 
 

@@ -3,7 +3,7 @@
 `HookFabric` is a `Fabric` that logs every `Transmit` the NICs hand it (before any impairment acts, so the
 log is what the NICs *sent*) and can hold chosen packets back by a scripted extra delay; `install` swaps it
 into a fresh `Pair`. `tap_receive` records what the fabric hands a NIC. The rest are small queries over
-those logs.
+those logs, and `deliver_sack`: a SACK to the requester's NIC as a parsed `Packet` or by its fields.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from openmrc.transport import Nic, Transmit, TrimMark, WcStatus, WorkCompletion
+from openmrc.transport import Nic, SackTransmit, Transmit, TrimMark, WcStatus, WorkCompletion
 from openmrc.wire import DATA_OPCODES, Addressing, Packet, parse, seal
 
 from .helpers import Fabric, Pair
@@ -172,3 +172,33 @@ def feed_bytes(
     if sealed and len(raw) >= 16:
         raw = seal(raw, addr)
     nic.receive_datagram(raw, port, now, addr, trim=kw.pop("trim", TrimMark.NONE), **kw)
+
+
+def sack_transmit(pkt: Packet) -> SackTransmit:
+    """The `SackTransmit` that carries ``pkt``'s fields."""
+    s, c = pkt.seth, pkt.cc_state
+    assert s is not None and c is not None
+    return SackTransmit(
+        s.src_qp, pkt.bth.dest_qp, s.cack_psn, s.ack_psn_offset, s.sack_offset, s.bitmap, s.entropy, s.m,
+        s.pr, s.mpr, c.ts_echo, c.ooo_count, c.rcvd_256b,
+    )  # fmt: skip
+
+
+def deliver_sack(p: Pair, pkt: Packet, via: str) -> None:
+    """``pkt`` to NIC a: parsed from its bytes (`Nic.receive`), or by its fields (`Nic.receive_transmit`).
+    A SACK whose SETH and BTH disagree on the QP number has no `SackTransmit` (only the responder makes
+    those): it goes straight to the requester, as a parsed `Packet` or as its SETH fields."""
+    s = pkt.seth
+    assert s is not None
+    if s.dst_qp != pkt.bth.dest_qp & 0xFFFF:
+        r = p.qp_a.requester
+        if via == "packet":
+            r.on_sack(parse(pkt.encode()), p.now)
+        else:
+            fields = (s.cack_psn, s.ack_psn_offset, s.sack_offset, s.bitmap, s.entropy, s.m, s.pr)
+            r.on_sack_fields(*fields, s.src_qp, s.dst_qp, s.mpr, p.now)
+        p.a.wake(p.qp_a)
+    elif via == "packet":
+        p.a.receive(parse(pkt.encode()), 1, p.now, src="b")
+    else:
+        p.a.receive_transmit(sack_transmit(pkt), 1, p.now, src="b")

@@ -66,6 +66,7 @@ PAUSED: Final = 1 << 61
 
 
 _NO_SEGMENT: Final = bytes(16)
+_NO_EV: Final = bytes(32)
 SRH_BYTES: Final = 24
 """An SRH with one segment: its 8-byte header and the 16-byte segment."""
 
@@ -74,12 +75,12 @@ class SimPacket:
     """A packet in flight: the transport's packet plus what the fabric needs.
 
     An MRC host's packet is the sender's `Transmit` (``tx``): a data packet stays its Write's template and
-    per-packet fields all the way to the receiving NIC (`Nic.receive_transmit`), so no `Packet` object
-    graph is built for it (``packet`` builds one on demand, e.g. for a capture). Other hosts (RoCEv2, tests)
-    hand over a `Packet`."""
+    per-packet fields all the way to the receiving NIC (`Nic.receive_transmit`), a SACK its fields
+    (`SackTransmit`), so no `Packet` object graph is built for them (``packet`` builds one on demand, e.g.
+    for a capture). Other hosts (RoCEv2, tests) hand over a `Packet`, carried by a `Transmit` of its own
+    (one slot for both kinds: a packet in flight is then 144 bytes, not 160)."""
 
     __slots__ = (
-        "_packet",
         "addr",
         "dst",
         "ecn",
@@ -99,16 +100,13 @@ class SimPacket:
     def __init__(
         self, packet: Packet | Transmit, size: int, addr: int, src: int, dst: int, port: int, entropy: int
     ) -> None:
-        tx: Transmit | None = None
-        pkt: Packet | None = None
         if isinstance(packet, Transmit):
             tx = packet
-            is_data = packet.tpl is not None or is_data_opcode(packet.packet.bth.opcode)
+            is_data = packet.tpl is not None or packet.is_data()  # no Packet built for a SACK
         else:
-            pkt = packet
+            tx = Transmit(port, dst, _NO_EV, entropy, packet, 0, 0)
             is_data = is_data_opcode(packet.bth.opcode)
         self.tx = tx
-        self._packet = pkt
         # the two flags next to each other: the compiled build packs them into one word (a packet in flight
         # is about 150 bytes, and a large run has millions in flight)
         self.is_data = is_data
@@ -131,12 +129,7 @@ class SimPacket:
 
     @property
     def packet(self) -> Packet:
-        pkt = self._packet
-        if pkt is None:
-            tx = self.tx
-            assert tx is not None  # one of the two is set
-            pkt = tx.packet
-        return pkt
+        return self.tx.packet
 
 
 class Crossing:
@@ -609,11 +602,7 @@ class Host(Node):
         now = self.sim.now
         if self.tap is not None:
             self.tap(self, p, False)
-        tx = p.tx
-        if tx is not None:
-            self.nic.receive_transmit(tx, p.port, now, p.ecn, p.entropy, p.trim, p.src)
-        else:
-            self.nic.receive(p.packet, p.port, now, p.ecn, p.entropy, p.trim, p.src)
+        self.nic.receive_transmit(p.tx, p.port, now, p.ecn, p.entropy, p.trim, p.src)
         self.pump(now)
 
     def pump(self, now: int) -> None:
@@ -676,7 +665,7 @@ class Host(Node):
             if zeros is not None and payload.obj is zeros.buf:
                 t.payload = zeros.view(len(payload))
         else:
-            size = len(t.packet.payload) + HEADER_BYTES
+            size = t.payload_len() + HEADER_BYTES  # a SACK stays its fields
         ev = t.ev
         sp = SimPacket(t, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
         if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:

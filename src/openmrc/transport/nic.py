@@ -35,7 +35,7 @@ from openmrc.transport.mr import MemoryRegion, MrTable
 from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import Qp, QpInitAttr
 from openmrc.transport.stats import NicStats
-from openmrc.transport.types import Access, LocalProtocolError, QpState, Transmit, TrimMark
+from openmrc.transport.types import Access, LocalProtocolError, QpState, SackTransmit, Transmit, TrimMark
 from openmrc.wire import (
     RESERVED_QP_ENDPOINT,
     Addressing,
@@ -71,6 +71,7 @@ _LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
+_NO_EV: Final = bytes(32)
 _NO_TRIM: Final = TrimMark.NONE
 
 
@@ -280,11 +281,21 @@ class Nic:
         src: Hashable = None,
     ) -> None:
         """`receive` of a packet another in-process NIC's `datagrams_to_send` emitted (the simulator's hosts):
-        a data packet that left its NIC as its Write's template reaches the responder by its fields, and no
-        `Packet` is ever built for it (in validation mode it takes the byte path like every packet)."""
+        a data packet that left its NIC as its Write's template reaches the responder by its fields, a SACK
+        (`SackTransmit`) the requester by its fields (`Requester.on_sack_fields`), and no `Packet` is ever
+        built for them (in validation mode they take the byte path like every packet)."""
         tpl = t.tpl
         if tpl is None or self._validate or tpl.dest_qp == RESERVED_QP_ENDPOINT:
-            self.receive(t.packet, port, now, ecn, entropy, trim, src)
+            if (
+                isinstance(t, SackTransmit)
+                and not t.has_packet()
+                and not self._validate
+                and not trim
+                and t.dest_qp != RESERVED_QP_ENDPOINT
+            ):
+                self._receive_sack(t, port, now)  # a SACK by its fields: no Packet built
+            else:
+                self.receive(t.packet, port, now, ecn, entropy, trim, src)
             return
         stats = self.stats
         stats.rx_packets += 1
@@ -312,6 +323,33 @@ class Nic:
             ecn,
             entropy,
             trim,
+        )
+        self._woken[qp] = None
+
+    def _receive_sack(self, t: SackTransmit, port: int, now: int) -> None:
+        """`receive` of a SACK by its fields (what `_deliver` does with its `Packet`)."""
+        stats = self.stats
+        stats.rx_packets += 1
+        if not 0 < port <= self.num_ports or not self.ports_up[port]:
+            stats.rx_dropped_port += 1
+            return
+        dqp = t.dest_qp
+        qp = self.qps.get(dqp)
+        if qp is None:
+            stats.rx_dropped_no_qp += 1
+            return
+        qp.requester.on_sack_fields(
+            t.cack_psn,
+            t.ack_psn_offset,
+            t.sack_offset,
+            t.bitmap,
+            t.echo,
+            t.m,
+            t.pr,
+            t.qp_num & 0xFFFF,
+            dqp & 0xFFFF,
+            t.mpr,
+            now,
         )
         self._woken[qp] = None
 
@@ -452,15 +490,24 @@ class Nic:
             self.receive(data, port, now, ecn, entropy, trim, src)
 
     def send_control(self, qp: Qp, pkt: Packet, port: int) -> None:
-        """Queue a SACK/NACK/ACK of ``qp``: on the plane it answers, on one of the QP's own EVs."""
+        """Queue a NACK/ACK of ``qp``: on the plane it answers, on one of the QP's own EVs."""
+        self.send_transmit(qp, Transmit(port, None, _NO_EV, 0, pkt, qp.qp_num, 0), port)
+
+    def send_transmit(self, qp: Qp, t: Transmit, port: int) -> None:
+        """Queue a control packet of ``qp`` (or a `SackTransmit`: a SACK by its fields) towards its peer: on
+        the plane it answers (``port``), on one of the QP's own EVs."""
         evs = qp.evs
         e = None
         if evs is not None:
             e = evs.pick(None, port) or evs.pick()
+        t.peer = qp.attr.peer
         if e is None:
-            self._ctrl.append(Transmit(port, qp.attr.peer, bytes(32), 0, pkt, qp.qp_num, 0))
+            t.port = port
         else:
-            self._ctrl.append(Transmit(e.port, qp.attr.peer, e.expanded, e.entropy, pkt, qp.qp_num, 0))
+            t.port = e.port
+            t.ev = e.expanded
+            t.entropy = e.entropy
+        self._ctrl.append(t)
 
     def has_data(self) -> bool:
         """Whether some QP may have data packets to send (a pacing driver polls again when a port frees)."""

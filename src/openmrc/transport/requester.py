@@ -185,6 +185,11 @@ class _Wr:
         return memoryview(out)
 
 
+_NONE_POSTED: Final[deque[_Wr]] = deque()
+"""A requester's ``wrs`` and ``unsent`` while it has no Write (shared and never appended to: an empty deque
+is 600 bytes, and a large simulation's receiving QPs never post)."""
+
+
 class _Tx:
     """One outstanding (unacknowledged) packet."""
 
@@ -209,8 +214,8 @@ class _Tx:
 class Requester:
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
-        self.wrs: deque[_Wr] = deque()  # posted, not yet completed, in post order
-        self.unsent: deque[_Wr] = deque()  # posted, not every packet sent yet
+        self.wrs = _NONE_POSTED  # posted, not yet completed, in post order
+        self.unsent = _NONE_POSTED  # posted, not every packet sent yet
         self.outstanding: dict[int, _Tx] = {}  # seq -> packet, unacknowledged
         self.by_order: dict[int, _Tx] = {}  # transmission order -> packet in flight (insertion-ordered)
         self.retx: list[int] = []  # heap of lost seqs awaiting retransmission
@@ -280,6 +285,9 @@ class Requester:
     def post(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool) -> None:
         self.blocked = False
         w = _Wr(wr, views, total, signaled, self.qp.nic.config.mtu)
+        if self.wrs is _NONE_POSTED:
+            self.wrs = deque()
+            self.unsent = deque()
         self.wrs.append(w)
         self.unsent.append(w)
 
@@ -454,22 +462,54 @@ class Requester:
 
     # -- acknowledgements ----------------------------------------------------------------------------------
     def on_sack(self, pkt: Packet, now: int) -> None:
-        seth, qp = pkt.seth, self.qp
+        """A SACK as a `Packet` (the byte path, the pair harness): its SETH's fields to `on_sack_fields`."""
+        seth = pkt.seth
         assert seth is not None
+        self.on_sack_fields(
+            seth.cack_psn,
+            seth.ack_psn_offset,
+            seth.sack_offset,
+            seth.bitmap,
+            seth.entropy,
+            seth.m,
+            seth.pr,
+            seth.src_qp,
+            seth.dst_qp,
+            seth.mpr,
+            now,
+        )
+
+    def on_sack_fields(
+        self,
+        cack_psn: int,
+        ack_psn_offset: int,
+        sack_offset: int,
+        bitmap: int,
+        entropy: int,
+        m: int,
+        pr: bool,
+        src_qp: int,
+        dst_qp: int,
+        mpr: int,
+        now: int,
+    ) -> None:
+        """A SACK by its SETH fields (QP numbers as SETH carries them: their low 16 bits); a simulated peer's
+        `SackTransmit` arrives this way, with no `Packet` built."""
+        qp = self.qp
         if qp.state is not _RTS:
             return
-        wire_cack = cack = unwrap_psn(seth.cack_psn, self.cack)
-        bm = seth.bitmap
+        wire_cack = cack = unwrap_psn(cack_psn, self.cack)
+        bm = bitmap
         next_seq = self.next_seq
         evs = qp.evs
         assert evs is not None
-        e = evs.by_entropy.get(seth.entropy)
+        e = evs.by_entropy.get(entropy)
         if (
-            seth.dst_qp != self.qp_num & 0xFFFF
-            or seth.src_qp != self.dest_qp & 0xFFFF
+            dst_qp != self.qp_num & 0xFFFF
+            or src_qp != self.dest_qp & 0xFFFF
             or cack > next_seq + self.mpr * 128  # beyond any window the responder can have
             or cack < self.cack - self.mpr * 128  # older than anything still useful
-            or (seth.pr and (e is None or not evs.probe_matches(e)))  # answers no outstanding probe
+            or (pr and (e is None or not evs.probe_matches(e)))  # answers no outstanding probe
         ):
             self.stats.rx_bogus_ack += 1
             return
@@ -478,7 +518,7 @@ class Requester:
             # The responder took a forged Write at PSNs we have not sent yet (RDMA has no authentication),
             # so its cumulative PSN passed them: everything we did send is acknowledged, nothing more.
             cack = next_seq
-        trig = self.outstanding.get(wire_cack + seth.ack_psn_offset)
+        trig = self.outstanding.get(wire_cack + ack_psn_offset)
         rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
         if rtt is not None:
             if not self.srtt:
@@ -498,7 +538,7 @@ class Requester:
                     acked.append(p)
             self.cack = cack
         if bm:
-            base = wire_cack + seth.sack_offset
+            base = wire_cack + sack_offset
             if base + bm.bit_length() > next_seq:
                 # Bits for PSNs never sent: a forged packet the responder placed there (RDMA has no
                 # authentication). They tell nothing about our packets; the rest of the SACK does.
@@ -531,9 +571,8 @@ class Requester:
                 newly += size
             self.acked_order = top
         assert self.cc is not None
-        m = seth.m
         if e is not None:
-            if seth.pr:
+            if pr:
                 if not (evs.port_mask >> (e.port - 1)) & 1:
                     self._peer_port_alive(self.peer, e.port)  # a doubted plane answered
                 evs.probe_answered(e, now, m == _M_NONE)
@@ -542,8 +581,8 @@ class Requester:
                 evs.skip(e)
             elif m == _ALWAYS_SKIP:
                 evs.mark_bad(e, now)
-        if seth.mpr:
-            self.peer_mpr = seth.mpr
+        if mpr:
+            self.peer_mpr = mpr
         if npkts:
             self.timeouts = 0
             self.cc.on_ack(now, newly, self.inflight, rtt, m == _SKIP_ONCE)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final
 from openmrc.transport.types import (
     QpCapFlags,
     QpState,
+    SackTransmit,
     TrimMark,
     WcOpcode,
     WcStatus,
@@ -45,23 +46,19 @@ from openmrc.wire import (
     BTH,
     NETH,
     PSN_MASK,
-    SETH,
     AethSyndrome,
-    CcState,
     NackReason,
     Opcode,
     Packet,
     SackM,
 )
 from openmrc.wire.constants import (
-    OP_SACK,
     OP_WRITE_FIRST,
     OP_WRITE_LAST_WITH_IMM,
     OP_WRITE_MIDDLE,
     OP_WRITE_ONLY,
     OP_WRITE_ONLY_WITH_IMM,
 )
-from openmrc.wire.headers import make_bth
 
 if TYPE_CHECKING:
     from openmrc.transport.qp import Qp
@@ -278,39 +275,26 @@ class Responder:
             bits &= _MASK64
         # clear the 64 PSNs from base on; when un is non-zero, base is its lowest bit: none is below
         self.unreported = (un >> (shift + 64)) << (shift + 64) if un else 0
-        dqp = qp.attr.dest_qp_num or 0
-        pkt = Packet(
-            make_bth(OP_SACK, dqp, False, False, cack & PSN_MASK),
-            None,
-            None,
-            None,
-            None,
-            None,
-            SETH(
-                0,
-                0,
-                _SKIP_ONCE if ecn else _M_NONE,
-                pr,
-                off if -0x8000 <= off <= 0x7FFF else (0x7FFF if off > 0 else -0x8000),
-                entropy,
-                qp.qp_num & 0xFFFF,
-                dqp & 0xFFFF,
-                cack & PSN_MASK,
-                1,
-                0,
-                self.adv_mpr,
-                base - cack,
-                bits,
-            ),
-            CcState(
-                ts, min(self.bitmap.bit_count(), 0x7FFF), False, 0, (-(-self.rcvd_bytes // 256)) & 0xFFFFFF
-            ),
+        sack = SackTransmit(
+            qp.qp_num,
+            qp.attr.dest_qp_num or 0,
+            cack & PSN_MASK,
+            off if -0x8000 <= off <= 0x7FFF else (0x7FFF if off > 0 else -0x8000),
+            base - cack,
+            bits,
+            entropy,
+            _SKIP_ONCE if ecn else _M_NONE,
+            pr,
+            self.adv_mpr,
+            ts,
+            min(self.bitmap.bit_count(), 0x7FFF),
+            (-(-self.rcvd_bytes // 256)) & 0xFFFFFF,
         )
         self.unacked = 0
         self.sack_deadline = None
         nic = qp.nic
         nic.stats.sacks_sent += 1
-        nic.send_control(qp, pkt, port)
+        nic.send_transmit(qp, sack, port)
         if self.unreported and not pr:
             # News beyond this window: report it now. Arrivals that keep filling holes near cack would
             # otherwise win every SACK, and packets that arrived far above them would wait unreported

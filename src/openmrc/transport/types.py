@@ -10,7 +10,9 @@ from typing import Final
 
 from mypy_extensions import mypyc_attr
 
-from openmrc.wire import PSN_MASK, DataTemplate, Packet
+from openmrc.wire import PSN_MASK, SETH, CcState, DataTemplate, Packet, SackM
+from openmrc.wire.constants import OP_SACK, is_data_opcode
+from openmrc.wire.headers import make_bth
 
 __all__ = [
     "Access",
@@ -18,6 +20,7 @@ __all__ = [
     "QpCapFlags",
     "QpState",
     "RecvWR",
+    "SackTransmit",
     "SendFlags",
     "SendWR",
     "Sge",
@@ -34,6 +37,7 @@ __all__ = [
 
 _HALF: Final = 1 << 23
 _EMPTY: Final = memoryview(b"")
+_NO_EV: Final = bytes(32)
 
 
 def psn_diff(a: int, b: int) -> int:
@@ -175,7 +179,8 @@ class Transmit:
     A data packet leaves the core as its Write's `DataTemplate` (``tpl``) and the fields that change per
     packet (``op``, ``ack_req``, ``rtx``, ``psn``, ``va``, ``payload``): a driver that sends bytes encodes
     those with one ``tpl.header(...)`` call; ``packet`` builds the `Packet` on first use. Setting
-    ``packet`` replaces what the driver sends (the template is dropped).
+    ``packet`` replaces what the driver sends (the template is dropped). A SACK leaves the core the same
+    way, as its fields (`SackTransmit`).
     """
 
     __slots__ = (
@@ -224,15 +229,37 @@ class Transmit:
     def packet(self) -> Packet:
         pkt = self._packet
         if pkt is None:
-            tpl = self.tpl
-            assert tpl is not None, "a Transmit holds a packet or a data template"
-            pkt = self._packet = tpl.packet(self.op, self.ack_req, self.rtx, self.psn, self.va, self.payload)
+            pkt = self._packet = self._build()
         return pkt
 
     @packet.setter
     def packet(self, pkt: Packet) -> None:
         self._packet = pkt
         self.tpl = None
+
+    def has_packet(self) -> bool:
+        """Whether a `Packet` exists for this transmission (given, built on demand, or set): until then it
+        is carried by its fields."""
+        return self._packet is not None
+
+    def is_data(self) -> bool:
+        """Whether this is a data packet (no `Packet` is built to tell)."""
+        pkt = self._packet
+        if pkt is not None:
+            return is_data_opcode(pkt.bth.opcode)
+        return self.tpl is not None
+
+    def payload_len(self) -> int:
+        """The payload bytes of the packet (no `Packet` is built to tell)."""
+        pkt = self._packet
+        if pkt is not None:
+            return len(pkt.payload)
+        return len(self.payload)
+
+    def _build(self) -> Packet:
+        tpl = self.tpl
+        assert tpl is not None, "a Transmit holds a packet or a data template"
+        return tpl.packet(self.op, self.ack_req, self.rtx, self.psn, self.va, self.payload)
 
     def __repr__(self) -> str:
         return (
@@ -265,3 +292,98 @@ def data_transmit(
     t.va = va
     t.payload = payload
     return t
+
+
+class SackTransmit(Transmit):
+    """A SACK leaving the core as its fields (SETH and CC_STATE values, 24-bit QP numbers): the simulator
+    carries them to the peer's `Nic.receive_transmit`, which hands them to `Requester.on_sack_fields`, so
+    no `Packet` is built; ``packet`` builds it (BTH + SETH + CC_STATE) for a driver that needs bytes.
+
+    ``cack_psn`` is the cumulative PSN (low 24 bits, the BTH PSN too), ``ack_psn_offset`` the triggering
+    packet's PSN minus it, ``sack_offset`` the bitmap's base minus it, ``echo`` the triggering packet's
+    entropy, ``m`` the SETH M field, ``pr`` the probe-reply flag, ``qp_num`` / ``dest_qp`` the sending and
+    receiving QP numbers (SETH carries their low 16 bits), ``mpr`` the advertised MPR; ``ts_echo``,
+    ``ooo_count`` and ``rcvd_256b`` the CC_STATE values. About 250 bytes (a `Packet` with its BTH, SETH
+    and CC_STATE is about 500 more), and a large simulation has millions in flight."""
+
+    __slots__ = (
+        "ack_psn_offset",
+        "bitmap",
+        "cack_psn",
+        "dest_qp",
+        "echo",
+        "m",
+        "mpr",
+        "ooo_count",
+        "pr",
+        "rcvd_256b",
+        "sack_offset",
+        "ts_echo",
+    )
+
+    def __init__(
+        self,
+        qp_num: int,
+        dest_qp: int,
+        cack_psn: int,
+        ack_psn_offset: int,
+        sack_offset: int,
+        bitmap: int,
+        echo: int,
+        m: int,
+        pr: bool,
+        mpr: int,
+        ts_echo: int,
+        ooo_count: int,
+        rcvd_256b: int,
+    ) -> None:
+        super().__init__(0, None, _NO_EV, 0, None, qp_num, 0)  # the NIC sets port, peer, ev, entropy
+        self.dest_qp = dest_qp
+        self.cack_psn = cack_psn
+        self.ack_psn_offset = ack_psn_offset
+        self.sack_offset = sack_offset
+        self.bitmap = bitmap
+        self.echo = echo
+        self.m = m
+        self.pr = pr
+        self.mpr = mpr
+        self.ts_echo = ts_echo
+        self.ooo_count = ooo_count
+        self.rcvd_256b = rcvd_256b
+
+    def is_data(self) -> bool:
+        pkt = self._packet
+        return pkt is not None and is_data_opcode(pkt.bth.opcode)
+
+    def payload_len(self) -> int:
+        pkt = self._packet
+        return 0 if pkt is None else len(pkt.payload)
+
+    def _build(self) -> Packet:
+        cack = self.cack_psn
+        dqp = self.dest_qp
+        return Packet(
+            make_bth(OP_SACK, dqp, False, False, cack),
+            None,
+            None,
+            None,
+            None,
+            None,
+            SETH(
+                0,
+                0,
+                SackM(self.m),
+                self.pr,
+                self.ack_psn_offset,
+                self.echo,
+                self.qp_num & 0xFFFF,
+                dqp & 0xFFFF,
+                cack,
+                1,
+                0,
+                self.mpr,
+                self.sack_offset,
+                self.bitmap,
+            ),
+            CcState(self.ts_echo, self.ooo_count, False, 0, self.rcvd_256b),
+        )

@@ -1,0 +1,146 @@
+"""SACKs carried by their fields (`SackTransmit`): the same bytes as a SACK `Packet` built header by header,
+and the same requester state whether the SACK arrives by its fields or as a parsed `Packet`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from openmrc.transport import SackTransmit, Transmit, WcStatus
+from openmrc.wire import BTH, SETH, CcState, Opcode, Packet, SackM, parse
+
+from .helpers import Pair
+from .test_transport_timers import run_checked
+from .transport_tools import deliver_sack, statuses
+
+_FIELDS = st.tuples(
+    st.integers(0, (1 << 24) - 1),  # qp_num
+    st.integers(0, (1 << 24) - 1),  # dest_qp
+    st.integers(0, (1 << 24) - 1),  # cack_psn
+    st.integers(-0x8000, 0x7FFF),  # ack_psn_offset
+    st.integers(-0x8000, 0x7FFF),  # sack_offset
+    st.integers(0, (1 << 64) - 1),  # bitmap
+    st.integers(0, (1 << 32) - 1),  # echo
+    st.sampled_from(list(SackM)),  # m
+    st.booleans(),  # pr
+    st.integers(0, 255),  # mpr
+    st.integers(0, 0xFFFF),  # ts_echo
+    st.integers(0, 0x7FFF),  # ooo_count
+    st.integers(0, 0xFFFFFF),  # rcvd_256b
+)
+
+
+def header_by_header(f: tuple[Any, ...]) -> Packet:
+    """A SACK as the responder built it before SACKs were carried by their fields."""
+    src, dqp, cack, apo, so, bm, echo, m, pr, mpr, ts, ooo, rcvd = f
+    return Packet(
+        BTH(Opcode.SACK, dest_qp=dqp, psn=cack),
+        seth=SETH(0, 0, m, pr, apo, echo, src & 0xFFFF, dqp & 0xFFFF, cack, 1, 0, mpr, so, bm),
+        cc_state=CcState(ts, ooo, False, 0, rcvd),
+    )
+
+
+@given(_FIELDS)
+def test_a_sack_by_its_fields_encodes_to_the_bytes_of_one_built_header_by_header(f: tuple[Any, ...]) -> None:
+    t = SackTransmit(*f)
+    assert not t.has_packet() and not t.is_data() and t.payload_len() == 0  # told without a Packet
+    assert t.qp_num == f[0]
+    old = header_by_header(f)
+    assert t.packet == old
+    assert t.packet.encode() == old.encode()
+    assert parse(t.packet.encode()) == parse(old.encode())
+
+
+def requester_state(p: Pair) -> tuple[Any, ...]:
+    r = p.qp_a.requester
+    evs = p.qp_a.evs
+    assert evs is not None
+    return (
+        p.qp_a.state,
+        r.cack, sorted(r.outstanding), r.inflight, r.next_seq, list(r.by_order), sorted(r.retx),
+        r.acked_order, r.srtt, r.rttvar, r.rtt_min, r.peer_mpr, r.congested_at, r.timeouts, r.blocked,
+        r.rto_deadline, r.check_deadline, [(t.lost, t.suspect is not None) for t in r.outstanding.values()],
+        [(e.state, e.skip_epoch, e.probe_ok, e.probe_out) for e in evs.entries],
+        dataclasses.asdict(p.a.stats), p.a.get_timer(),
+    )  # fmt: skip
+
+
+def running_pair() -> Pair:
+    p = Pair(buf_size=1 << 20)
+    p.write(0, 1 << 20)
+    for _ in range(3):
+        p.step()
+    return p
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(-1200, 1200),  # cack, relative to the requester's
+    st.integers(-0x8000, 0x7FFF),
+    st.integers(-200, 200),  # sack_offset
+    st.integers(0, (1 << 64) - 1),
+    st.integers(0, 40),  # EV index (past the rotation: an unknown entropy)
+    st.sampled_from(list(SackM)),
+    st.booleans(),
+    st.sampled_from(["ok", "src", "dst", "seth-dst"]),  # right QP numbers, or a wrong one
+    st.integers(0, 16),
+    st.booleans(),  # a probe outstanding on the EV
+)
+def test_on_sack_by_fields_and_by_parsed_packet_reach_the_same_state(
+    rel: int, apo: int, so: int, bm: int, ev: int, m: SackM, pr: bool, qps: str, mpr: int, probing: bool
+) -> None:
+    got = []
+    for via in ("packet", "fields"):
+        p = running_pair()
+        r = p.qp_a.requester
+        evs = p.qp_a.evs
+        assert evs is not None
+        entropy = evs.entries[ev].entropy if ev < len(evs.entries) else 0x12345678
+        if probing and ev < len(evs.entries):
+            evs.entries[ev].probe_out = True
+        src, dest = p.qp_b.qp_num, p.qp_a.qp_num
+        dst = dest & 0xFFFF
+        if qps == "src":
+            src ^= 0x0101
+        elif qps == "dst":  # another QP number: no such QP at the NIC
+            dest ^= 0x0101
+            dst = dest & 0xFFFF
+        elif qps == "seth-dst":  # the right QP, the wrong SETH number: the requester drops it
+            dst ^= 0x0101
+        cack = (r.cack + rel) & 0xFFFFFF
+        pkt = Packet(
+            BTH(Opcode.SACK, dest_qp=dest, psn=cack),
+            seth=SETH(0, 0, m, pr, apo, entropy, src & 0xFFFF, dst, cack, 1, 0, mpr, so, bm),
+            cc_state=CcState(),
+        )
+        p.now += 3_000
+        deliver_sack(p, pkt, via)
+        got.append(requester_state(p))
+    assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("via", ["packet", "fields"])
+def test_a_transfer_completes_with_sacks_from_either_entry_point(via: str) -> None:
+    """Every SACK the responder emits crosses to the requester by one entry point: the Write completes."""
+    p = Pair(buf_size=1 << 18)
+    p.write(0, 1 << 18)
+    sacks = 0
+    fabric_send = p.fabric.send
+
+    def send(src: Any, dst: Any, t: Transmit, now: int, name: str) -> None:
+        nonlocal sacks
+        if isinstance(t, SackTransmit) and via == "fields":
+            sacks += 1
+            assert not t.has_packet()  # nothing on the way built one
+            dst.receive_transmit(t, t.port, now, False, t.entropy, src=name)  # no latency: delivered now
+            return
+        fabric_send(src, dst, t, now, name)
+
+    p.fabric.send = send  # type: ignore[method-assign]
+    run_checked(p, 1)
+    assert statuses(p.completions()) == [(1, WcStatus.SUCCESS)] and p.dst == p.src
+    assert (sacks > 0) == (via == "fields")
