@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import pickle
@@ -23,11 +24,11 @@ from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Trigger
 from openmrc.sim.metrics import SimResults
 from openmrc.sim.network import SimPacket
-from openmrc.transport import Transmit, TrimMark
+from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import AETH, BTH, Opcode, Packet
-from openmrc.wire.constants import OP_SACK, OP_WRITE_MIDDLE
-from openmrc.wire.headers import SETH, CcState, make_bth
+from openmrc.wire.constants import OP_WRITE_MIDDLE
+from openmrc.wire.headers import SETH, CcState
 from openmrc.wire.packet import DataTemplate, parse
 
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="the local backend forks")
@@ -264,8 +265,11 @@ def test_ordered_slots_merge_heap_events_first_within_each_origin() -> None:
 _TPL = DataTemplate(0x21, 3, 4, 0xBEEF, 1 << 20, 9)
 
 
-def _crossing(pkt: Packet | None) -> SimPacket:
-    if pkt is None:  # a data packet: its Write's template and fields
+def _crossing(pkt: Packet | SackTransmit | None) -> SimPacket:
+    if isinstance(pkt, SackTransmit):  # a SACK as the responder sends it: its fields, no Packet
+        tx: Transmit = copy.copy(pkt)
+        tx.port, tx.peer, tx.ev, tx.entropy = 2, 5, b"ev", 0xABCD
+    elif pkt is None:  # a data packet: its Write's template and fields
         tx = data_transmit(
             2,
             5,
@@ -291,18 +295,14 @@ def _crossing(pkt: Packet | None) -> SimPacket:
     "pkt",
     [
         None,
-        Packet(
-            make_bth(OP_SACK, 0x12, False, True, 77),
-            seth=SETH(0, 0, 1, True, -3, 0xABCD, 0x33, 0x12, 77, 1, 0, 64, 2, (1 << 64) - 2),
-            cc_state=CcState(5, 2, True, 1, 0xFFFFFF),
-        ),
+        SackTransmit(0x33, 0x12, 77, -3, 2, (1 << 64) - 2, 0xABCD, 1, True, 64, 5, 2, 0xFFFFFF),
         Packet(BTH(Opcode.SACK, fecn=True, dest_qp=0x12, psn=77), seth=SETH(), cc_state=CcState()),
         Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77), aeth=AETH(0, 5)),
         Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77)),  # does not encode: crosses as itself
     ],
     ids=["data", "sack", "sack-fecn", "ack", "bad"],
 )
-def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | None) -> None:
+def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | SackTransmit | None) -> None:
     sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
     rank_of = partition.assign_ranks(sim, 2)
     cut = partition._Cut(sim, rank_of, 1, 2)
@@ -333,6 +333,7 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | None) -> None:
             "flow_crc",
         ):
             assert getattr(got, name) == getattr(p, name), name
+        assert type(got.tx) is type(p.tx) and got.tx.has_packet() == p.tx.has_packet()
         assert got.tx.packet == p.tx.packet
         assert (got.tx.qp_num, got.tx.size, got.tx.tpl is None) == (p.tx.qp_num, p.tx.size, pkt is not None)
     if pkt is None:  # the template crossed once: both packets share the one made of it

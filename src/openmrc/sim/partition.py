@@ -53,12 +53,10 @@ from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
 from openmrc.sim.network import Crossing, Port, SimPacket
-from openmrc.transport import Transmit, TrimMark
+from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
 from openmrc.wire.buffer import WireError
-from openmrc.wire.constants import OP_SACK
-from openmrc.wire.headers import SETH, CcState, make_bth
 from openmrc.wire.packet import DataTemplate, Packet, parse
 
 __all__ = [
@@ -206,8 +204,9 @@ _DATA: Final = 0
 """A data packet: the head, then its Write template's index and op, flags, PSN, VA, payload length."""
 _DATA_LEN: Final = _HEAD + 6
 _SACK: Final = 1
-"""A SACK: the head, then its BTH's DestQP, PSN and flags, its SETH's 14 fields and its CC_STATE's 5."""
-_SACK_LEN: Final = _HEAD + 3 + 14 + 5
+"""A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
+12 fields but the sending QP's number (the head has it)."""
+_SACK_LEN: Final = _HEAD + 12
 _OTHER: Final = 2
 """Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
 _OTHER_LEN: Final = _HEAD + 1
@@ -250,14 +249,14 @@ class _Lane:
             d.append(tx.va)
             d.append(len(tx.payload))
             return
-        pkt = tx.packet
-        if _is_plain_sack(pkt):
+        if type(tx) is SackTransmit and not tx.has_packet():
             _head(d, _SACK, at, origin, code, p, tx)
-            _pack_sack(d, pkt)
+            d += (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
+            d += (int(tx.pr), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
         else:
             _head(d, _OTHER, at, origin, code, p, tx)
             d.append(len(self.blobs))
-            self.blobs.append(_wire(pkt))
+            self.blobs.append(_wire(tx.packet))
 
     def message(self) -> tuple[Any, ...] | None:
         """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
@@ -342,7 +341,7 @@ class _Cut:
                 self._arrive(rows, i, _data_tx(rows, i, tpls), engine)
                 i += _DATA_LEN
             elif kind == _SACK:
-                self._arrive(rows, i, _tx(rows, i, _unpack_sack(rows, i + _HEAD)), engine)
+                self._arrive(rows, i, _sack_tx(rows, i), engine)
                 i += _SACK_LEN
             else:
                 blob = blobs[rows[i + _HEAD]]
@@ -403,50 +402,14 @@ def _data_tx(d: list[int], i: int, tpls: list[DataTemplate]) -> Transmit:
     )  # fmt: skip
 
 
-def _is_plain_sack(pkt: Packet) -> bool:
-    """A SACK as the responder makes them: BTH (its defaults but DestQP, PSN, AckReq, RTX), SETH, CC_STATE."""
-    b = pkt.bth
-    return (
-        b.opcode == OP_SACK
-        and pkt.seth is not None
-        and pkt.cc_state is not None
-        and pkt.meth is None
-        and pkt.tseth is None
-        and pkt.reth is None
-        and pkt.imm is None
-        and pkt.aeth is None
-        and pkt.neth is None
-        and pkt.peth is None
-        and pkt.erth is None
-        and pkt.eeth is None
-        and not pkt.payload
-        and pkt.icrc == 0
-        and not (b.se or b.m or b.pad or b.tver or b.fecn or b.becn or b.ts)
-        and b.p_key == 0xFFFF
-    )
-
-
-def _pack_sack(d: list[int], pkt: Packet) -> None:
-    b, s, c = pkt.bth, pkt.seth, pkt.cc_state
-    assert s is not None and c is not None  # _is_plain_sack
-    d += (b.dest_qp, b.psn, int(b.ack_req) | int(b.rtx) << 1)
-    d += (s.hdr_type, s.next_hdr, int(s.m), int(s.pr), s.ack_psn_offset, s.entropy, s.src_qp, s.dst_qp)
-    d += (s.cack_psn, s.cc_type, s.cc_flags, s.mpr, s.sack_offset, s.bitmap)
-    d += (c.ts_echo, c.ooo_count, int(c.r_c), c.rcv_cwnd_pen, c.rcvd_256b)
-
-
-def _unpack_sack(d: list[int], j: int) -> Packet:
-    flags = d[j + 2]
-    s = j + 3
-    c = s + 14
-    seth = SETH(
-        d[s], d[s + 1], d[s + 2], d[s + 3] != 0, d[s + 4], d[s + 5], d[s + 6], d[s + 7], d[s + 8],
-        d[s + 9], d[s + 10], d[s + 11], d[s + 12], d[s + 13],
+def _sack_tx(d: list[int], i: int) -> SackTransmit:
+    j = i + _HEAD
+    t = SackTransmit(
+        d[i + 15], d[j], d[j + 1], d[j + 2], d[j + 3], d[j + 4], d[j + 5], d[j + 6], d[j + 7] != 0,
+        d[j + 8], d[j + 9], d[j + 10], d[j + 11],
     )  # fmt: skip
-    bth = make_bth(OP_SACK, d[j], flags & 1 != 0, flags & 2 != 0, d[j + 1])
-    return Packet(
-        bth, None, None, None, None, None, seth, CcState(d[c], d[c + 1], d[c + 2] != 0, d[c + 3], d[c + 4])
-    )
+    t.port, t.peer, t.entropy = d[i + 8], d[i + 7], d[i + 9]
+    return t
 
 
 def _wire(pkt: Packet) -> bytes | Packet:
