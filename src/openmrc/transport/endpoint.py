@@ -184,10 +184,13 @@ class Endpoint:
                     kept.append(t)
                 else:
                     self.stats.tx_dropped_port += 1
-                    arrivals.pop(id(t.packet), None)
+                    if t.has_packet():  # (an endpoint response has one; a SACK by its fields is none)
+                        arrivals.pop(id(t.packet), None)
             out = kept
         if arrivals:
             for t in out:
+                if not t.has_packet():
+                    continue
                 arrived = arrivals.pop(id(t.packet), None)
                 if arrived is not None and t.packet.eeth is not None:
                     t.packet.eeth.service_time = min(now - arrived, 0xFFFFFFFF)
