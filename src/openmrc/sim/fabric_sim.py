@@ -50,6 +50,7 @@ class FabricSim:
         self.flows: list[Flow] = []
         self.completed = 0
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
+        self._transient = False  # see `transient_connections`
         self.sampler: Sampler | None = None
         self._watched: list[tuple[SimHost, Any, list[Flow]]] = []  # connections watched for recovery
         self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched connections
@@ -178,6 +179,18 @@ class FabricSim:
         return SimHostDevice(self.host(host), self.topo.num_hosts)
 
     # -- flows -----------------------------------------------------------------------------------------------
+    def transient_connections(self) -> None:
+        """From now on the transport connections that carry flows live only while they carry one: a host
+        pair's MRC QP pair (one pair for both directions, as an RC QP is) and its EV profiles are made when
+        a flow between them is added and destroyed once no flow on them is unfinished; a RoCEv2 flow's QPs
+        are dropped when it is done. A job of millions of flows (`openmrc.sim.workloads.
+        hierarchical_allreduce`) then holds only the connections in use. Call before adding flows."""
+        if self.flows:
+            raise ValueError("transient_connections: call it before adding flows")
+        self._transient = True
+        for h in self.hosts:
+            h.transient = True
+
     def add_flow(
         self,
         src: int,
@@ -233,6 +246,10 @@ class FabricSim:
             if trigger.arrivals <= len(trigger.flows):
                 self._start_now(trigger.flows[trigger.arrivals - 1])
         elif trigger.arrivals == trigger.count:
+            make = trigger.make
+            if make is not None:
+                trigger.make = None
+                make(trigger)
             for f in trigger.flows:
                 self._start_now(f)
 
@@ -255,6 +272,8 @@ class FabricSim:
         f.finish = now
         f.status = status
         self.completed += 1
+        if self._transient and (not f.imm or f.recv_finish is not None):
+            self.hosts[f.src].release(f, self.hosts[f.dst])
         if f.send_done is not None:
             self.fire(f.send_done)
         if self.done():
@@ -265,6 +284,8 @@ class FabricSim:
             return
         f.recv_finish = now
         self._recv_wait -= 1
+        if self._transient and f.finish is not None:
+            self.hosts[f.src].release(f, self.hosts[f.dst])
         if f.recv_done is not None:
             self.fire(f.recv_done)
         if self.done():
