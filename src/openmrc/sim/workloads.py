@@ -188,18 +188,20 @@ class AllReduceJob:
         depth = servers.bit_length() - 1
         self.steps = 2 * depth
         """Network steps: log2(servers) of reduce-scatter, as many of all-gather."""
-        self.step_bytes = [rail >> (j + 1) for j in range(depth)] + [rail >> (depth - k) for k in range(depth)]
+        self.step_bytes = [rail >> (j + 1) for j in range(depth)] + [
+            rail >> (depth - k) for k in range(depth)
+        ]
         """Bytes each host sends in each step."""
         self.step_bit = [g << (depth - 1 - j) for j in range(depth)] + [g << k for k in range(depth)]
         """Host-id distance (XOR) to the partner in each step."""
-        self.tags = [f"allreduce {'rs' if t < depth else 'ag'} {t}" for t in range(self.steps)]
+        self.tags = [f"allreduce-step{t}" for t in range(self.steps)]
         self._pending: dict[int, Trigger] = {}  # host * steps + step -> the barrier that starts it
 
     def partner(self, host: int, step: int) -> int:
         return host ^ self.step_bit[step]
 
     def step_of(self, f: Flow) -> int:
-        return int(f.tag.rsplit(" ", 1)[1])
+        return int(f.tag[len("allreduce-step") :])
 
     def network_bytes(self) -> int:
         """Bytes each host sends over the network: 2·(size/g)·(1 − 1/servers)."""
