@@ -26,9 +26,10 @@ Parts (``--only``):
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
                                    [--allreduce-hosts 131072] [--allreduce-kib 1024]
 
-Without ``--only`` every part but ``clos-perm`` and ``allreduce`` runs (about 12 minutes on a 2-core machine with the compiled
-core; ``scale`` is most of it). ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree with htsim's
-matching permutation.
+Without ``--only`` every part but ``clos-perm`` and ``allreduce`` runs (about 12 minutes on a 2-core machine
+with the compiled core; ``scale`` is most of it; ``allreduce`` at 131,072 GPUs is four runs of several
+minutes each, so it is asked for by name). ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree
+with htsim's matching permutation.
 """
 
 from __future__ import annotations

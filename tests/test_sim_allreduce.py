@@ -146,7 +146,7 @@ def scenario_step_times() -> dict[str, float | None]:
 
 def test_golden_allreduce_hier_1k() -> None:
     """Fixed seed → fixed step times (`allreduce-hier-1k`'s four variants); a change must be explained and
-    the golden file regenerated (python -c 'from tests.test_sim_allreduce import regenerate; regenerate()')."""
+    the golden file regenerated (`regenerate` below)."""
     assert scenario_step_times() == json.loads(GOLDEN.read_text())
 
 

@@ -59,7 +59,7 @@ class Flow:
     trigger: Trigger | None = None
     send_done: Trigger | None = None
     recv_done: Trigger | None = None
-    qp: Qp | None = None
+    qp: Qp | None = None  # None again once a transient connection is released
     finish: int | None = None
     recv_finish: int | None = None
     status: WcStatus | None = None

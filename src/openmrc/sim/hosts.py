@@ -312,6 +312,7 @@ class MrcHost(SimHost):
         return pair
 
     def release(self, f: Flow, peer: MrcHost) -> None:
+        f.qp = None  # the flow must not keep a destroyed QP (and its EV table) alive
         me, other = self._node.id, peer._node.id
         left = self._open[other] - 1
         self._open[other] = peer._open[me] = left
