@@ -28,8 +28,8 @@ Parts (``--only``):
 
 Without ``--only`` every part but ``clos-perm`` and ``allreduce`` runs (about 12 minutes on a 2-core machine
 with the compiled core; ``scale`` is most of it; ``allreduce`` at 131,072 GPUs is four runs of about 30
-minutes and 11 GB each, so it is asked for by name). ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree
-with htsim's matching permutation.
+minutes and 11 GB each, so it is asked for by name). ``--k 8`` (or 4) runs scenario 1's parts on a
+smaller fat tree with htsim's matching permutation.
 """
 
 from __future__ import annotations
