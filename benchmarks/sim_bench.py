@@ -18,13 +18,23 @@ Parts (``--only``):
                    time of both, each rank's run CPU time, peak RSS (``scale_peak_rss_mb_2ranks``: the
                    larger; a forked rank's counts the pages it shares) and proportional set size
   clos-perm        a quick one: permutation on a 4-plane 64-host Clos
+  allreduce        one hierarchical all-reduce step (`hierarchical_allreduce`, ``--allreduce-kib`` per GPU)
+                   on the 8-plane Clos of 512-port switches with ``--allreduce-hosts`` GPUs: four cases (MRC,
+                   MRC with a T0-T1 link failing in the first step, RoCEv2 with 8 QPs per message over the 8
+                   planes, RoCEv2 with the failure), each in its own process: network step time, slowdown
+                   vs the failure-free case, wall, CPU, peak RSS. ``allreduce_131k_step_us`` (a dict by
+                   case) when run at 131,072 hosts, else ``allreduce_step_us``; the intra-server NVLink
+                   phases are computed, not simulated (``allreduce_nvlink_us``)
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
                                    [--scale-ranks 2]
+                                   [--allreduce-hosts 131072] [--allreduce-kib 1024]
 
-Without ``--only`` every part but ``clos-perm`` runs (about 12 minutes on a 2-core machine with the compiled
-core; ``scale`` is most of it). ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree with htsim's
-matching permutation.
+Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
+on a 2-core machine with the compiled core; ``scale`` is most of it). ``allreduce`` at 131,072 GPUs is four
+runs of about 30 minutes and 11 GB each, and ``scale-2ranks`` at 131,072 hosts needs about 20 GB (each
+forked rank holds a whole fabric): they are asked for by name. ``--k 8`` (or 4) runs scenario 1's parts on a
+smaller fat tree with htsim's matching permutation.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from openmrc.sim import partition
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.scenario import build_run, expand_runs, load_scenario
-from openmrc.sim.workloads import permutation
+from openmrc.sim.workloads import hierarchical_allreduce, permutation
 
 PERM_FILES = {16: "perm_1024n_1024c_0u_2000000b.cm", 8: "perm_128n_128c_2MB.cm", 4: "perm_16n_16c_2MB.cm"}
 PARTS = (
@@ -54,7 +64,12 @@ PARTS = (
     "scale",
     "scale-2ranks",
     "clos-perm",
+    "allreduce",
 )
+DEFAULT_PARTS = tuple(p for p in PARTS if p not in ("scale-2ranks", "clos-perm", "allreduce"))
+AR_CASES = ("mrc", "mrc_failure", "roce", "roce_failure")
+AR_FAIL_AT_NS = 2_000  # inside the first network step, the largest and the one that crosses the T1 tier
+NVLINK_BPS = 3_600_000_000_000  # NVLink per GPU, one direction (450 GB/s, as H100 / B200 class servers)
 
 
 def _rss_mb() -> float:
@@ -233,6 +248,65 @@ def clos_perm() -> dict[str, Any]:
     }
 
 
+def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
+    """One all-reduce case (one of `AR_CASES`) in this process."""
+    t0 = time.perf_counter()
+    roce = case.startswith("roce")
+    kw: dict[str, Any] = (
+        {"transport": "roce", "routing": "ecmp", "trimming": False, "roce_qps": 8, "roce_planes": 0}
+        if roce
+        else {}
+    )
+    cfg = FabricSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=32, seed=1, **kw)
+    sim = FabricSim.clos(cfg)
+    build = time.perf_counter() - t0
+    job = hierarchical_allreduce(sim, kib << 10)
+    if case.endswith("failure"):
+        sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 0), AR_FAIL_AT_NS, None)
+    rep, wall = _run(sim)
+    step = job.step_ns()
+    return {
+        "step_us": None if step is None else step / 1000,
+        "build_s": build,
+        "wall_s": wall,
+        "cpu_s": rep["cpu_s"],
+        "peak_rss_mb": _rss_mb(),
+        "flows": rep["flows"],
+        "completed": rep["completed"],
+        "retransmits": rep["retransmits"],
+        "packet_hops": rep["packet_hops"],
+        "nvlink_us": job.nvlink_ns(NVLINK_BPS) / 1000,
+        "network_bytes_per_gpu": job.network_bytes(),
+        "steps": job.steps,
+    }
+
+
+def allreduce(hosts: int, kib: int) -> dict[str, Any]:
+    """The four cases, each in a fresh process (its own peak RSS)."""
+    got: dict[str, dict[str, Any]] = {}
+    for case in AR_CASES:
+        cmd = [sys.executable, __file__, "--json", "--allreduce-case", case]
+        cmd += ["--allreduce-hosts", str(hosts), "--allreduce-kib", str(kib)]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        got[case] = json.loads(done.stdout)
+        print(f"# allreduce {case}: {got[case]}", file=sys.stderr)
+    steps = {c: got[c]["step_us"] for c in AR_CASES}
+    out: dict[str, Any] = {
+        "allreduce_131k_step_us" if hosts == 131_072 else "allreduce_step_us": steps,
+        "allreduce_hosts": hosts,
+        "allreduce_kib_per_gpu": kib,
+        "allreduce_network_steps": got["mrc"]["steps"],
+        "allreduce_network_bytes_per_gpu": got["mrc"]["network_bytes_per_gpu"],
+        "allreduce_nvlink_us": got["mrc"]["nvlink_us"],  # computed at NVLINK_BPS, not simulated
+    }
+    for base in ("mrc", "roce"):
+        ok, failed = steps[base], steps[f"{base}_failure"]
+        out[f"allreduce_slowdown_{base}"] = None if not ok or failed is None else failed / ok
+    for key in ("wall_s", "cpu_s", "peak_rss_mb", "build_s", "retransmits", "packet_hops"):
+        out[f"allreduce_{key}"] = {c: got[c][key] for c in AR_CASES}
+    return out
+
+
 def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
     if name == "htsim-perm-2ranks":
         return htsim_perm_ranks(a.k)
@@ -244,7 +318,17 @@ def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
         return scale(a.scale_hosts, a.scale_evs)
     if name == "scale-2ranks":
         return scale(a.scale_hosts, a.scale_evs, ranks=a.scale_ranks)
+    if name == "allreduce":
+        return allreduce(a.allreduce_hosts, a.allreduce_kib)
     return clos_perm()
+
+
+def _rounded(v: Any) -> Any:
+    if isinstance(v, float):
+        return round(v, 3)
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    return v
 
 
 def main() -> None:
@@ -255,12 +339,18 @@ def main() -> None:
     ap.add_argument("--scale-hosts", type=int, default=131_072)
     ap.add_argument("--scale-evs", type=int, default=32, help="EVs per QP in the scale run")
     ap.add_argument("--scale-ranks", type=int, default=2, help="ranks of the scale-2ranks part (keys say it)")
+    ap.add_argument("--allreduce-hosts", type=int, default=131_072)
+    ap.add_argument("--allreduce-kib", type=int, default=1024, help="all-reduce buffer per GPU (KiB)")
+    ap.add_argument("--allreduce-case", choices=AR_CASES, help=argparse.SUPPRESS)  # one case, in-process
     a = ap.parse_args()
-    if a.only:
+    only = a.only or a.allreduce_case
+    if a.allreduce_case:
+        out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib)
+    elif a.only:
         out = part(a.only, a)
     else:
         out = {}
-        for name in PARTS[:-1]:  # each in a fresh process, so peak RSS is the part's own
+        for name in DEFAULT_PARTS:  # each in a fresh process, so peak RSS is the part's own
             cmd = [sys.executable, __file__, "--json", "--only", name, "--k", str(a.k)]
             cmd += ["--scale-hosts", str(a.scale_hosts), "--scale-evs", str(a.scale_evs)]
             done = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -268,11 +358,11 @@ def main() -> None:
             if not a.json:
                 print(f"# {name} done", file=sys.stderr)
     if a.json:
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
+        print(json.dumps(_rounded(out)))
     else:
-        for k, v in out.items():
+        for k, v in _rounded(out).items():
             print(f"{k:34s} {v:,.3f}" if isinstance(v, float) else f"{k:34s} {v}")
-    if a.only:
+    if only:
         # a part's process ends here: the interpreter would free its heap object by object (about 40 s
         # after the 131,072-host run), the OS takes it back at once
         sys.stdout.flush()

@@ -134,6 +134,8 @@ SHRUNK = {
     "paper-latency": [*SMALL_CLOS, "workload.messages=3"],
     "paper-message-size": [*SMALL_CLOS, "fabric.evs_per_qp=8", "workload.total_kib=1024"],
     "paper-qp-scaling": [*SMALL_CLOS, "fabric.evs_per_qp=8", "workload.size_kib=64"],
+    "allreduce-hier-1k": [*SMALL_CLOS, "fabric.t1_radix=16", "fabric.hosts=64", "workload.size_kib=64"],
+    "allreduce-131k": [*SMALL_CLOS, "fabric.t1_radix=16", "fabric.hosts=64", "workload.size_kib=64"],
 }
 
 

@@ -14,6 +14,7 @@ registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` d
 
 from __future__ import annotations
 
+import gc
 import random
 from typing import Any
 
@@ -50,6 +51,8 @@ class FabricSim:
         self.flows: list[Flow] = []
         self.completed = 0
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
+        self._transient = False  # see `transient_connections`
+        self._retired = 0  # transient: flows done at both ends so far
         self.sampler: Sampler | None = None
         self._watched: list[tuple[SimHost, Any, list[Flow]]] = []  # connections watched for recovery
         self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched connections
@@ -179,6 +182,19 @@ class FabricSim:
         return SimHostDevice(self.host(host), self.topo.num_hosts)
 
     # -- flows -----------------------------------------------------------------------------------------------
+    def transient_connections(self) -> None:
+        """From now on the transport connections that carry flows live only while they carry one: a host
+        pair's MRC QP pair (one pair for both directions, as an RC QP is) and its EV profiles are made when
+        a flow between them is added and destroyed once no flow on them is unfinished; a RoCEv2 flow's QPs
+        are dropped when it is done. A job of millions of flows (`openmrc.sim.workloads.
+        hierarchical_allreduce`) then holds only the connections in use; a finished flow keeps its figures
+        but lets go of its QP and triggers. Call before adding flows."""
+        if self.flows:
+            raise ValueError("transient_connections: call it before adding flows")
+        self._transient = True
+        for h in self.hosts:
+            h.transient = True
+
     def add_flow(
         self,
         src: int,
@@ -234,6 +250,10 @@ class FabricSim:
             if trigger.arrivals <= len(trigger.flows):
                 self._start_now(trigger.flows[trigger.arrivals - 1])
         elif trigger.arrivals == trigger.count:
+            make = trigger.make
+            if make is not None:
+                trigger.make = None
+                make(trigger)
             for f in trigger.flows:
                 self._start_now(f)
 
@@ -258,8 +278,21 @@ class FabricSim:
         self.completed += 1
         if f.send_done is not None:
             self.fire(f.send_done)
+        if self._transient and (not f.imm or f.recv_finish is not None):
+            self._retire(f)
         if self.done():
             self.sim.halted = True
+
+    def _retire(self, f: Flow) -> None:
+        """Flow ``f`` is done at both ends (transient connections): free its connection if no other flow
+        needs it, and let go of its triggers (a finished flow keeps only its figures)."""
+        self.hosts[f.src].release(f, self.hosts[f.dst])
+        f.trigger = f.send_done = f.recv_done = None
+        self._retired += 1
+        if self._retired % max(1024, self.topo.num_hosts) == 0:
+            # a destroyed QP is a reference cycle (QP <-> requester, responder) and the collector is paused
+            # while running (`PausedGc`): about once a step, free the connections released since
+            gc.collect()
 
     def _received(self, f: Flow, now: int) -> None:
         if f.recv_finish is not None:
@@ -268,6 +301,8 @@ class FabricSim:
         self._recv_wait -= 1
         if f.recv_done is not None:
             self.fire(f.recv_done)
+        if self._transient and f.finish is not None:
+            self._retire(f)
         if self.done():
             self.sim.halted = True
 

@@ -7,6 +7,7 @@ filled in by `openmrc.sim.fabric_sim.FabricSim` as completions arrive.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from openmrc.transport import Qp, WcStatus
@@ -17,11 +18,20 @@ __all__ = ["Flow", "Trigger"]
 class Trigger:
     """Starts flows once ``count`` events (flows finishing) have arrived: htsim's oneshot trigger is a
     count of 1, its barrier a count of n. A ``multishot`` trigger starts its next waiting flow at each
-    arrival instead (htsim's multishot)."""
+    arrival instead (htsim's multishot). A ``make`` callback is called once when the trigger fires, before
+    its flows start: it may add the flows (``trigger=`` this trigger) then, so that a long job's flows exist
+    only from the moment they start (`openmrc.sim.workloads.hierarchical_allreduce`)."""
 
-    __slots__ = ("arrivals", "count", "flows", "multishot", "name")
+    __slots__ = ("arrivals", "count", "flows", "make", "multishot", "name")
 
-    def __init__(self, count: int = 1, name: str = "", *, multishot: bool = False) -> None:
+    def __init__(
+        self,
+        count: int = 1,
+        name: str = "",
+        *,
+        multishot: bool = False,
+        make: Callable[[Trigger], object] | None = None,
+    ) -> None:
         if count < 1:
             raise ValueError(f"trigger count {count} < 1")
         self.count = count
@@ -29,6 +39,7 @@ class Trigger:
         self.flows: list[Flow] = []
         self.name = name
         self.multishot = multishot
+        self.make = make
 
 
 @dataclass(slots=True, eq=False)
@@ -48,7 +59,7 @@ class Flow:
     trigger: Trigger | None = None
     send_done: Trigger | None = None
     recv_done: Trigger | None = None
-    qp: Qp | None = None
+    qp: Qp | None = None  # None again once a transient connection is released
     finish: int | None = None
     recv_finish: int | None = None
     status: WcStatus | None = None

@@ -78,6 +78,8 @@ class SimHost:
     """The host's node in the simulated network."""
     resumed: Callable[[None], None]
     """What a PFC-paused port of this host calls when it may send again."""
+    transient: bool
+    """Connections live only while they carry an unfinished flow (`FabricSim.transient_connections`)."""
     last_hop_apart: ClassVar[bool] = False
     """Switch ports toward this kind of host mark last-hop trims apart and set no ECN (MRC's NSCC tells
     last-hop congestion from trims); RoCEv2 hosts want the last hop ECN-marked like any other."""
@@ -91,6 +93,11 @@ class SimHost:
         raise NotImplementedError
 
     def start(self, f: Flow, peer: Any, now: int) -> None:  # pragma: no cover - every host kind overrides
+        raise NotImplementedError
+
+    def release(self, f: Flow, peer: Any) -> None:  # pragma: no cover - every host kind overrides
+        """Flow ``f`` to ``peer`` is done at both ends: free what carried it if nothing else needs it (only
+        with `transient`)."""
         raise NotImplementedError
 
     def expect(self, f: Flow, peer: Any) -> None:  # pragma: no cover - MRC hosts override
@@ -186,6 +193,9 @@ class MrcHost(SimHost):
         self._cqs: tuple[CompletionQueue, CompletionQueue] | None = None
         self._flow_mr: MemoryRegion | None = None
         self._flow_pairs: dict[int, tuple[Qp, Qp]] = {}  # peer -> the QP pair of this host's flows to it
+        self.transient = False
+        self._open: dict[int, int] = {}  # transient: peer -> unfinished flows on the pair, either way
+        self._released_bytes = 0  # transient: what destroyed QPs' peers had accepted from this host
 
     @classmethod
     def build_all(cls, env: HostEnv) -> list[SimHost]:
@@ -296,7 +306,29 @@ class MrcHost(SimHost):
             self.connect(a, peer._node.id, b.qp_num)
             peer.connect(b, self._node.id, a.qp_num)
             pair = self._flow_pairs[peer._node.id] = (a, b)
+            if self.transient:  # one QP pair carries both directions
+                peer._flow_pairs[self._node.id] = (b, a)
+                self._open[peer._node.id] = peer._open[self._node.id] = 0
         return pair
+
+    def release(self, f: Flow, peer: MrcHost) -> None:
+        f.qp = None  # the flow must not keep a destroyed QP (and its EV table) alive
+        me, other = self._node.id, peer._node.id
+        left = self._open[other] - 1
+        self._open[other] = peer._open[me] = left
+        if left:
+            return
+        del self._open[other], peer._open[me]
+        a, b = self._flow_pairs.pop(other)
+        del peer._flow_pairs[me]
+        self._released_bytes += b.responder.rcvd_bytes
+        peer._released_bytes += a.responder.rcvd_bytes
+        self.nic.destroy_qp(a)
+        peer.nic.destroy_qp(b)
+        for host, far in ((self, other), (peer, me)):
+            if far in host._profiles:
+                host._profiles.discard(far)
+                host.nic.profiles.remove_ev_profile(far + 1)
 
     def _flow_cqs(self) -> tuple[CompletionQueue, CompletionQueue]:
         cqs = self._cqs
@@ -317,6 +349,9 @@ class MrcHost(SimHost):
         if len(shared.buf) < f.size:
             shared.buf = shared.zeros.buf = bytearray(f.size)
         f.qp = self._flow_pair(peer)[0]
+        if self.transient:
+            self._open[peer._node.id] += 1
+            peer._open[self._node.id] = self._open[peer._node.id]
 
     def start(self, f: Flow, peer: MrcHost, now: int) -> None:
         smr, dmr = self._memory(), peer._memory()
@@ -345,13 +380,14 @@ class MrcHost(SimHost):
         self._memory()
 
     def delivered_bytes(self) -> int:
-        return sum(b.responder.rcvd_bytes for _a, b in self._flow_pairs.values())
+        return self._released_bytes + sum(b.responder.rcvd_bytes for _a, b in self._flow_pairs.values())
 
     def retransmits(self) -> int:
         return self.nic.stats.retransmits
 
     def carriers(self, dst: int, flows: list[Flow]) -> list[Any]:
-        return [self._flow_pairs[dst][1]]  # one QP pair carries them all: its responder
+        pair = self._flow_pairs.get(dst)  # one QP pair carries them all: its responder (none: released)
+        return [] if pair is None else [pair[1]]
 
     def carried_bytes(self, carrier: Any) -> int:
         qp: Qp = carrier
@@ -400,6 +436,8 @@ class RoceV2Host(SimHost):
         self.resumed = node.resumed
         self._shared = shared
         self._qps: dict[int, list[RoceQp]] = {}  # flow id -> the RoCE QPs of this host's flow
+        self.transient = False
+        self._released_bytes = 0  # transient: what dropped QPs had delivered
 
     @classmethod
     def build_all(cls, env: HostEnv) -> list[SimHost]:
@@ -443,8 +481,18 @@ class RoceV2Host(SimHost):
         self._shared.pending[f.id] = [len(qps), len(qps)]
         self._node.pump(now)
 
+    def release(self, f: Flow, peer: RoceV2Host) -> None:
+        shared = self._shared
+        for q in self._qps.pop(f.id):
+            self._released_bytes += self.carried_bytes(q)
+            self._node.drop_sender(q.qpn)
+            peer._node.rcv.pop(q.qpn, None)
+            del shared.flows[q.qpn]
+            shared.qpns.discard(q.qpn)
+        del shared.pending[f.id]
+
     def delivered_bytes(self) -> int:
-        return sum(self.carried_bytes(q) for qps in self._qps.values() for q in qps)
+        return self._released_bytes + sum(self.carried_bytes(q) for qps in self._qps.values() for q in qps)
 
     def retransmits(self) -> int:
         return self._node.resent
@@ -453,7 +501,7 @@ class RoceV2Host(SimHost):
         return self._node.cnps_sent
 
     def carriers(self, dst: int, flows: list[Flow]) -> list[Any]:
-        return [q for f in flows for q in self._qps[f.id]]
+        return [q for f in flows for q in self._qps.get(f.id, ())]
 
     def carried_bytes(self, carrier: Any) -> int:
         q: RoceQp = carrier

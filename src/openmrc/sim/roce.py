@@ -281,6 +281,10 @@ class RoceHost(Node):
         if self.cfg.dcqcn is not None:
             qp.rp = ReactionPoint(self.cfg.dcqcn, self.ports[qp.port].bps)
 
+    def drop_sender(self, qpn: int) -> None:
+        """Forget QP ``qpn``, which has finished sending (its flow is done at both ends)."""
+        self._by_qpn.pop(qpn, None)
+
     # -- sending ---------------------------------------------------------------------------------------------
     def _packet(self, qp: RoceQp, psn: int) -> SimPacket:
         mtu = self.cfg.mtu

@@ -12,7 +12,7 @@ planes = 4
 hosts = 64
 
 [workload]
-kind = "permutation"        # incast | alltoall | allreduce | cm | pair
+kind = "permutation"        # incast | alltoall | allreduce | allreduce-hier | cm | pair
 size_kib = 1024             # or size_bytes
 seed = 1                    # permutation; allreduce: order_seed shuffles the ring
 senders = 7                 # incast (and target = 0, victim = true, victim_size_kib)
@@ -330,6 +330,10 @@ def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
                 depth=int(wl.get("depth", 1)),
                 imm=bool(wl.get("imm", False)),
                 start=start,
+            )
+        elif kind == "allreduce-hier":
+            workloads.hierarchical_allreduce(
+                sim, _size(wl), gpus_per_server=int(wl.get("gpus_per_server", 8)), start=start
             )
         elif kind == "allreduce":
             seed = wl.get("order_seed")

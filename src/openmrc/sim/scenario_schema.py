@@ -138,10 +138,13 @@ class Fabric(_Section):
 class Workload(_Section):
     """The traffic: one pattern of RDMA Writes."""
 
-    kind: Literal["permutation", "incast", "alltoall", "allreduce", "cm", "pair"] = _field(
-        "permutation", "", "the traffic pattern (pair: one QP's messages, as ib_write_bw / ib_write_lat)"
+    kind: Literal["permutation", "incast", "alltoall", "allreduce", "allreduce-hier", "cm", "pair"] = _field(
+        "permutation",
+        "",
+        "the traffic pattern (pair: one QP's messages, as ib_write_bw / ib_write_lat; allreduce: a ring; "
+        "allreduce-hier: one hierarchical all-reduce step, servers of gpus_per_server GPUs)",
     )
-    size_kib: int = _field(256, "KiB", "bytes per flow (per rank for allreduce)", ge=1, le=1 << 30)
+    size_kib: int = _field(256, "KiB", "bytes per flow (per rank/GPU for allreduce*)", ge=1, le=1 << 30)
     size_bytes: int | None = _field(None, "bytes", "bytes per flow, when not a whole number of KiB", ge=1)
     start_us: float = _field(0.0, "µs", "when the flows start", ge=0)
     seed: int = _field(1, "", "permutation: seeds the shuffle", ge=0)
@@ -149,6 +152,12 @@ class Workload(_Section):
     target: int = _field(0, "", "incast: the receiving host", ge=0)
     victim: bool = _field(False, "", "incast: one more flow to the target's T0 neighbour")
     victim_size_kib: int | None = _field(None, "KiB", "incast: the victim's size (default size_kib)", ge=1)
+    gpus_per_server: int = _field(
+        8, "", "allreduce-hier: GPUs per server (consecutive hosts; NVLink inside, not simulated)", ge=1
+    )
+    nvlink_gbps: float = _field(
+        3600.0, "Gb/s", "allreduce-hier: per-GPU NVLink rate for the computed intra-server phases", gt=0
+    )
     order_seed: int | None = _field(None, "", "allreduce: shuffles the ring order (default: in order)")
     file: str | None = _field(None, "", "cm: an htsim connection matrix (path, or a shipped file's name)")
     src: int = _field(0, "", "pair: the sending host", ge=0)

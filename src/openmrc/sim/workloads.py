@@ -10,6 +10,14 @@
   2·(N−1) steps (reduce-scatter then all-gather), where rank r sends chunk to rank r+1 in step k once it
   has received step k−1 from rank r−1. Each step is a Write-with-Immediate, so the receiver's completion
   is what releases the next step.
+* `hierarchical_allreduce`: one all-reduce step of a large data-parallel job as NCCL/MPI run it: servers of
+  ``gpus_per_server`` GPUs (consecutive hosts); inside a server a reduce-scatter and an all-gather over
+  NVLink (not this network: `AllReduceJob.nvlink_ns` computes them); across servers, on each rail (the GPUs
+  of one local index), Rabenseifner's all-reduce of size/gpus_per_server bytes — a reduce-scatter by
+  recursive halving (step j: partner = server XOR 2^(S−1−j), half the current data) then an all-gather by
+  recursive doubling in the reverse order, 2·log2(servers) steps. A host's step j+1 starts once its step-j
+  message is sent and its partner's step-j message has arrived; each step's flows are made when that
+  barrier fires (`Trigger.make`), and connections live only while in use (`FabricSim.transient_connections`).
 * `pair`: one host sends ``messages`` messages to another on their one QP, at most ``depth`` outstanding
   (message i starts when message i − depth completes at the sender), as ib_write_bw (depth 128) and
   ib_write_lat (depth 1) run: the bandwidth is all the bytes over first start to last completion.
@@ -19,6 +27,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import TYPE_CHECKING
 
@@ -31,7 +40,16 @@ from openmrc.sim.flows import Flow, Trigger
 if TYPE_CHECKING:
     from openmrc.sim.htsim_cm import ConnectionMatrix
 
-__all__ = ["all_to_all", "connection_matrix", "incast", "pair", "permutation", "ring_allreduce"]
+__all__ = [
+    "AllReduceJob",
+    "all_to_all",
+    "connection_matrix",
+    "hierarchical_allreduce",
+    "incast",
+    "pair",
+    "permutation",
+    "ring_allreduce",
+]
 
 
 def permutation(sim: FabricSim, size: int, *, seed: int = 1, start: int = 0, tag: str = "perm") -> list[Flow]:
@@ -140,6 +158,110 @@ def ring_allreduce(
                 flows.append(f)
             released = arrivals
     return flows
+
+
+class AllReduceJob:
+    """One hierarchical all-reduce step over a fabric (`hierarchical_allreduce`): its shape, and what the run
+    made of it. Flow ``f`` of the job is network step ``step_of(f)``; the step time is the first start to
+    the last completion, at sender or receiver."""
+
+    def __init__(self, sim: FabricSim, size: int, gpus_per_server: int, start: int) -> None:
+        hosts = sim.topo.num_hosts
+        g = gpus_per_server
+        if g < 1 or hosts % g:
+            raise ValueError(f"allreduce: {hosts} hosts are not a whole number of {g}-GPU servers")
+        servers = hosts // g
+        if servers < 2 or servers & (servers - 1):
+            raise ValueError(f"allreduce: {servers} servers; recursive halving needs a power of two ≥ 2")
+        unit = g * servers
+        if size < unit or size % unit:
+            raise ValueError(
+                f"allreduce: {size} bytes per GPU is not a multiple of {unit} (GPUs per server × servers: "
+                f"the last reduce-scatter step sends size/{unit} bytes)"
+            )
+        self.sim = sim
+        self.size = size
+        self.gpus_per_server = g
+        self.servers = servers
+        self.start = start
+        rail = size // g
+        depth = servers.bit_length() - 1
+        self.steps = 2 * depth
+        """Network steps: log2(servers) of reduce-scatter, as many of all-gather."""
+        self.step_bytes = [rail >> (j + 1) for j in range(depth)] + [
+            rail >> (depth - k) for k in range(depth)
+        ]
+        """Bytes each host sends in each step."""
+        self.step_bit = [g << (depth - 1 - j) for j in range(depth)] + [g << k for k in range(depth)]
+        """Host-id distance (XOR) to the partner in each step."""
+        self.tags = [f"allreduce-step{t}" for t in range(self.steps)]
+        self._pending: dict[int, Trigger] = {}  # host * steps + step -> the barrier that starts it
+
+    def partner(self, host: int, step: int) -> int:
+        return host ^ self.step_bit[step]
+
+    def step_of(self, f: Flow) -> int:
+        return int(f.tag[len("allreduce-step") :])
+
+    def network_bytes(self) -> int:
+        """Bytes each host sends over the network: 2·(size/g)·(1 − 1/servers)."""
+        return sum(self.step_bytes)
+
+    def nvlink_ns(self, nvlink_bps: int) -> int:
+        """The two intra-server phases (reduce-scatter, all-gather of the whole buffer among g GPUs, each
+        sending (g−1)/g of it) at ``nvlink_bps`` per GPU: computed, not simulated."""
+        g = self.gpus_per_server
+        return 2 * self.size * (g - 1) * 8_000_000_000 // (g * nvlink_bps)
+
+    def step_ns(self) -> int | None:
+        """Network phase: first start to last completion (None while a step is unfinished)."""
+        flows = self.sim.flows
+        if not flows or any(f.finish is None or f.recv_finish is None for f in flows):
+            return None
+        if len(flows) != self.steps * self.sim.topo.num_hosts:
+            return None
+        return max(max(f.finish or 0, f.recv_finish or 0) for f in flows) - self.start
+
+    def add(self, host: int, step: int, trigger: Trigger | None) -> None:
+        """Host ``host``'s message of network step ``step`` (started by ``trigger``, or at the job start)."""
+        peer = host ^ self.step_bit[step]
+        last = step + 1 == self.steps
+        self.sim.add_flow(
+            host,
+            peer,
+            self.step_bytes[step],
+            self.start if trigger is None else None,
+            tag=self.tags[step],
+            imm=True,
+            trigger=trigger,
+            send_done=None if last else self._barrier(host, step + 1),
+            recv_done=None if last else self._barrier(peer, step + 1),
+        )
+
+    def _barrier(self, host: int, step: int) -> Trigger:
+        key = host * self.steps + step
+        trig = self._pending.get(key)
+        if trig is None:
+            trig = self._pending[key] = Trigger(2, make=functools.partial(self._fired, host, step))
+        return trig
+
+    def _fired(self, host: int, step: int, trigger: Trigger) -> None:
+        del self._pending[host * self.steps + step]
+        self.add(host, step, trigger)
+
+
+def hierarchical_allreduce(
+    sim: FabricSim, size: int, *, gpus_per_server: int = 8, start: int = 0
+) -> AllReduceJob:
+    """One all-reduce of ``size`` bytes per GPU, hierarchical (see the module notes): the first network
+    step's flows now, each later one when its barrier fires. ``size`` must be a multiple of the host count
+    (the last reduce-scatter step sends size/hosts bytes)."""
+    job = AllReduceJob(sim, size, gpus_per_server, start)
+    sim.transient_connections()
+    with PausedGc():
+        for h in range(sim.topo.num_hosts):
+            job.add(h, 0, None)
+    return job
 
 
 def pair(
