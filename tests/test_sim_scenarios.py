@@ -119,6 +119,10 @@ def test_cli_run_writes_results(tmp_path: Path) -> None:
     assert "link-failure" in listing.output
     bad = CliRunner().invoke(app, ["sim", "run", "clos-perm", "--set", "fabric.nope=1"])
     assert bad.exit_code != 0 and "fabric.nope" in bad.output
+    unsampled = tmp_path / "unsampled"
+    res = CliRunner().invoke(app, [*args[:3], "--out", str(unsampled), *args[5:], "--set", "sample_us=0"])
+    assert res.exit_code == 0, res.output
+    assert (unsampled / "fct_cdf.png").exists() and not (unsampled / "timeline.png").exists()  # no empty plot
 
 
 SMALL_CLOS = ["fabric.hosts=16", "fabric.planes=2", "fabric.t0_radix=8", "fabric.t1_radix=8"]

@@ -280,7 +280,8 @@ def write_runs(
     written.insert(0, out / "results.json")
     by_label = {r.label: r.results for r in runs if r.results is not None}
     name = str(doc.get("name", "scenario"))
-    written.append(plot_timeline(by_label, out / "timeline.png", title=f"{name}: job goodput"))
+    if any(res.samples for res in by_label.values()):  # (sample_us = 0: nothing to draw)
+        written.append(plot_timeline(by_label, out / "timeline.png", title=f"{name}: job goodput"))
     written.append(plot_fct_cdf(by_label, out / "fct_cdf.png", title=f"{name}: flow completion times"))
     if any(k.startswith("workload.size_") for k in doc.get("sweep", {})):
         by_variant: dict[str, dict[str, Any]] = {}
