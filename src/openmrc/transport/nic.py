@@ -285,72 +285,59 @@ class Nic:
         (`SackTransmit`) the requester by its fields (`Requester.on_sack_fields`), and no `Packet` is ever
         built for them (in validation mode they take the byte path like every packet)."""
         tpl = t.tpl
-        if tpl is None or self._validate or tpl.dest_qp == RESERVED_QP_ENDPOINT:
-            if (
-                isinstance(t, SackTransmit)
-                and not t.has_packet()
-                and not self._validate
-                and not trim
-                and t.dest_qp != RESERVED_QP_ENDPOINT
-            ):
-                self._receive_sack(t, port, now)  # a SACK by its fields: no Packet built
-            else:
-                self.receive(t.packet, port, now, ecn, entropy, trim, src)
+        if tpl is not None:
+            dqp = tpl.dest_qp
+        elif isinstance(t, SackTransmit) and not t.has_packet() and not trim:
+            dqp = t.dest_qp  # a SACK by its fields
+        else:
+            dqp = RESERVED_QP_ENDPOINT  # (no fields to go by: the Packet path)
+        if dqp == RESERVED_QP_ENDPOINT or self._validate:
+            self.receive(t.packet, port, now, ecn, entropy, trim, src)
             return
         stats = self.stats
         stats.rx_packets += 1
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        qp = self.qps.get(tpl.dest_qp)
-        if qp is None:
-            stats.rx_dropped_no_qp += 1
-            return
-        op = t.op
-        imm = tpl.immdt
-        qp.responder.on_fields(
-            op,
-            t.psn,
-            t.ack_req,
-            t.va,
-            tpl.rkey,
-            tpl.dma_len,
-            t.payload,
-            imm.imm_data if imm is not None and op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM) else 0,
-            0,
-            now,
-            port,
-            ecn,
-            entropy,
-            trim,
-        )
-        self._woken[qp] = None
-
-    def _receive_sack(self, t: SackTransmit, port: int, now: int) -> None:
-        """`receive` of a SACK by its fields (what `_deliver` does with its `Packet`)."""
-        stats = self.stats
-        stats.rx_packets += 1
-        if not 0 < port <= self.num_ports or not self.ports_up[port]:
-            stats.rx_dropped_port += 1
-            return
-        dqp = t.dest_qp
         qp = self.qps.get(dqp)
         if qp is None:
             stats.rx_dropped_no_qp += 1
             return
-        qp.requester.on_sack_fields(
-            t.cack_psn,
-            t.ack_psn_offset,
-            t.sack_offset,
-            t.bitmap,
-            t.echo,
-            t.m,
-            t.pr,
-            t.qp_num & 0xFFFF,
-            dqp & 0xFFFF,
-            t.mpr,
-            now,
-        )
+        if tpl is None:
+            assert isinstance(t, SackTransmit)
+            qp.requester.on_sack_fields(
+                t.cack_psn,
+                t.ack_psn_offset,
+                t.sack_offset,
+                t.bitmap,
+                t.echo,
+                t.m,
+                t.pr,
+                t.qp_num & 0xFFFF,
+                dqp & 0xFFFF,
+                t.mpr,
+                now,
+            )
+        else:
+            op = t.op
+            imm = tpl.immdt
+            with_imm = imm is not None and op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM)
+            qp.responder.on_fields(
+                op,
+                t.psn,
+                t.ack_req,
+                t.va,
+                tpl.rkey,
+                tpl.dma_len,
+                t.payload,
+                imm.imm_data if with_imm and imm is not None else 0,
+                0,
+                now,
+                port,
+                ecn,
+                entropy,
+                trim,
+            )
         self._woken[qp] = None
 
     def receive_datagram(
