@@ -23,7 +23,7 @@ from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProf
 from openmrc.provider import Peer, UdpDevice, parse_endpoint
 from openmrc.provider.udp import gso_burst
 from openmrc.transport import Access, LocalProtocolError, NicConfig, RecvWR, SendWR, Sge, WcStatus, WrOpcode
-from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, seal
+from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, parse, seal
 from openmrc.wire.packet import data_packet
 
 _RNG = random.Random()
@@ -396,3 +396,59 @@ def test_a_host_that_refuses_gso_sends_datagram_by_datagram() -> None:
         assert [wc.status for wc in link.run()] == [WcStatus.SUCCESS]
         assert link.dst == link.src
         assert not a.gso and a.stats.tx_gso_batches == 0 and a.stats.tx_errors == 0
+
+
+class _Capture(socket.socket):
+    """A socket that keeps a copy of every datagram it sends (a GSO send split at its segment size)."""
+
+    sent: list[bytes]
+
+    def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0, address: Any = None) -> int:
+        raw = b"".join(buffers)
+        seg = next((struct.unpack("H", d)[0] for _level, kind, d in ancdata if kind == 103), len(raw))
+        self.sent.extend(raw[i : i + seg] for i in range(0, len(raw), seg))
+        return super().sendmsg(buffers, ancdata, flags, address)
+
+
+def test_data_datagrams_are_the_bytes_of_their_packets_built_header_by_header() -> None:
+    """What the device sends for a Write, first transmissions (the requester's records of its packets) and
+    retransmissions alike, is byte for byte the packet built header by header from the Write (the ICRC
+    aside, which the receiver checks): the RTX bit is all that tells a retransmission apart."""
+    sent: list[bytes] = []
+    with devices(2) as (a, b):
+        link = Link(a, b, 256 << 10)
+        for key, s in list(a._txsocks.items()):
+            if s is not None:
+                twin = _Capture(s.family, s.type, s.proto, fileno=os.dup(s.fileno()))
+                twin.sent = sent
+                a._txsocks[key] = twin
+                for port in a._ports:
+                    if port.sock is s:
+                        port.sock = twin
+                s.close()
+        a._fault_rng.seed(3)
+        a.impair(loss=0.05)
+        link.write()
+        assert [wc.status for wc in link.run()] == [WcStatus.SUCCESS]
+        assert link.dst == link.src
+        mtu, total = a.nic.config.mtu, len(link.src)
+        npkts = total // mtu
+        data = [(d, parse(d)) for d in sent]
+        data = [(d, pkt) for d, pkt in data if pkt.reth is not None]
+        first_psn = link.qa.attr.sq_psn or 0
+        assert a.nic.stats.retransmits > 0 and any(pkt.bth.rtx for _d, pkt in data)
+        for d, pkt in data:
+            i = (pkt.bth.psn - first_psn) & 0xFFFFFF
+            assert 0 <= i < npkts
+            last = i == npkts - 1
+            op = Opcode.WRITE_FIRST if i == 0 else Opcode.WRITE_LAST if last else Opcode.WRITE_MIDDLE
+            want = data_packet(
+                BTH(op, dest_qp=link.qb.qp_num, psn=pkt.bth.psn, ack_req=last, rtx=pkt.bth.rtx),
+                METH(0, 1),
+                None,
+                RETH(link.mr_b.addr + i * mtu, link.mr_b.rkey, total),
+                None,
+                memoryview(link.src[i * mtu : (i + 1) * mtu]),
+            )
+            assert d[:-4] == want.encode()[:-4]
+        assert {(pkt.bth.psn - first_psn) & 0xFFFFFF for _d, pkt in data} == set(range(npkts))

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.network import HEADER_BYTES, Node, Port, SimPacket
-from openmrc.transport import SackTransmit, TrimMark
+from openmrc.sim.network import HEADER_BYTES, Node, Port, sim_packet
+from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.wire import BTH, METH, RETH, SETH, CcState, Opcode, Packet
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -193,19 +193,19 @@ class Sink(Node):
     def __init__(self, sim: Simulator) -> None:
         super().__init__(0)
         self.sim = sim
-        self.got: list[tuple[int, SimPacket]] = []
+        self.got: list[tuple[int, Transmit]] = []
 
-    def arrive(self, p: SimPacket) -> None:
+    def arrive(self, p: Transmit) -> None:
         self.got.append((self.sim.now, p))
 
 
-def data(n: int = 4096) -> SimPacket:
+def data(n: int = 4096) -> Transmit:
     pkt = Packet(BTH(Opcode.WRITE_MIDDLE), meth=METH(), reth=RETH(0, 1, 1 << 20), payload=bytes(n))
-    return SimPacket(pkt, n + HEADER_BYTES, 0, 0, 1, 1, 0)
+    return sim_packet(pkt, n + HEADER_BYTES, 0, 0, 1, 1, 0)
 
 
-def control() -> SimPacket:
-    return SimPacket(Packet(BTH(Opcode.SACK), seth=SETH(), cc_state=CcState()), HEADER_BYTES, 0, 1, 0, 1, 0)
+def control() -> Transmit:
+    return sim_packet(Packet(BTH(Opcode.SACK), seth=SETH(), cc_state=CcState()), HEADER_BYTES, 0, 1, 0, 1, 0)
 
 
 def port(sim: Simulator, sink: Sink, **kw: object) -> Port:
@@ -247,12 +247,12 @@ def test_mrc_data_packets_cross_the_fabric_as_the_senders_transmit() -> None:
     seen: list[tuple[bool, bool, int]] = []
     sacks: list[bool] = []
 
-    def tap(_host: object, p: SimPacket, outgoing: bool) -> None:
+    def tap(_host: object, p: Transmit, outgoing: bool) -> None:
         if outgoing and p.is_data:
-            built = p.tx.tpl is not None and not p.tx.has_packet()
-            seen.append((built, p.tx.tpl is not None, p.packet.bth.psn))
+            built = p.tpl is not None and not p.has_packet()
+            seen.append((built, p.tpl is not None, p.packet.bth.psn))
         elif not outgoing and not p.is_data:
-            sacks.append(isinstance(p.tx, SackTransmit) and not p.tx.has_packet())
+            sacks.append(isinstance(p, SackTransmit) and not p.has_packet())
 
     for n in range(8):
         sim.nodes[n].tap = tap  # type: ignore[union-attr]
@@ -276,7 +276,7 @@ def test_ecn_trim_and_priority() -> None:
     sim.run()
     # queue before each: 0, 1, 2 packets... buffer holds 3 packets, the rest are trimmed to headers
     assert [pk.trim for pk in pkts] == [TrimMark.NONE] * 3 + [TrimMark.TRIMMED] * 3
-    assert all(pk.size == HEADER_BYTES for pk in pkts[3:])
+    assert all(pk.wire_size == HEADER_BYTES for pk in pkts[3:])
     assert pkts[2].ecn and not pkts[0].ecn  # marked once the queue passed ecn_low
     order = [pk for _, pk in sink.got]
     assert order.index(ctrl) < order.index(pkts[1])  # control and trimmed headers overtake queued data

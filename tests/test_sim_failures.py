@@ -14,10 +14,10 @@ from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Flow
-from openmrc.sim.network import HEADER_BYTES, Node, Port, SimPacket
+from openmrc.sim.network import HEADER_BYTES, Node, Port, sim_packet
 from openmrc.sim.routing import EcmpRouting
 from openmrc.sim.workloads import permutation
-from openmrc.transport import TrimMark, WcStatus
+from openmrc.transport import Transmit, TrimMark, WcStatus
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 from tests.sim_tools import UNTIL, all_succeeded, clos, topo_of
 
@@ -46,11 +46,11 @@ def test_a_link_failing_mid_transfer_loses_packets_and_mrc_completes() -> None:
     assert res.failures == [(5_000, "plane 0: T0 0 ↔ T1 0 link (p0-t0-0 ↔ p0-t1-0) down")]
 
 
-def sink_port(sim: Simulator) -> tuple[Port, list[tuple[int, SimPacket]]]:
-    got: list[tuple[int, SimPacket]] = []
+def sink_port(sim: Simulator) -> tuple[Port, list[tuple[int, Transmit]]]:
+    got: list[tuple[int, Transmit]] = []
 
     class Sink(Node):
-        def arrive(self, p: SimPacket) -> None:
+        def arrive(self, p: Transmit) -> None:
             got.append((sim.now, p))
 
     port = Port(
@@ -68,10 +68,10 @@ def sink_port(sim: Simulator) -> tuple[Port, list[tuple[int, SimPacket]]]:
     return port, got
 
 
-def data() -> SimPacket:
+def data() -> Transmit:
     payload = memoryview(bytes(4096))
     pkt = Packet(BTH(Opcode.WRITE_MIDDLE), meth=METH(), reth=RETH(0, 1, 1 << 20), payload=payload)
-    return SimPacket(pkt, 4096 + HEADER_BYTES, 0, 0, 1, 1, 0)
+    return sim_packet(pkt, 4096 + HEADER_BYTES, 0, 0, 1, 1, 0)
 
 
 def test_a_port_going_down_loses_what_it_queued_and_carried() -> None:
@@ -99,7 +99,7 @@ def test_a_port_that_went_down_starts_with_an_empty_queue() -> None:
     sim.schedule(300, lambda _: port.send(late, 300))
     sim.run()
     assert port.drops == 3
-    ser = late.size * 8_000_000_000 // port.bps
+    ser = late.wire_size * 8_000_000_000 // port.bps
     assert late.trim is TrimMark.NONE  # the queue was lost with the link: nothing to trim for
     assert got == [(300 + ser + 1_000, late)]
 

@@ -8,8 +8,7 @@ import pytest
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost, RoceV2Host
-from openmrc.sim.network import SimPacket
-from openmrc.transport import QpState, RecvWR, SendWR, Sge, WcOpcode, WcStatus, WrOpcode
+from openmrc.transport import QpState, RecvWR, SendWR, Sge, Transmit, WcOpcode, WcStatus, WrOpcode
 
 
 @pytest.mark.parametrize("routing", ["srv6", "ecmp"])
@@ -55,9 +54,9 @@ def test_flow_packets_share_a_zero_payload_and_an_applications_packets_carry_its
     flow = sim.add_flow(1, 8, 100_000)
     payloads: list[memoryview] = []
 
-    def tap(_host: object, p: SimPacket, sent: bool) -> None:
-        if sent and p.tx is not None and p.tx.tpl is not None:
-            payloads.append(p.tx.payload)
+    def tap(_host: object, p: Transmit, sent: bool) -> None:
+        if sent and p.tpl is not None:
+            payloads.append(p.payload)
 
     a.node.tap = tap
     a.post_send(qa, SendWR(9, WrOpcode.RDMA_WRITE, [Sge(mra.addr, size, mra.lkey)], mrb.addr, mrb.rkey))

@@ -22,7 +22,6 @@ from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Trigger
 from openmrc.sim.metrics import SimResults
-from openmrc.sim.network import SimPacket
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import AETH, BTH, Opcode, Packet
@@ -264,7 +263,7 @@ def test_ordered_slots_merge_heap_events_first_within_each_origin() -> None:
 _TPL = DataTemplate(0x21, 3, 4, 0xBEEF, 1 << 20, 9)
 
 
-def _crossing(pkt: Packet | str | None) -> SimPacket:
+def _crossing(pkt: Packet | str | None) -> Transmit:
     if isinstance(pkt, str):  # "sack": a SACK as the responder sends it: its fields, no Packet
         tx: Transmit = SackTransmit(0x33, 0x12, 77, -3, 2, (1 << 64) - 2, 0xABCD, 1, True, 64, 5, 2, 0xFFFFFF)
         tx.port, tx.peer, tx.ev, tx.entropy = 2, 5, b"ev", 0xABCD
@@ -285,9 +284,9 @@ def _crossing(pkt: Packet | str | None) -> SimPacket:
         )
     else:
         tx = Transmit(2, 5, b"ev", 0xABCD, pkt, 0x33, 0)
-    p = SimPacket(tx, 164, (1 << 120) | 77, 3, 5, 2, 0xABCD)
-    p.ecn, p.trim, p.epoch, p.seg, p.flow_crc = True, TrimMark.TRIMMED, 2, 1 << 100, 0x5A5A
-    return p
+    tx.wire_size, tx.addr, tx.src = 164, (1 << 120) | 77, 3
+    tx.ecn, tx.trim, tx.epoch, tx.seg, tx.flow_crc = True, TrimMark.TRIMMED, 2, 1 << 100, 0x5A5A
+    return tx
 
 
 @pytest.mark.parametrize(
@@ -319,10 +318,10 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
         cb, got = engine.wheel[100 + i]
         assert cb == sim.nodes[target].arrive_cb and engine.okeys[100 + i] == [7 << 28]
         for name in (
-            "size",
+            "wire_size",
             "addr",
             "src",
-            "dst",
+            "peer",
             "port",
             "entropy",
             "ecn",
@@ -332,8 +331,8 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
             "flow_crc",
         ):
             assert getattr(got, name) == getattr(p, name), name
-        assert type(got.tx) is type(p.tx) and got.tx.has_packet() == p.tx.has_packet()
-        assert got.tx.packet == p.tx.packet
-        assert (got.tx.qp_num, got.tx.size, got.tx.tpl is None) == (p.tx.qp_num, p.tx.size, pkt is not None)
+        assert type(got) is type(p) and got.has_packet() == p.has_packet()
+        assert got.packet == p.packet
+        assert (got.qp_num, got.size, got.tpl is None) == (p.qp_num, p.size, pkt is not None)
     if pkt is None:  # the template crossed once: both packets share the one made of it
-        assert engine.wheel[100][1].tx.tpl is engine.wheel[101][1].tx.tpl
+        assert engine.wheel[100][1].tpl is engine.wheel[101][1].tpl

@@ -9,7 +9,8 @@ import pytest
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.network import HEADER_BYTES, PAUSED, Node, Port, SimPacket
+from openmrc.sim.network import HEADER_BYTES, PAUSED, Node, Port, sim_packet
+from openmrc.transport import Transmit
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 
 PKT = 4096 + HEADER_BYTES
@@ -22,7 +23,7 @@ class Sink(Node):
         self.sim = sim
         self.got: list[tuple[int, int]] = []  # (time, sequence number)
 
-    def arrive(self, p: SimPacket) -> None:
+    def arrive(self, p: Transmit) -> None:
         self.got.append((self.sim.now, p.src))
 
 
@@ -33,13 +34,13 @@ class Relay(Node):
         super().__init__(1)
         self.sim = sim
 
-    def arrive(self, p: SimPacket) -> None:
+    def arrive(self, p: Transmit) -> None:
         self.ports[0].send(p, self.sim.now)
 
 
-def data(seq: int) -> SimPacket:
+def data(seq: int) -> Transmit:
     pkt = Packet(BTH(Opcode.WRITE_MIDDLE), meth=METH(), reth=RETH(0, 1, 1 << 20), payload=bytes(4096))
-    return SimPacket(pkt, PKT, 0, seq, 9, 1, 0)
+    return sim_packet(pkt, PKT, 0, seq, 9, 1, 0)
 
 
 def chain(pfc: bool, buffer: int = 1 << 30) -> tuple[Simulator, Port, Port, Sink]:

@@ -10,8 +10,9 @@ import pytest
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.network import HEADER_BYTES, Port, SimPacket
+from openmrc.sim.network import HEADER_BYTES, Port, sim_packet
 from openmrc.sim.roce import CNP_OPCODE, DcqcnConfig, ReactionPoint, RoceConfig, RoceHost, RoceQp
+from openmrc.transport import Transmit
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 
 LINE = 100_000_000_000
@@ -131,9 +132,9 @@ def flow(a: RoceHost, b: RoceHost, size: int) -> RoceQp:
     return qp
 
 
-def marked(qp: RoceQp, psn: int) -> SimPacket:
+def marked(qp: RoceQp, psn: int) -> Transmit:
     p = Packet(BTH(Opcode.WRITE_MIDDLE, dest_qp=qp.qpn, psn=psn), METH(), None, RETH(0, 1, qp.size))
-    sp = SimPacket(p, 4096 + HEADER_BYTES, 0, qp.src, qp.dst, 1, qp.sport)
+    sp = sim_packet(p, 4096 + HEADER_BYTES, 0, qp.src, qp.dst, 1, qp.sport)
     sp.ecn = True
     return sp
 
@@ -163,7 +164,7 @@ def fct(dcqcn: DcqcnConfig | None, cut: bool) -> int:
     qp = flow(a, b, 256 << 10)
     if cut:  # a CNP before the flow starts: alpha = 1 halves the rate
         cnp = Packet(BTH(CNP_OPCODE, dest_qp=qp.qpn))
-        a.arrive(SimPacket(cnp, HEADER_BYTES, 0, b.id, a.id, 1, 0))
+        a.arrive(sim_packet(cnp, HEADER_BYTES, 0, b.id, a.id, 1, 0))
     a.pump(0)
     sim.run()
     assert qp.done_at is not None

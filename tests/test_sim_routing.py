@@ -11,14 +11,15 @@ from hypothesis import strategies as st
 from openmrc.fabric import FatTree, MultiPlaneClos, UsidPlan
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.network import SimPacket
+from openmrc.sim.network import sim_packet
 from openmrc.sim.routing import EcmpRouting, SrRouting
+from openmrc.transport import Transmit
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 
 
-def pkt(src: int, dst: int, entropy: int) -> SimPacket:
+def pkt(src: int, dst: int, entropy: int) -> Transmit:
     p = Packet(BTH(Opcode.WRITE_ONLY), meth=METH(), reth=RETH(0, 1, 0))
-    return SimPacket(p, 64, 0, src, dst, 1, entropy)
+    return sim_packet(p, 64, 0, src, dst, 1, entropy)
 
 
 def walk(
@@ -120,7 +121,7 @@ def test_roce_needs_ecmp() -> None:
         FabricSim.clos(FabricSimConfig(transport="tcp", routing="ecmp"))
 
 
-def sr_walk(topo: MultiPlaneClos, r: SrRouting, p: SimPacket, src: int, plane: int) -> list[int]:
+def sr_walk(topo: MultiPlaneClos, r: SrRouting, p: Transmit, src: int, plane: int) -> list[int]:
     node, path = topo.host_t0(src, plane), [src]
     for _ in range(10):
         path.append(node)

@@ -3,16 +3,17 @@ Write-with-Imm ordering, PSN wrap, retry exhaustion and the fatal remote errors.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openmrc.transport import Access, NicConfig, QpState, WcOpcode, WcStatus, WorkCompletion
+from openmrc.transport import Access, Nic, NicConfig, QpState, Transmit, WcOpcode, WcStatus, WorkCompletion
 from openmrc.wire import BTH, NETH, PSN_MASK, NackReason, Opcode, Packet
 
-from .helpers import Impairments, Pair
+from .helpers import Fabric, Impairments, Pair
 from .transport_tools import (
     Received,
     Sent,
@@ -459,3 +460,69 @@ def test_a_packet_that_fills_a_hole_is_acknowledged_at_once() -> None:
     arrival = next(r.time for r in rx_b if r.packet.bth.psn == late and r.packet.bth.opcode != Opcode.ACK)
     assert arrival in {s.time for s in hook.select(src="b", data=False)}
     assert p.a.stats.retransmits == 0
+
+
+# Every field of a `Transmit`: what the core sets and what a simulated fabric writes while carrying it.
+_TRANSMIT_FIELDS = (
+    "port", "peer", "ev", "entropy", "qp_num", "size", "tpl", "op", "ack_req", "rtx", "psn", "va", "payload",
+    "wire_size", "src", "addr", "seg", "flow_crc", "ecn", "trim", "epoch", "hop", "is_data",
+)  # fmt: skip
+
+
+class CarryingFabric(Fabric):
+    """A fabric that carries the `Transmit` objects the NICs emit, as the simulator does: it writes their
+    fabric fields when they enter, holds the first transmission of PSN ``hold`` for ``hold_ns`` more, and
+    hands each object to the peer's `Nic.receive_transmit`."""
+
+    def __init__(self, base: Fabric, hold: int, hold_ns: int) -> None:
+        super().__init__(base.rng, base.imp, latency_ns=base.latency)
+        self.hold, self.hold_ns = hold, hold_ns
+        self.held: Transmit | None = None
+        self.held_until = 0
+        self.carried: list[tuple[int, Transmit, dict[str, object]]] = []  # (time, object, fields on entry)
+        self.queue: list[tuple[int, int, Nic, Transmit, str]] = []
+
+    def send(self, src: Nic, dst: Nic, t: Transmit, now: int, src_name: str) -> None:
+        t.wire_size, t.src, t.addr, t.seg, t.flow_crc = t.size + 64, ord(src_name), 1 << 100, 7, 0x5A5A
+        t.ecn, t.epoch, t.hop = False, 3, self
+        at = now + self.latency
+        if self.held is None and t.is_data and t.psn == self.hold:
+            self.held, at = t, at + self.hold_ns
+            self.held_until = at
+        self.carried.append((now, t, {k: getattr(t, k) for k in _TRANSMIT_FIELDS}))
+        heapq.heappush(self.queue, (at, next(self.seq), dst, t, src_name))
+
+    def next_time(self) -> int | None:
+        return self.queue[0][0] if self.queue else None
+
+    def deliver_until(self, now: int) -> None:
+        while self.queue and self.queue[0][0] <= now:
+            _at, _seq, dst, t, src = heapq.heappop(self.queue)
+            dst.receive_transmit(t, t.port, now, t.ecn, t.entropy, t.trim, src)
+
+
+def test_a_retransmission_leaves_the_first_copy_in_flight_untouched() -> None:
+    """The first transmission of a data packet is the requester's own record of it, carried by the fabric;
+    the retransmission sent while that copy is still in flight is a new object with the same packet
+    fields, and nothing the requester does then (loss, retransmission, acknowledgement) writes a field of
+    the copy in flight."""
+    p = Pair(seed=5, buf_size=1 << 16)
+    fabric = CarryingFabric(p.fabric, hold=1, hold_ns=2_000_000)
+    p.fabric = fabric
+    wr = p.write(0, 6 * MTU)
+    run_until_completions(p, 1)
+    settle(p, 3_000_000)  # the held copy arrives too (a duplicate by then)
+    assert statuses(p.completions()) == [(wr, S.SUCCESS)]
+    assert_exact(p, 6 * MTU)
+    first = fabric.held
+    assert first is not None and not fabric.queue
+    resent = [(at, t) for at, t, _ in fabric.carried if t.is_data and t.psn == 1 and t is not first]
+    assert resent and all(at < fabric.held_until for at, _ in resent)  # while the first was in flight
+    for _at, t in resent:
+        assert t.rtx and not first.rtx
+        same = ("op", "ack_req", "psn", "va", "qp_num", "tpl", "peer")
+        assert [getattr(t, k) for k in same] == [getattr(first, k) for k in same]
+        assert bytes(t.payload) == bytes(first.payload) == p.src[MTU : 2 * MTU]
+    # every object the fabric carried, the held first copy included, still has the fields it entered with
+    for _at, t, fields in fabric.carried:
+        assert {k: getattr(t, k) for k in _TRANSMIT_FIELDS} == fields

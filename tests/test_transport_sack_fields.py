@@ -47,7 +47,7 @@ def header_by_header(f: tuple[Any, ...]) -> Packet:
 @given(_FIELDS)
 def test_a_sack_by_its_fields_encodes_to_the_bytes_of_one_built_header_by_header(f: tuple[Any, ...]) -> None:
     t = SackTransmit(*f)
-    assert not t.has_packet() and not t.is_data() and t.payload_len() == 0  # told without a Packet
+    assert not t.has_packet() and not t.is_data and t.payload_len() == 0  # told without a Packet
     assert t.qp_num == f[0]
     old = header_by_header(f)
     assert t.packet == old

@@ -32,13 +32,12 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from mypy_extensions import mypyc_attr
 
 from openmrc.transport import Nic, Transmit, TrimMark
 from openmrc.wire import Packet
-from openmrc.wire.constants import is_data_opcode
 
 if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
@@ -52,10 +51,10 @@ __all__ = [
     "Pfc",
     "Port",
     "SimNic",
-    "SimPacket",
     "Switch",
     "Unwired",
     "ZeroBuffer",
+    "sim_packet",
 ]
 
 #: Bytes on the wire besides the payload (Ethernet + IPv6 + SRH-less SRv6 outer + UDP + MRC headers), so
@@ -71,72 +70,26 @@ SRH_BYTES: Final = 24
 """An SRH with one segment: its 8-byte header and the 16-byte segment."""
 
 
-class SimPacket:
-    """A packet in flight: the transport's packet plus what the fabric needs.
+def sim_packet(packet: Packet, size: int, addr: int, src: int, dst: int, port: int, entropy: int) -> Transmit:
+    """A `Packet` put on the fabric by a host that is not an MRC NIC (RoCEv2, tests): the `Transmit` that
+    carries it, ``size`` bytes on the wire, from node ``src`` to host ``dst`` on plane ``port``.
 
-    An MRC host's packet is the sender's `Transmit` (``tx``): a data packet stays its Write's template and
-    per-packet fields all the way to the receiving NIC (`Nic.receive_transmit`), a SACK its fields
-    (`SackTransmit`), so no `Packet` object graph is built for them (``packet`` builds one on demand, e.g.
-    for a capture). Other hosts (RoCEv2, tests) hand over a `Packet`, carried by a `Transmit` of its own
-    (one slot for both kinds: a packet in flight is then 144 bytes, not 160)."""
-
-    __slots__ = (
-        "addr",
-        "dst",
-        "ecn",
-        "entropy",
-        "epoch",
-        "flow_crc",
-        "hop",
-        "is_data",
-        "port",
-        "seg",
-        "size",
-        "src",
-        "trim",
-        "tx",
-    )
-
-    def __init__(
-        self, packet: Packet | Transmit, size: int, addr: int, src: int, dst: int, port: int, entropy: int
-    ) -> None:
-        if isinstance(packet, Transmit):
-            tx = packet
-            is_data = packet.tpl is not None or packet.is_data()  # no Packet built for a SACK
-        else:
-            tx = Transmit(port, dst, _NO_EV, entropy, packet, 0, 0)
-            is_data = is_data_opcode(packet.bth.opcode)
-        self.tx = tx
-        # the two flags next to each other: the compiled build packs them into one word (a packet in flight
-        # is about 150 bytes, and a large run has millions in flight)
-        self.is_data = is_data
-        self.ecn = False
-        self.size = size
-        self.addr = addr
-        self.src = src
-        self.dst = dst
-        self.port = port  # the plane (1-based NIC port)
-        self.entropy = entropy
-        self.trim = TrimMark.NONE
-        self.epoch = 0
-        self.seg = 0
-        """SRv6 with an SRH: the segment its one SRH entry holds (0: none), made the destination address
-        by the switch whose uSID ends the destination address's carrier."""
-        self.flow_crc = -1
-        """The switch-independent part of the ECMP hash, computed at the first ECMP switch (-1: not yet)."""
-        self.hop: Port | None = None
-        """PFC fabrics: the port that delivered the packet to the node it is at (its ingress)."""
-
-    @property
-    def packet(self) -> Packet:
-        return self.tx.packet
+    A packet in flight is a `Transmit` with its fabric fields set (one object per packet): an MRC host's
+    is the sender's own, which stays its Write's template and per-packet fields all the way to the
+    receiving NIC (`Nic.receive_transmit`), a SACK its fields (`SackTransmit`), so no `Packet` object
+    graph is built for them (``packet`` builds one on demand, e.g. for a capture)."""
+    t = Transmit(port, dst, _NO_EV, entropy, packet, 0, 0)
+    t.wire_size = size
+    t.addr = addr
+    t.src = src
+    return t
 
 
 class Crossing:
     """Where a port whose peer runs in another process hands the packets it delivers
     (`openmrc.sim.partition`), in place of scheduling their arrival."""
 
-    def ship(self, at: int, p: SimPacket, guarded: bool) -> None:  # pragma: no cover - partition overrides
+    def ship(self, at: int, p: Transmit, guarded: bool) -> None:  # pragma: no cover - partition overrides
         """``p`` reaches the peer at ``at`` (``guarded``: through the port's epoch check, `Port._deliver`)."""
         raise NotImplementedError
 
@@ -199,7 +152,7 @@ class Port:
         if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
             arrive = peer.arrive_cb = peer.arrive
         self._arrive = arrive
-        self._deliver_cb: Callable[[SimPacket], None] | None = None  # bound when first guarded
+        self._deliver_cb: Callable[[Transmit], None] | None = None  # bound when first guarded
         self.nominal_bps = bps
         self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
         self.latency = latency_ns
@@ -283,7 +236,7 @@ class Port:
             raise ValueError(f"loss probability {probability} is not within [0, 1]")
         self.loss = probability
 
-    def send(self, p: SimPacket, now: int) -> None:
+    def send(self, p: Transmit, now: int) -> None:
         if not self.up:
             self.drops += 1
             if p.is_data:
@@ -292,7 +245,7 @@ class Port:
         if self.pfc is not None:
             self._pfc_send(p, now)
             return
-        size = p.size
+        size = p.wire_size
         free = self.free_at
         if free < now:
             free = now
@@ -304,7 +257,7 @@ class Port:
                     return
                 self.trims += 1
                 p.trim = TrimMark.TRIMMED_LASTHOP if self.last_hop else TrimMark.TRIMMED
-                p.size = size = HEADER_BYTES
+                p.wire_size = size = HEADER_BYTES
             else:
                 if queued > self.ecn_low:
                     self._red(p, queued)
@@ -315,7 +268,7 @@ class Port:
             start = self.ctrl_free_at if self.ctrl_free_at > now else now
             self.ctrl_free_at = done = start + ser
             self.free_at = free + ser  # control takes the wire too
-        self.sent_bytes += p.size
+        self.sent_bytes += p.wire_size
         self.sent_packets += 1
         if self.loss and self._random() < self.loss:
             self.losses += 1
@@ -340,20 +293,20 @@ class Port:
             rng = self.rng = random.Random(self.seed)
         return rng.random()
 
-    def _red(self, p: SimPacket, queued: int) -> None:
+    def _red(self, p: Transmit, queued: int) -> None:
         """RED above ``ecn_low`` bytes queued: mark ``p`` with a probability rising to 1 at ``ecn_high``."""
         if queued >= self.ecn_high or self._random() * (self.ecn_high - self.ecn_low) < queued - self.ecn_low:
             p.ecn = True
             self.marks += 1
 
-    def _deliver(self, p: SimPacket) -> None:
+    def _deliver(self, p: Transmit) -> None:
         if p.epoch == self.epoch:
             self.peer.arrive(p)
         else:
             self.drops += 1
 
     # -- priority flow control -----------------------------------------------------------------------------
-    def _pfc_send(self, p: SimPacket, now: int) -> None:
+    def _pfc_send(self, p: Transmit, now: int) -> None:
         q = self.pfc
         assert q is not None  # a PFC port's
         if p.is_data and not p.trim:
@@ -361,13 +314,13 @@ class Port:
             if queued > self.ecn_low:
                 self._red(p, queued)
             q.queue.append(p)
-            q.queued_bytes = queued = queued + p.size
+            q.queued_bytes = queued = queued + p.wire_size
             if queued > q.max_queued:
                 q.max_queued = queued
-            ing = p.hop
+            ing = cast("Port | None", p.hop)
             iq = ing.pfc if ing is not None else None
             if ing is not None and iq is not None:  # charge the ingress; pause it past xoff
-                iq.rx_bytes += p.size
+                iq.rx_bytes += p.wire_size
                 if not iq.pause_sent and iq.rx_bytes > iq.xoff:
                     iq.pause_sent = True
                     self.sim.push(now + ing.latency, iq.pause_cb, True)
@@ -377,12 +330,12 @@ class Port:
             self._pfc_next(now)
         self._pfc_free_at(now)
 
-    def _pfc_release(self, p: SimPacket, now: int) -> None:
+    def _pfc_release(self, p: Transmit, now: int) -> None:
         """``p`` leaves this node's buffer: uncharge its ingress, and resume it below xon."""
-        ing = p.hop
+        ing = cast("Port | None", p.hop)
         iq = ing.pfc if ing is not None else None
         if ing is not None and iq is not None:
-            iq.rx_bytes -= p.size
+            iq.rx_bytes -= p.wire_size
             if iq.pause_sent and iq.rx_bytes <= iq.xon:
                 iq.pause_sent = False
                 self.sim.push(now + ing.latency, iq.pause_cb, False)
@@ -395,21 +348,21 @@ class Port:
             p = q.ctrl_queue.popleft()
         elif q.queue and not q.paused:
             p = q.queue.popleft()
-            q.queued_bytes -= p.size
+            q.queued_bytes -= p.wire_size
             self._pfc_release(p, now)
         else:
             q.busy_until = -1
             return
-        q.busy_until = done = now + p.size * self.byte_num // self.byte_den
+        q.busy_until = done = now + p.wire_size * self.byte_num // self.byte_den
         p.epoch = self.epoch
         self.sim.push(done, q.done_cb, p)
 
-    def _pfc_done(self, p: SimPacket) -> None:
+    def _pfc_done(self, p: Transmit) -> None:
         now = self.sim.now
         if p.epoch != self.epoch:
             self.drops += 1  # the link went down while it was on the wire
         else:
-            self.sent_bytes += p.size
+            self.sent_bytes += p.wire_size
             self.sent_packets += 1
             if self.loss and self._random() < self.loss:
                 self.losses += 1
@@ -420,7 +373,7 @@ class Port:
         self._pfc_next(now)
         self._pfc_free_at(now)
 
-    def _pfc_deliver(self, p: SimPacket) -> None:
+    def _pfc_deliver(self, p: Transmit) -> None:
         if p.epoch == self.epoch:
             p.hop = self
             self.peer.arrive(p)
@@ -453,7 +406,7 @@ class Port:
         if q.paused and q.queue:
             self.free_at = PAUSED
         else:
-            waiting = q.queued_bytes + sum(c.size for c in q.ctrl_queue)
+            waiting = q.queued_bytes + sum(c.wire_size for c in q.ctrl_queue)
             self.free_at = max(q.busy_until, now) + waiting * self.byte_num // self.byte_den
 
     def paused_total_ns(self, now: int) -> int:
@@ -493,8 +446,8 @@ class Pfc:
     )
 
     def __init__(self, port: Port, xoff: int, xon: int, on_resume: Callable[[None], None] | None) -> None:
-        self.queue: deque[SimPacket] = deque()
-        self.ctrl_queue: deque[SimPacket] = deque()
+        self.queue: deque[Transmit] = deque()
+        self.ctrl_queue: deque[Transmit] = deque()
         self.queued_bytes = self.max_queued = 0
         self.busy_until = -1  # end of the packet being serialised (-1: idle)
         self.paused = False
@@ -503,8 +456,8 @@ class Pfc:
         self.xoff, self.xon = xoff, xon
         self.pauses = self.paused_ns = self.paused_since = 0
         self.on_resume = on_resume
-        self.deliver_cb: Callable[[SimPacket], None] = port._pfc_deliver  # bound once, not per packet
-        self.done_cb: Callable[[SimPacket], None] = port._pfc_done
+        self.deliver_cb: Callable[[Transmit], None] = port._pfc_deliver  # bound once, not per packet
+        self.done_cb: Callable[[Transmit], None] = port._pfc_done
         self.pause_cb: Callable[[bool], None] = port._pfc_pause
 
 
@@ -517,10 +470,10 @@ class Node:
     def __init__(self, node_id: int) -> None:
         self.id = node_id
         self.ports: list[Port] = []
-        self.arrive_cb: Callable[[SimPacket], None] | None = None
+        self.arrive_cb: Callable[[Transmit], None] | None = None
         """``arrive`` bound once: what the ports leading here schedule."""
 
-    def arrive(self, p: SimPacket) -> None:  # pragma: no cover - every node kind overrides
+    def arrive(self, p: Transmit) -> None:  # pragma: no cover - every node kind overrides
         raise NotImplementedError
 
 
@@ -535,7 +488,7 @@ class Unwired(Node):
         super().__init__(node_id)
         self.arrivals = 0
 
-    def arrive(self, p: SimPacket) -> None:
+    def arrive(self, p: Transmit) -> None:
         self.arrivals += 1
 
 
@@ -550,7 +503,7 @@ class Switch(Node):
         self.routing = routing
         self.misrouted = 0
 
-    def arrive(self, p: SimPacket) -> None:
+    def arrive(self, p: Transmit) -> None:
         try:
             port = self.routing.port(self.id, p)
         except ValueError:
@@ -591,18 +544,18 @@ class Host(Node):
         self.timer_at: int | None = None
         self.pace_pending = False
         self.on_pump: Callable[[Host], None] | None = None
-        self.tap: Callable[[Host, SimPacket, bool], None] | None = None
+        self.tap: Callable[[Host, Transmit, bool], None] | None = None
         """Called with every packet this host sends (True) or receives (False), e.g. by `openmrc.sim.pcap`."""
         self.zeros: ZeroBuffer | None = None
         """Data packets viewing this buffer travel with a shared zero payload (`ZeroBuffer`)."""
         self._pace_cb: Callable[[None], None] = self._pace  # bound once, not per event
         self._timer_cb: Callable[[int], None] = self._timer
 
-    def arrive(self, p: SimPacket) -> None:
+    def arrive(self, p: Transmit) -> None:
         now = self.sim.now
         if self.tap is not None:
             self.tap(self, p, False)
-        self.nic.receive_transmit(p.tx, p.port, now, p.ecn, p.entropy, p.trim, p.src)
+        self.nic.receive_transmit(p, p.port, now, p.ecn, p.entropy, p.trim, p.src)
         self.pump(now)
 
     def pump(self, now: int) -> None:
@@ -666,14 +619,18 @@ class Host(Node):
                 t.payload = zeros.view(len(payload))
         else:
             size = t.payload_len() + HEADER_BYTES  # a SACK stays its fields
+        # the NIC's packet goes on the fabric itself: its fabric fields are still their defaults (every
+        # transmission the core emits is a new object)
         ev = t.ev
-        sp = SimPacket(t, size, int.from_bytes(ev[:16], "big"), self.id, t.peer, t.port, t.entropy)  # type: ignore[arg-type]
+        t.addr = int.from_bytes(ev[:16], "big")
+        t.src = self.id
         if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
-            sp.seg = int.from_bytes(ev[16:32], "big")
-            sp.size += SRH_BYTES
+            t.seg = int.from_bytes(ev[16:32], "big")
+            size += SRH_BYTES
+        t.wire_size = size
         if self.tap is not None:
-            self.tap(self, sp, True)
-        self.ports[t.port - 1].send(sp, now)
+            self.tap(self, t, True)
+        self.ports[t.port - 1].send(t, now)
 
 
 SimNic = Host

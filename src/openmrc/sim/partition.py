@@ -46,13 +46,13 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.hosts import MrcHost
 from openmrc.sim.metrics import Sample, SimResults
-from openmrc.sim.network import Crossing, Port, SimPacket
+from openmrc.sim.network import Crossing, Port
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
@@ -198,8 +198,9 @@ def _check(sim: FabricSim, ranks: int) -> None:
 
 
 _HEAD: Final = 17
-"""Fields every crossing packet ships first: its kind, time, origin, target, the `SimPacket`'s and the
-`Transmit`'s but its EV (only a sender reads a packet's EV: it has made the packet's addresses of it)."""
+"""Fields every crossing packet ships first: its kind, time, origin, target, and the `Transmit`'s fabric
+fields and common fields but its EV (only a sender reads a packet's EV: it has made the packet's
+addresses of it)."""
 _DATA: Final = 0
 """A data packet: the head, then its Write template's index and op, flags, PSN, VA, payload length."""
 _DATA_LEN: Final = _HEAD + 6
@@ -230,18 +231,14 @@ class _Lane:
         self.soonest = _NEVER
         """The earliest arrival packed since the last message."""
 
-    def pack(self, at: int, origin: int, code: int, p: SimPacket) -> None:
-        """``p``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
-        tx = p.tx
-        assert tx is not None  # MRC hosts only
-        # the NIC's packet is sent to its peer on its port with its entropy: those cross once, as p's
-        assert tx.port == p.port and tx.entropy == p.entropy
+    def pack(self, at: int, origin: int, code: int, tx: Transmit) -> None:
+        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
         if at < self.soonest:
             self.soonest = at
         d = self.rows
         tpl = tx.tpl
         if tpl is not None:
-            _head(d, _DATA, at, origin, code, p, tx)
+            _head(d, _DATA, at, origin, code, tx)
             d.append(self.tpl_index(tpl))
             d.append(tx.op)
             d.append(int(tx.ack_req) | int(tx.rtx) << 1)
@@ -250,11 +247,11 @@ class _Lane:
             d.append(len(tx.payload))
             return
         if type(tx) is SackTransmit and not tx.has_packet():
-            _head(d, _SACK, at, origin, code, p, tx)
+            _head(d, _SACK, at, origin, code, tx)
             d += (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
             d += (int(tx.pr), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
         else:
-            _head(d, _OTHER, at, origin, code, p, tx)
+            _head(d, _OTHER, at, origin, code, tx)
             d.append(len(self.blobs))
             self.blobs.append(_wire(tx.packet))
 
@@ -298,7 +295,7 @@ class _Shipper(Crossing):
         self.arrive = arrive
         self.deliver = deliver
 
-    def ship(self, at: int, p: SimPacket, guarded: bool) -> None:
+    def ship(self, at: int, p: Transmit, guarded: bool) -> None:
         self.lane.pack(at, self.origin, self.deliver if guarded else self.arrive, p)
 
 
@@ -351,40 +348,42 @@ class _Cut:
         return got
 
     def _arrive(self, d: list[int], i: int, tx: Transmit, engine: Simulator) -> None:
-        """The `SimPacket` of the head at ``d[i:]`` carrying ``tx``, scheduled where its head says."""
+        """``tx``, given the fabric fields of the head at ``d[i:]``, scheduled where its head says."""
         code = d[i + 3]
-        cb: Callable[[SimPacket], None]
+        cb: Callable[[Transmit], None]
         if code & 1:
             cb = self.delivers[code >> 1]
         else:
             arrive = self.nodes[code >> 1].arrive_cb
             assert arrive is not None  # bound when the ports leading there were made
             cb = arrive
-        p = SimPacket(tx, d[i + 4], d[i + 5], d[i + 6], d[i + 7], d[i + 8], d[i + 9])
-        p.ecn = d[i + 10] != 0
-        p.trim = _TRIMS[d[i + 11]]
-        p.epoch = d[i + 12]
-        p.seg = d[i + 13]
-        p.flow_crc = d[i + 14]
-        engine.insert(d[i + 1], 0, d[i + 2], cb, p)
+        tx.wire_size = d[i + 4]
+        tx.addr = d[i + 5]
+        tx.src = d[i + 6]
+        tx.ecn = d[i + 10] != 0
+        tx.trim = _TRIMS[d[i + 11]]
+        tx.epoch = d[i + 12]
+        tx.seg = d[i + 13]
+        tx.flow_crc = d[i + 14]
+        engine.insert(d[i + 1], 0, d[i + 2], cb, tx)
 
 
-def _head(d: list[int], kind: int, at: int, origin: int, code: int, p: SimPacket, tx: Transmit) -> None:
+def _head(d: list[int], kind: int, at: int, origin: int, code: int, tx: Transmit) -> None:
     d.append(kind)
     d.append(at)
     d.append(origin)
     d.append(code)
-    d.append(p.size)
-    d.append(p.addr)
-    d.append(p.src)
-    d.append(p.dst)
-    d.append(p.port)
-    d.append(p.entropy)
-    d.append(int(p.ecn))
-    d.append(int(p.trim))
-    d.append(p.epoch)
-    d.append(p.seg)
-    d.append(p.flow_crc)
+    d.append(tx.wire_size)
+    d.append(tx.addr)
+    d.append(tx.src)
+    d.append(cast(int, tx.peer))  # a simulated packet's destination host
+    d.append(tx.port)
+    d.append(tx.entropy)
+    d.append(int(tx.ecn))
+    d.append(int(tx.trim))
+    d.append(tx.epoch)
+    d.append(tx.seg)
+    d.append(tx.flow_crc)
     d.append(tx.qp_num)
     d.append(tx.size)
 

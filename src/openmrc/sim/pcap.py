@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-The simulator carries packets as objects (`SimPacket` around the transport's `Packet`); nothing is
-encoded on the way. A `SimCapture` sets the ``tap`` of the hosts it watches (`Host.tap`, None
+The simulator carries packets as objects (the transport's `Transmit`, with the fabric's fields); nothing
+is encoded on the way. A `SimCapture` sets the ``tap`` of the hosts it watches (`Host.tap`, None
 otherwise, so a run without a capture pays one attribute test per packet) and turns each packet the tap
 sees into the frame a real NIC would send or receive:
 
@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.network import Host, SimPacket
+from openmrc.sim.network import Host
+from openmrc.transport import Transmit
 from openmrc.wire.constants import MRC_UDP_PORT
 from openmrc.wire.framing import SRv6Encap, encapsulate
 from openmrc.wire.packet import ICRC_SIZE
@@ -132,7 +133,7 @@ class SimCapture:
             if isinstance(node, Host) and node.tap == self._tap:
                 node.tap = None
 
-    def _tap(self, host: Host, p: SimPacket, outgoing: bool) -> None:
+    def _tap(self, host: Host, p: Transmit, outgoing: bool) -> None:
         if not (outgoing or self._both):
             return
         if self._port is not None and p.port != self._port:
@@ -149,12 +150,12 @@ class SimCapture:
             addr = self._addresses[key] = host_address(host, port)
         return addr
 
-    def frame(self, p: SimPacket, outgoing: bool) -> bytes:
+    def frame(self, p: Transmit, outgoing: bool) -> bytes:
         """The Ethernet frame of ``p`` as it leaves its sender (``outgoing``) or arrives at its receiver."""
         pkt = p.packet
         # what is left of a data packet a switch trimmed: its headers
         raw = pkt.encode_headers(trimmed=True) + _NO_ICRC if p.trim and not outgoing else pkt.encode()
-        src, dst = self._address(p.src, p.port), self._address(p.dst, p.port)
+        src, dst = self._address(p.src, p.port), self._address(cast(int, p.peer), p.port)
         tc = _CE if p.ecn and not outgoing else _ECT0
         sport, label = p.entropy & 0xFFFF, (p.entropy >> 16) & 0xFFFF
         srv6 = None

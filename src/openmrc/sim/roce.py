@@ -40,8 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from openmrc.sim.network import HEADER_BYTES, PAUSED, Node, SimPacket
-from openmrc.transport import TrimMark
+from openmrc.sim.network import HEADER_BYTES, PAUSED, Node, sim_packet
+from openmrc.transport import Transmit, TrimMark
 from openmrc.wire import AETH, BTH, METH, RETH, AethSyndrome, Opcode, Packet
 
 if TYPE_CHECKING:
@@ -286,7 +286,7 @@ class RoceHost(Node):
         self._by_qpn.pop(qpn, None)
 
     # -- sending ---------------------------------------------------------------------------------------------
-    def _packet(self, qp: RoceQp, psn: int) -> SimPacket:
+    def _packet(self, qp: RoceQp, psn: int) -> Transmit:
         mtu = self.cfg.mtu
         size = min(mtu, qp.size - psn * mtu)
         last = psn == qp.npkts - 1
@@ -297,7 +297,7 @@ class RoceHost(Node):
             None,
             RETH(psn * mtu, 1, qp.size),
         )
-        sp = SimPacket(pkt, size + HEADER_BYTES, 0, self.id, qp.dst, qp.port + 1, qp.sport)
+        sp = sim_packet(pkt, size + HEADER_BYTES, 0, self.id, qp.dst, qp.port + 1, qp.sport)
         return sp
 
     def _can_send(self, qp: RoceQp) -> bool:
@@ -324,8 +324,8 @@ class RoceHost(Node):
                     sp = self._packet(qp, qp.next_psn)
                     port.send(sp, now)
                     if qp.rp is not None:
-                        qp.ready_at = now + sp.size * 8_000_000_000 // qp.rp.rate
-                        qp.rp.on_sent(sp.size)
+                        qp.ready_at = now + sp.wire_size * 8_000_000_000 // qp.rp.rate
+                        qp.rp.on_sent(sp.wire_size)
                         self._arm_rp(qp)
                     if qp.next_psn < qp.high:
                         self.resent += 1
@@ -396,7 +396,7 @@ class RoceHost(Node):
         self._arm_rp(qp)
 
     # -- receiving -------------------------------------------------------------------------------------------
-    def arrive(self, p: SimPacket) -> None:
+    def arrive(self, p: Transmit) -> None:
         now = self.sim.now
         pkt = p.packet
         if pkt.bth.opcode == Opcode.ACK:
@@ -439,7 +439,7 @@ class RoceHost(Node):
         self.cnps_sent += 1
         pkt = Packet(BTH(CNP_OPCODE, dest_qp=qp.qpn), payload=_EMPTY)
         self.ports[qp.port].send(
-            SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
+            sim_packet(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
         )
 
     def _on_cnp(self, pkt: Packet, now: int) -> None:
@@ -458,7 +458,7 @@ class RoceHost(Node):
             payload=_EMPTY,
         )
         self.ports[qp.port].send(
-            SimPacket(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
+            sim_packet(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
         )
 
     def _on_ack(self, pkt: Packet, now: int) -> None:

@@ -17,7 +17,7 @@ failure). Static SRv6 tables never change; MRC senders route around dead paths t
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.ecmp import EcmpHash, flow_crc, fmix32
@@ -25,7 +25,7 @@ from openmrc.fabric.srv6 import UsidPlan
 from openmrc.fabric.topology import Role, Topology
 
 if TYPE_CHECKING:
-    from openmrc.sim.network import SimPacket
+    from openmrc.transport import Transmit
 
 __all__ = ["EcmpRouting", "Routing", "SrRouting", "crossing_pairs"]
 
@@ -33,7 +33,7 @@ __all__ = ["EcmpRouting", "Routing", "SrRouting", "crossing_pairs"]
 class Routing:
     """Base: ``port(switch, packet)`` returns the egress port or raises ValueError (mis-routed)."""
 
-    def port(self, switch: int, p: SimPacket) -> int:  # pragma: no cover - interface
+    def port(self, switch: int, p: Transmit) -> int:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -51,7 +51,7 @@ class SrRouting(Routing):
         self._locator = plan.locator
         self._ecmp = EcmpRouting(plan.topo)
 
-    def port(self, switch: int, p: SimPacket) -> int:
+    def port(self, switch: int, p: Transmit) -> int:
         addr = p.addr
         if addr >> 96 != self._locator:
             return self._ecmp.port(switch, p)
@@ -140,10 +140,11 @@ class EcmpRouting(Routing):
             )
         return hops
 
-    def port(self, switch: int, p: SimPacket) -> int:
-        hops = self.candidates(switch, p.dst)
+    def port(self, switch: int, p: Transmit) -> int:
+        dst = cast(int, p.peer)  # a simulated packet's destination host
+        hops = self.candidates(switch, dst)
         if not hops:
-            raise ValueError(f"no route from node {switch} to host {p.dst}")
+            raise ValueError(f"no route from node {switch} to host {dst}")
         if len(hops) == 1:
             return hops[0]
         # EcmpHash.hash32(switch, src, dst, sport, 4791, flow label), with the flow's CRC computed once per
@@ -151,7 +152,7 @@ class EcmpRouting(Routing):
         crc = p.flow_crc
         if crc < 0:
             e = p.entropy
-            crc = p.flow_crc = flow_crc(p.src, p.dst, e & 0xFFFF, 4791, e >> 16)
+            crc = p.flow_crc = flow_crc(p.src, dst, e & 0xFFFF, 4791, e >> 16)
         salt = self._salts[switch]
         if salt < 0:
             salt = self._salts[switch] = self.hash.salt(switch)

@@ -118,6 +118,9 @@ class TrimMark(IntEnum):
     TRIMMED_LASTHOP = 2
 
 
+_TRIM_NONE: Final = TrimMark.NONE
+
+
 class QpCapFlags(IntFlag):
     """mrc.h ``mrc_qp_cap``."""
 
@@ -181,13 +184,29 @@ class Transmit:
     those with one ``tpl.header(...)`` call; ``packet`` builds the `Packet` on first use. Setting
     ``packet`` replaces what the driver sends (the template is dropped). A SACK leaves the core the same
     way, as its fields (`SackTransmit`).
+
+    The rest are the fields a simulated fabric uses while the packet is in flight, so that a packet in
+    flight is this one object (a large simulation has millions; a sans-IO driver ignores them):
+    ``wire_size`` the bytes on the wire (headers included; a trim cuts it to the headers), ``src`` the
+    sending node, ``addr`` the destination address (an SRv6 uSID carrier a switch shifts, as an int),
+    ``seg`` the segment of its one SRH entry (0: none), ``flow_crc`` the switch-independent part of the
+    ECMP hash (-1: not computed yet), ``ecn`` its CE mark, ``trim`` how a switch trimmed it, ``epoch``
+    the epoch of the link it travels (a link that went down since loses it), ``hop`` the port that
+    delivered it to the node it is at (lossless fabrics), ``is_data`` whether it is a data packet (no
+    `Packet` is built to tell). The packet's destination is ``peer``, its plane ``port``.
     """
 
     __slots__ = (
         "_packet",
         "ack_req",
+        "addr",
+        "ecn",
         "entropy",
+        "epoch",
         "ev",
+        "flow_crc",
+        "hop",
+        "is_data",
         "op",
         "payload",
         "peer",
@@ -195,9 +214,13 @@ class Transmit:
         "psn",
         "qp_num",
         "rtx",
+        "seg",
         "size",
+        "src",
         "tpl",
+        "trim",
         "va",
+        "wire_size",
     )
 
     def __init__(
@@ -219,11 +242,22 @@ class Transmit:
         self.size = size
         self.tpl: DataTemplate | None = None
         self.op = 0
+        # the flags side by side: the compiled build packs them into one word
         self.ack_req = False
         self.rtx = False
+        self.ecn = False
+        self.is_data = packet is not None and is_data_opcode(packet.bth.opcode)
         self.psn = 0
         self.va = 0
         self.payload = _EMPTY
+        self.wire_size = 0
+        self.src = 0
+        self.addr = 0
+        self.seg = 0
+        self.flow_crc = -1
+        self.trim: TrimMark = _TRIM_NONE
+        self.epoch = 0
+        self.hop: object = None
 
     @property
     def packet(self) -> Packet:
@@ -236,18 +270,12 @@ class Transmit:
     def packet(self, pkt: Packet) -> None:
         self._packet = pkt
         self.tpl = None
+        self.is_data = is_data_opcode(pkt.bth.opcode)
 
     def has_packet(self) -> bool:
         """Whether a `Packet` exists for this transmission (given, built on demand, or set): until then it
         is carried by its fields."""
         return self._packet is not None
-
-    def is_data(self) -> bool:
-        """Whether this is a data packet (no `Packet` is built to tell)."""
-        pkt = self._packet
-        if pkt is not None:
-            return is_data_opcode(pkt.bth.opcode)
-        return self.tpl is not None
 
     def payload_len(self) -> int:
         """The payload bytes of the packet (no `Packet` is built to tell)."""
@@ -285,6 +313,7 @@ def data_transmit(
     """A data packet's `Transmit`, by its Write's template and the fields of this packet (no `Packet`)."""
     t = Transmit(port, peer, ev, entropy, None, qp_num, len(payload))
     t.tpl = tpl
+    t.is_data = True
     t.op = op
     t.ack_req = ack_req
     t.rtx = rtx
@@ -350,10 +379,6 @@ class SackTransmit(Transmit):
         self.ts_echo = ts_echo
         self.ooo_count = ooo_count
         self.rcvd_256b = rcvd_256b
-
-    def is_data(self) -> bool:
-        pkt = self._packet
-        return pkt is not None and is_data_opcode(pkt.bth.opcode)
 
     def payload_len(self) -> int:
         pkt = self._packet
