@@ -190,20 +190,34 @@ _NONE_POSTED: Final[deque[_Wr]] = deque()
 is 600 bytes, and a large simulation's receiving QPs never post)."""
 
 
-class _Tx:
-    """One outstanding (unacknowledged) packet."""
+class _Tx(Transmit):
+    """One outstanding (unacknowledged) packet, and its first transmission: the `Transmit` the driver (or
+    the simulated fabric, which writes its fabric fields) carries is this record, so a packet in flight is
+    one object. Once it is sent the requester writes only the slots below, never the Transmit's: a
+    retransmission is a new `Transmit` of the same fields (`_transmit`), since the first copy may still be
+    in flight."""
 
-    __slots__ = (
-        "ev", "index", "lost", "order", "retries", "sent_at", "seq", "size", "suspect", "tx_count", "wr"
-    )  # fmt: skip
+    __slots__ = ("entry", "lost", "order", "retries", "sent_at", "seq", "suspect", "tx_count", "wr")
 
-    def __init__(self, seq: int, wr: _Wr, index: int, size: int) -> None:
+    def __init__(
+        self,
+        seq: int,
+        wr: _Wr,
+        entry: EvEntry,
+        peer: Hashable,
+        qp_num: int,
+        tpl: DataTemplate,
+        op: int,
+        last: bool,
+        va: int,
+        payload: memoryview,
+    ) -> None:
+        super().__init__(entry.port, peer, entry.expanded, entry.entropy, None, qp_num, len(payload))
+        self.set_data(tpl, op, last, False, seq & PSN_MASK, va, payload)
         self.seq = seq
         self.wr = wr
-        self.index = index
-        self.size = size
+        self.entry = entry
         self.sent_at = 0
-        self.ev: EvEntry | None = None
         self.order = 0
         self.lost = False
         self.tx_count = 0
@@ -363,7 +377,7 @@ class Requester:
                     ev = evs.pick()
                     if ev is None:
                         break
-                p = _Tx(seq, w, i, size)
+                p = self._new_packet(w, seq, i, offset, size, ev)
                 outstanding[seq] = p
                 self.next_seq = seq + 1
                 w.next_index = i = i + 1
@@ -390,7 +404,7 @@ class Requester:
                 continue
             if not cc.can_send(self.inflight, p.size):
                 break
-            ev = evs.pick(p.ev)
+            ev = evs.pick(p.entry)
             if ev is None:
                 break
             _heappop(retx)
@@ -400,14 +414,8 @@ class Requester:
         self.stats.retransmits += sent
         return sent
 
-    def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
-        # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice;
-        # the caller counts tx_data and retransmits.
-        w = p.wr
-        i = p.index
-        last = i == w.npkts - 1
-        offset = i * self.mtu
-        size = p.size
+    def _new_packet(self, w: _Wr, seq: int, i: int, offset: int, size: int, ev: EvEntry) -> _Tx:
+        """Packet ``i`` of Write ``w`` (``size`` bytes at ``offset``), to be sent first on ``ev``."""
         if not size:
             payload = _EMPTY
         elif w.view is not None:
@@ -415,18 +423,31 @@ class Requester:
         else:
             payload = w.payload(offset, size)
         assert w.tpl is not None
+        last = i == w.npkts - 1
         op = w.op_first if i == 0 else (w.op_last if last else OP_WRITE_MIDDLE)
-        p.ev = ev
+        return _Tx(seq, w, ev, self.peer, self.qp_num, w.tpl, op, last, w.va + offset, payload)
+
+    def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
+        # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice;
+        # the caller counts tx_data and retransmits.
+        p.entry = ev
         p.sent_at = now
         p.tx_count += 1
         self.order = order = self.order + 1
         p.order = order
         self.by_order[order] = p
+        size = p.size
         self.inflight += size
         if self.cc_on_send:
             self.cc.on_send(now, size, self.inflight)  # type: ignore[union-attr]
         if self.rto_deadline is None:
             self._arm(now)
+        if not rtx:
+            out.append(p)  # the first transmission is the record itself
+            return
+        # the first copy may still be in flight (and its fabric fields in use): a new Transmit, same fields
+        tpl = p.wr.tpl
+        assert tpl is not None
         out.append(
             data_transmit(
                 ev.port,
@@ -434,13 +455,13 @@ class Requester:
                 ev.expanded,
                 ev.entropy,
                 self.qp_num,
-                w.tpl,
-                op,
-                last,
-                rtx,
-                p.seq & PSN_MASK,
-                w.va + offset,
-                payload,
+                tpl,
+                p.op,
+                p.ack_req,
+                True,
+                p.psn,
+                p.va,
+                p.payload,
             )
         )
 
@@ -656,12 +677,11 @@ class Requester:
         for p in lost:
             del by_order[p.order]
             self._lose(p)
-            if p.ev is not None:
-                # Skipped now, blamed (ASSUMED_BAD) only once the retransmission shows the original was
-                # really lost (`_judge`): a packet held in deep queues is late, not lost.
-                evs.skip(p.ev)
-                if p.suspect is None:
-                    p.suspect = p.ev
+            # Skipped now, blamed (ASSUMED_BAD) only once the retransmission shows the original was
+            # really lost (`_judge`): a packet held in deep queues is late, not lost.
+            evs.skip(p.entry)
+            if p.suspect is None:
+                p.suspect = p.entry
         self.stats.losses_inferred += 1
         self.cc.on_loss(now, self.inflight)
 
@@ -818,8 +838,7 @@ class Requester:
         assert self.cc is not None
         for p in list(self.by_order.values()):
             self._lose(p)
-            if p.ev is not None:
-                evs.mark_bad(p.ev, now)
+            evs.mark_bad(p.entry, now)
         self.by_order.clear()
         self.cc.on_loss(now, self.inflight)
         self.rto_deadline = now + self.rto()
