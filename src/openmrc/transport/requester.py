@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from openmrc.transport.cc import CongestionControl
@@ -225,13 +225,94 @@ class _Tx(Transmit):
         self.suspect: EvEntry | None = None  # the EV of a transmission inferred lost, until it is judged
 
 
+class _Window:
+    """Packets under consecutive keys (PSNs, transmission orders), added in key order: a list from key
+    ``base`` on, None where a packet left, its empty head dropped as it goes. Eight bytes a packet where a
+    dict entry takes about thirty (and a dict keeps the table it grew to), and a lookup is an index."""
+
+    __slots__ = ("base", "live", "slots")
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.slots: list[_Tx | None] = []
+        self.live = 0  # packets held
+
+    def __len__(self) -> int:
+        return self.live
+
+    def __iter__(self) -> Iterator[int]:
+        """The keys held, in order."""
+        base = self.base
+        return iter([base + i for i, p in enumerate(self.slots) if p is not None])
+
+    def __contains__(self, key: int) -> bool:
+        return self.get(key) is not None
+
+    def values(self) -> list[_Tx]:
+        """The packets held, in key order."""
+        return [p for p in self.slots if p is not None]
+
+    def get(self, key: int) -> _Tx | None:
+        i = key - self.base
+        slots = self.slots
+        return slots[i] if 0 <= i < len(slots) else None
+
+    def add(self, key: int, p: _Tx) -> None:
+        """Hold ``p`` under ``key``, which follows every key held so far."""
+        slots = self.slots
+        if not slots:
+            self.base = key
+        gap = key - self.base - len(slots)
+        assert gap >= 0, "keys are added in order"
+        if gap:
+            slots.extend([None] * gap)
+        slots.append(p)
+        self.live += 1
+
+    def pop(self, key: int) -> _Tx | None:
+        """Remove and return the packet under ``key`` (None: none)."""
+        i = key - self.base
+        slots = self.slots
+        if i < 0 or i >= len(slots):
+            return None
+        p = slots[i]
+        if p is None:
+            return None
+        slots[i] = None
+        self.live -= 1
+        if not self.live:
+            slots.clear()  # frees the list's storage
+        elif not i:
+            n = 1
+            while slots[n] is None:
+                n += 1
+            del slots[:n]
+            self.base += n
+        return p
+
+    def newest(self) -> _Tx | None:
+        """The packet under the highest key held."""
+        slots = self.slots
+        i = len(slots) - 1
+        while i >= 0:
+            p = slots[i]
+            if p is not None:
+                return p
+            i -= 1
+        return None
+
+    def clear(self) -> None:
+        self.slots.clear()
+        self.live = 0
+
+
 class Requester:
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
         self.wrs = _NONE_POSTED  # posted, not yet completed, in post order
         self.unsent = _NONE_POSTED  # posted, not every packet sent yet
-        self.outstanding: dict[int, _Tx] = {}  # seq -> packet, unacknowledged
-        self.by_order: dict[int, _Tx] = {}  # transmission order -> packet in flight (insertion-ordered)
+        self.outstanding = _Window()  # seq -> packet, unacknowledged
+        self.by_order = _Window()  # transmission order -> packet in flight
         self.retx: list[int] = []  # heap of lost seqs awaiting retransmission
         self.next_seq = 0
         self.cack = 0
@@ -378,7 +459,7 @@ class Requester:
                     if ev is None:
                         break
                 p = self._new_packet(w, seq, i, offset, size, ev)
-                outstanding[seq] = p
+                outstanding.add(seq, p)
                 self.next_seq = seq + 1
                 w.next_index = i = i + 1
                 if i == w.npkts:
@@ -435,7 +516,7 @@ class Requester:
         p.tx_count += 1
         self.order = order = self.order + 1
         p.order = order
-        self.by_order[order] = p
+        self.by_order.add(order, p)
         size = p.size
         self.inflight += size
         if self.cc_on_send:
@@ -552,10 +633,9 @@ class Requester:
         outstanding = self.outstanding
         acked = []
         if cack > self.cack:
-            for seq in range(self.cack, cack):  # get + del: compiled, both are direct dict calls (pop is not)
-                p = outstanding.get(seq)
+            for seq in range(self.cack, cack):
+                p = outstanding.pop(seq)
                 if p is not None:
-                    del outstanding[seq]
                     acked.append(p)
             self.cack = cack
         if bm:
@@ -567,9 +647,8 @@ class Requester:
             while bm:
                 low = bm & -bm
                 seq = base + low.bit_length() - 1
-                p = outstanding.get(seq)
+                p = outstanding.pop(seq)
                 if p is not None:
-                    del outstanding[seq]
                     acked.append(p)
                 bm ^= low
         newly = 0  # bytes
@@ -584,8 +663,7 @@ class Requester:
                 if not p.lost:
                     self.inflight -= size
                 order = p.order
-                if order in by_order:
-                    del by_order[order]
+                by_order.pop(order)  # (gone already if it was inferred lost)
                 if order > top:
                     top = order
                 p.wr.acked += 1
@@ -611,7 +689,7 @@ class Requester:
             self.check_deadline = now + self._tlp_wait(now)  # cleared below when nothing is outstanding
             self._detect_losses(now)
             self._complete()
-        if not outstanding:
+        if not outstanding.live:
             self.check_deadline = None
             if not self.unsent:
                 self.rto_deadline = None
@@ -660,8 +738,12 @@ class Requester:
         wait = self._loss_wait(now)
         sent_before = now - wait
         by_order = self.by_order
+        base = by_order.base
         lost: list[_Tx] = []
-        for order, p in by_order.items():  # oldest transmission first
+        for i, p in enumerate(by_order.slots):  # oldest transmission first
+            if p is None:
+                continue
+            order = base + i
             if order >= acked_order or (order >= threshold and order <= tail):
                 break  # nothing later acknowledged, or not enough of it yet
             if p.sent_at > sent_before:
@@ -675,7 +757,7 @@ class Requester:
         evs = self.qp.evs
         assert evs is not None and self.cc is not None
         for p in lost:
-            del by_order[p.order]
+            by_order.pop(p.order)
             self._lose(p)
             # Skipped now, blamed (ASSUMED_BAD) only once the retransmission shows the original was
             # really lost (`_judge`): a packet held in deep queues is late, not lost.
@@ -700,16 +782,17 @@ class Requester:
     def _check_tail(self, now: int) -> None:
         """The check timer (cleared by the caller; `_detect_losses` may set it again): infer tail losses,
         else probe the tail once if nothing came back for a PTO."""
-        if not self.by_order:
+        if not self.by_order.live:
             return
         self._detect_losses(now)
-        if self.retx or not self.by_order:
+        p = self.by_order.newest()
+        if self.retx or p is None:
             return
-        order, p = next(reversed(self.by_order.items()))
+        order = p.order
         tlp = self._tlp_wait(now)
         if order > self.tlp_order and p.sent_at + tlp <= now:
             self.tlp_order = self.order + 1  # the probe's own transmission: no second probe for it
-            del self.by_order[order]
+            self.by_order.pop(order)
             self._lose(p)  # resent on a fresh EV, RTX set; its EV keeps its state
             self.stats.tail_probes += 1
         elif self.check_deadline is None and p.sent_at + tlp > now:
@@ -781,7 +864,7 @@ class Requester:
         if p.retries > self._retry_limit():
             qp.set_error(now, WcStatus.RETRY_EXC_ERR)
             return
-        self.by_order.pop(p.order, None)
+        self.by_order.pop(p.order)
         self._lose(p)
 
     def on_aeth(self, pkt: Packet, now: int) -> None:
@@ -794,7 +877,7 @@ class Requester:
         }.get(aeth.syndrome)  # type: ignore[call-overload]
         if self.qp.state is not _RTS:
             return
-        if unwrap_psn(pkt.bth.psn, self.cack) not in self.outstanding:
+        if self.outstanding.get(unwrap_psn(pkt.bth.psn, self.cack)) is None:
             self.stats.rx_bogus_ack += 1  # about no packet in flight: stale, duplicated or forged
             return
         if status is not None:
@@ -802,7 +885,7 @@ class Requester:
 
     # -- timers --------------------------------------------------------------------------------------------
     def _arm(self, now: int) -> None:
-        self.rto_deadline = now + self.rto() if self.outstanding else None
+        self.rto_deadline = now + self.rto() if self.outstanding.live else None
 
     def on_timer(self, now: int) -> None:
         self.blocked = False
@@ -824,7 +907,7 @@ class Requester:
             self._check_tail(now)
         if self.rto_deadline is None or now < self.rto_deadline:
             return
-        if not self.outstanding and not self.unsent:
+        if not self.outstanding.live and not self.unsent:
             self.rto_deadline = None
             return
         self.timeouts += 1
@@ -832,11 +915,11 @@ class Requester:
         if self.timeouts > self._retry_limit():
             qp.set_error(now, WcStatus.RETRY_EXC_ERR)
             return
-        if not self.outstanding:  # work and no path (doubted planes are probed on their own schedule)
+        if not self.outstanding.live:  # work and no path (doubted planes are probed on their own schedule)
             self.rto_deadline = now + self.rto()
             return
         assert self.cc is not None
-        for p in list(self.by_order.values()):
+        for p in self.by_order.values():
             self._lose(p)
             evs.mark_bad(p.entry, now)
         self.by_order.clear()
