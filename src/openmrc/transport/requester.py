@@ -195,9 +195,10 @@ class _Tx(Transmit):
     the simulated fabric, which writes its fabric fields) carries is this record, so a packet in flight is
     one object. Once it is sent the requester writes only the slots below, never the Transmit's: a
     retransmission is a new `Transmit` of the same fields (`_transmit`), since the first copy may still be
-    in flight."""
+    in flight. Its sequence number is its PSN unwrapped next to the cumulative PSN (exact while it is
+    outstanding: what is outstanding spans far less than 2^23 PSNs)."""
 
-    __slots__ = ("entry", "lost", "order", "retries", "sent_at", "seq", "suspect", "tx_count", "wr")
+    __slots__ = ("entry", "lost", "order", "resent", "retries", "sent_at", "suspect", "wr")
 
     def __init__(
         self,
@@ -214,13 +215,12 @@ class _Tx(Transmit):
     ) -> None:
         super().__init__(entry.port, peer, entry.expanded, entry.entropy, None, qp_num, len(payload))
         self.set_data(tpl, op, last, False, seq & PSN_MASK, va, payload)
-        self.seq = seq
         self.wr = wr
         self.entry = entry
         self.sent_at = 0
         self.order = 0
         self.lost = False
-        self.tx_count = 0
+        self.resent = False  # (the flags side by side: the compiled build packs them into one word)
         self.retries = 0
         self.suspect: EvEntry | None = None  # the EV of a transmission inferred lost, until it is judged
 
@@ -513,7 +513,8 @@ class Requester:
         # the caller counts tx_data and retransmits.
         p.entry = ev
         p.sent_at = now
-        p.tx_count += 1
+        if rtx:
+            p.resent = True
         self.order = order = self.order + 1
         p.order = order
         self.by_order.add(order, p)
@@ -621,7 +622,7 @@ class Requester:
             # so its cumulative PSN passed them: everything we did send is acknowledged, nothing more.
             cack = next_seq
         trig = self.outstanding.get(wire_cack + ack_psn_offset)
-        rtt = now - trig.sent_at if trig is not None and trig.tx_count == 1 else None
+        rtt = now - trig.sent_at if trig is not None and not trig.resent else None
         if rtt is not None:
             if not self.srtt:
                 self.srtt, self.rttvar = rtt, rtt >> 1
@@ -804,7 +805,7 @@ class Requester:
         if not p.lost:
             p.lost = True
             self.inflight -= p.size
-            _heappush(self.retx, p.seq)
+            _heappush(self.retx, unwrap_psn(p.psn, self.cack))
 
     def _complete(self) -> None:
         wrs = self.wrs
