@@ -502,10 +502,9 @@ class CarryingFabric(Fabric):
 
 
 def test_a_retransmission_leaves_the_first_copy_in_flight_untouched() -> None:
-    """The first transmission of a data packet is the requester's own record of it, carried by the fabric;
-    the retransmission sent while that copy is still in flight is a new object with the same packet
-    fields, and nothing the requester does then (loss, retransmission, acknowledgement) writes a field of
-    the copy in flight."""
+    """A fabric carries (and writes) the very objects a NIC emits: the retransmission sent while the first
+    copy of a packet is still in flight is a new object with the same packet fields, and nothing the
+    requester does then (loss, retransmission, acknowledgement) writes a field of the copy in flight."""
     p = Pair(seed=5, buf_size=1 << 16)
     fabric = CarryingFabric(p.fabric, hold=1, hold_ns=2_000_000)
     p.fabric = fabric

@@ -284,19 +284,6 @@ class Transmit:
             return len(pkt.payload)
         return len(self.payload)
 
-    def set_data(
-        self, tpl: DataTemplate, op: int, ack_req: bool, rtx: bool, psn: int, va: int, payload: memoryview
-    ) -> None:
-        """Make this a data packet: its Write's template and the fields that change per packet."""
-        self.tpl = tpl
-        self.is_data = True
-        self.op = op
-        self.ack_req = ack_req
-        self.rtx = rtx
-        self.psn = psn
-        self.va = va
-        self.payload = payload
-
     def _build(self) -> Packet:
         tpl = self.tpl
         assert tpl is not None, "a Transmit holds a packet or a data template"
@@ -325,7 +312,14 @@ def data_transmit(
 ) -> Transmit:
     """A data packet's `Transmit`, by its Write's template and the fields of this packet (no `Packet`)."""
     t = Transmit(port, peer, ev, entropy, None, qp_num, len(payload))
-    t.set_data(tpl, op, ack_req, rtx, psn, va, payload)
+    t.tpl = tpl
+    t.is_data = True
+    t.op = op
+    t.ack_req = ack_req
+    t.rtx = rtx
+    t.psn = psn
+    t.va = va
+    t.payload = payload
     return t
 
 
