@@ -294,13 +294,18 @@ class _Window:
         self.live = 0
 
 
+_NO_WINDOW: Final = _Window()
+"""A requester's ``outstanding`` and ``by_order`` until it posts a Write (shared, only ever read or cleared:
+nothing is sent without a Write)."""
+
+
 class Requester:
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
         self.wrs = _NONE_POSTED  # posted, not yet completed, in post order
         self.unsent = _NONE_POSTED  # posted, not every packet sent yet
-        self.outstanding = _Window()  # seq -> packet, unacknowledged
-        self.by_order = _Window()  # transmission order -> packet in flight
+        self.outstanding = _NO_WINDOW  # seq -> packet, unacknowledged
+        self.by_order = _NO_WINDOW  # transmission order -> packet in flight
         self.retx: list[int] = []  # heap of lost seqs awaiting retransmission
         self.next_seq = 0
         self.cack = 0
@@ -369,6 +374,8 @@ class Requester:
         self.blocked = False
         w = _Wr(wr, views, total, signaled, self.qp.nic.config.mtu)
         if self.wrs is _NONE_POSTED:
+            self.outstanding = _Window()
+            self.by_order = _Window()
             self.wrs = deque()
             self.unsent = deque()
         self.wrs.append(w)
