@@ -22,7 +22,8 @@ Parts (``--only``):
                    on the 8-plane Clos of 512-port switches with ``--allreduce-hosts`` GPUs: four cases (MRC,
                    MRC with a T0-T1 link failing in the first step, RoCEv2 with 8 QPs per message over the 8
                    planes, RoCEv2 with the failure), each in its own process: network step time, slowdown
-                   vs the failure-free case, wall, CPU, peak RSS. ``allreduce_131k_step_us`` (a dict by
+                   vs the failure-free case, wall, CPU (``allreduce_gc_cpu_s``: the part spent in garbage
+                   collections, and how many ran), peak RSS. ``allreduce_131k_step_us`` (a dict by
                    case) when run at 131,072 hosts, else ``allreduce_step_us``; the intra-server NVLink
                    phases are computed, not simulated (``allreduce_nvlink_us``)
 
@@ -40,6 +41,7 @@ smaller fat tree with htsim's matching permutation.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -248,6 +250,29 @@ def clos_perm() -> dict[str, Any]:
     }
 
 
+class _GcTime:
+    """CPU time spent in garbage collections while installed (``with _GcTime() as g:``), and how many ran."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.collections = 0
+        self._at = 0.0
+
+    def _seen(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._at = time.process_time()
+        else:
+            self.cpu_s += time.process_time() - self._at
+            self.collections += 1
+
+    def __enter__(self) -> _GcTime:
+        gc.callbacks.append(self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._seen)
+
+
 def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     """One all-reduce case (one of `AR_CASES`) in this process."""
     t0 = time.perf_counter()
@@ -263,13 +288,16 @@ def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     job = hierarchical_allreduce(sim, kib << 10)
     if case.endswith("failure"):
         sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 0), AR_FAIL_AT_NS, None)
-    rep, wall = _run(sim)
+    with _GcTime() as gct:
+        rep, wall = _run(sim)
     step = job.step_ns()
     return {
         "step_us": None if step is None else step / 1000,
         "build_s": build,
         "wall_s": wall,
         "cpu_s": rep["cpu_s"],
+        "gc_cpu_s": gct.cpu_s,
+        "gc_collections": gct.collections,
         "peak_rss_mb": _rss_mb(),
         "flows": rep["flows"],
         "completed": rep["completed"],
@@ -302,7 +330,16 @@ def allreduce(hosts: int, kib: int) -> dict[str, Any]:
     for base in ("mrc", "roce"):
         ok, failed = steps[base], steps[f"{base}_failure"]
         out[f"allreduce_slowdown_{base}"] = None if not ok or failed is None else failed / ok
-    for key in ("wall_s", "cpu_s", "peak_rss_mb", "build_s", "retransmits", "packet_hops"):
+    for key in (
+        "wall_s",
+        "cpu_s",
+        "gc_cpu_s",
+        "gc_collections",
+        "peak_rss_mb",
+        "build_s",
+        "retransmits",
+        "packet_hops",
+    ):
         out[f"allreduce_{key}"] = {c: got[c][key] for c in AR_CASES}
     return out
 
