@@ -360,7 +360,8 @@ class FabricSim:
             self.sim.run(until=until)
         if self.sampler is not None:
             self.sampler.sample()
-        return self.results()
+        with PausedGc():  # a large fabric's results are many objects too (a link's figures per port)
+            return self.results()
 
     def results(self) -> SimResults:
         """What the run so far produced (`run` returns it after running)."""
