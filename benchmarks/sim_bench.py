@@ -25,11 +25,12 @@ Parts (``--only``):
                    vs the failure-free case, wall, CPU (``allreduce_gc_cpu_s``: the part spent in garbage
                    collections, and how many ran), peak RSS. ``allreduce_131k_step_us`` (a dict by
                    case) when run at 131,072 hosts, else ``allreduce_step_us``; the intra-server NVLink
-                   phases are computed, not simulated (``allreduce_nvlink_us``)
+                   phases are computed, not simulated (``allreduce_nvlink_us``). ``--allreduce-keep``:
+                   every connection kept for the whole step instead of made and destroyed per use
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
                                    [--scale-ranks 2]
-                                   [--allreduce-hosts 131072] [--allreduce-kib 1024]
+                                   [--allreduce-hosts 131072] [--allreduce-kib 1024] [--allreduce-keep]
 
 Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
 on a 2-core machine with the compiled core; ``scale`` is most of it). ``allreduce`` at 131,072 GPUs is four
@@ -273,8 +274,9 @@ class _GcTime:
         gc.callbacks.remove(self._seen)
 
 
-def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
-    """One all-reduce case (one of `AR_CASES`) in this process."""
+def allreduce_case(case: str, hosts: int, kib: int, keep: bool = False) -> dict[str, Any]:
+    """One all-reduce case (one of `AR_CASES`) in this process; ``keep``: every connection for the whole
+    step (no transient connections)."""
     t0 = time.perf_counter()
     roce = case.startswith("roce")
     kw: dict[str, Any] = (
@@ -285,7 +287,7 @@ def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     cfg = FabricSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=32, seed=1, **kw)
     sim = FabricSim.clos(cfg)
     build = time.perf_counter() - t0
-    job = hierarchical_allreduce(sim, kib << 10)
+    job = hierarchical_allreduce(sim, kib << 10, transient=not keep)
     if case.endswith("failure"):
         sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 0), AR_FAIL_AT_NS, None)
     with _GcTime() as gct:
@@ -309,12 +311,13 @@ def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     }
 
 
-def allreduce(hosts: int, kib: int) -> dict[str, Any]:
+def allreduce(hosts: int, kib: int, keep: bool = False) -> dict[str, Any]:
     """The four cases, each in a fresh process (its own peak RSS)."""
     got: dict[str, dict[str, Any]] = {}
     for case in AR_CASES:
         cmd = [sys.executable, __file__, "--json", "--allreduce-case", case]
         cmd += ["--allreduce-hosts", str(hosts), "--allreduce-kib", str(kib)]
+        cmd += ["--allreduce-keep"] if keep else []
         done = subprocess.run(cmd, check=True, capture_output=True, text=True)
         got[case] = json.loads(done.stdout)
         print(f"# allreduce {case}: {got[case]}", file=sys.stderr)
@@ -326,6 +329,7 @@ def allreduce(hosts: int, kib: int) -> dict[str, Any]:
         "allreduce_network_steps": got["mrc"]["steps"],
         "allreduce_network_bytes_per_gpu": got["mrc"]["network_bytes_per_gpu"],
         "allreduce_nvlink_us": got["mrc"]["nvlink_us"],  # computed at NVLINK_BPS, not simulated
+        "allreduce_connections": "kept" if keep else "transient",
     }
     for base in ("mrc", "roce"):
         ok, failed = steps[base], steps[f"{base}_failure"]
@@ -356,7 +360,7 @@ def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
     if name == "scale-2ranks":
         return scale(a.scale_hosts, a.scale_evs, ranks=a.scale_ranks)
     if name == "allreduce":
-        return allreduce(a.allreduce_hosts, a.allreduce_kib)
+        return allreduce(a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
     return clos_perm()
 
 
@@ -378,11 +382,14 @@ def main() -> None:
     ap.add_argument("--scale-ranks", type=int, default=2, help="ranks of the scale-2ranks part (keys say it)")
     ap.add_argument("--allreduce-hosts", type=int, default=131_072)
     ap.add_argument("--allreduce-kib", type=int, default=1024, help="all-reduce buffer per GPU (KiB)")
+    ap.add_argument(
+        "--allreduce-keep", action="store_true", help="all-reduce: keep every connection for the whole step"
+    )
     ap.add_argument("--allreduce-case", choices=AR_CASES, help=argparse.SUPPRESS)  # one case, in-process
     a = ap.parse_args()
     only = a.only or a.allreduce_case
     if a.allreduce_case:
-        out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib)
+        out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
     elif a.only:
         out = part(a.only, a)
     else:

@@ -88,6 +88,18 @@ def test_flows_are_made_as_steps_fire_and_qps_live_only_while_used() -> None:
     assert all(not sim.host(h).nic.profiles.ev or set(sim.host(h).nic.profiles.ev) <= {0} for h in range(64))
 
 
+def test_connections_kept_for_the_whole_step_when_not_transient() -> None:
+    sim = small(64)
+    job = hierarchical_allreduce(sim, 64 << 10, transient=False)
+    sim.run(until=10**9)
+    assert job.step_ns() is not None and sim.delivered_bytes() == job.network_bytes() * 64
+    partners = {(h, job.partner(h, t)) for h in range(64) for t in range(job.steps)}
+    assert len(partners) == 64 * job.steps // 2  # each partner twice, once per phase
+    # a QP pair per direction, each end's QP kept
+    assert sum(len(sim.host(h).qps) for h in range(64)) == 2 * len(partners)
+    assert all(f.qp is not None for f in sim.flows)
+
+
 def test_one_qp_pair_carries_both_directions() -> None:
     sim = small(64)
     hierarchical_allreduce(sim, 64 << 10)
