@@ -22,13 +22,15 @@ Parts (``--only``):
                    on the 8-plane Clos of 512-port switches with ``--allreduce-hosts`` GPUs: four cases (MRC,
                    MRC with a T0-T1 link failing in the first step, RoCEv2 with 8 QPs per message over the 8
                    planes, RoCEv2 with the failure), each in its own process: network step time, slowdown
-                   vs the failure-free case, wall, CPU, peak RSS. ``allreduce_131k_step_us`` (a dict by
+                   vs the failure-free case, wall, CPU (``allreduce_gc_cpu_s``: the part spent in garbage
+                   collections, and how many ran), peak RSS. ``allreduce_131k_step_us`` (a dict by
                    case) when run at 131,072 hosts, else ``allreduce_step_us``; the intra-server NVLink
-                   phases are computed, not simulated (``allreduce_nvlink_us``)
+                   phases are computed, not simulated (``allreduce_nvlink_us``). ``--allreduce-keep``:
+                   every connection kept for the whole step instead of made and destroyed per use
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
                                    [--scale-ranks 2]
-                                   [--allreduce-hosts 131072] [--allreduce-kib 1024]
+                                   [--allreduce-hosts 131072] [--allreduce-kib 1024] [--allreduce-keep]
 
 Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
 on a 2-core machine with the compiled core; ``scale`` is most of it). ``allreduce`` at 131,072 GPUs is four
@@ -40,6 +42,7 @@ smaller fat tree with htsim's matching permutation.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -248,8 +251,32 @@ def clos_perm() -> dict[str, Any]:
     }
 
 
-def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
-    """One all-reduce case (one of `AR_CASES`) in this process."""
+class _GcTime:
+    """CPU time spent in garbage collections while installed (``with _GcTime() as g:``), and how many ran."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.collections = 0
+        self._at = 0.0
+
+    def _seen(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._at = time.process_time()
+        else:
+            self.cpu_s += time.process_time() - self._at
+            self.collections += 1
+
+    def __enter__(self) -> _GcTime:
+        gc.callbacks.append(self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._seen)
+
+
+def allreduce_case(case: str, hosts: int, kib: int, keep: bool = False) -> dict[str, Any]:
+    """One all-reduce case (one of `AR_CASES`) in this process; ``keep``: every connection for the whole
+    step (no transient connections)."""
     t0 = time.perf_counter()
     roce = case.startswith("roce")
     kw: dict[str, Any] = (
@@ -260,16 +287,19 @@ def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     cfg = FabricSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=32, seed=1, **kw)
     sim = FabricSim.clos(cfg)
     build = time.perf_counter() - t0
-    job = hierarchical_allreduce(sim, kib << 10)
+    job = hierarchical_allreduce(sim, kib << 10, transient=not keep)
     if case.endswith("failure"):
         sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 0), AR_FAIL_AT_NS, None)
-    rep, wall = _run(sim)
+    with _GcTime() as gct:
+        rep, wall = _run(sim)
     step = job.step_ns()
     return {
         "step_us": None if step is None else step / 1000,
         "build_s": build,
         "wall_s": wall,
         "cpu_s": rep["cpu_s"],
+        "gc_cpu_s": gct.cpu_s,
+        "gc_collections": gct.collections,
         "peak_rss_mb": _rss_mb(),
         "flows": rep["flows"],
         "completed": rep["completed"],
@@ -281,12 +311,13 @@ def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     }
 
 
-def allreduce(hosts: int, kib: int) -> dict[str, Any]:
+def allreduce(hosts: int, kib: int, keep: bool = False) -> dict[str, Any]:
     """The four cases, each in a fresh process (its own peak RSS)."""
     got: dict[str, dict[str, Any]] = {}
     for case in AR_CASES:
         cmd = [sys.executable, __file__, "--json", "--allreduce-case", case]
         cmd += ["--allreduce-hosts", str(hosts), "--allreduce-kib", str(kib)]
+        cmd += ["--allreduce-keep"] if keep else []
         done = subprocess.run(cmd, check=True, capture_output=True, text=True)
         got[case] = json.loads(done.stdout)
         print(f"# allreduce {case}: {got[case]}", file=sys.stderr)
@@ -298,11 +329,21 @@ def allreduce(hosts: int, kib: int) -> dict[str, Any]:
         "allreduce_network_steps": got["mrc"]["steps"],
         "allreduce_network_bytes_per_gpu": got["mrc"]["network_bytes_per_gpu"],
         "allreduce_nvlink_us": got["mrc"]["nvlink_us"],  # computed at NVLINK_BPS, not simulated
+        "allreduce_connections": "kept" if keep else "transient",
     }
     for base in ("mrc", "roce"):
         ok, failed = steps[base], steps[f"{base}_failure"]
         out[f"allreduce_slowdown_{base}"] = None if not ok or failed is None else failed / ok
-    for key in ("wall_s", "cpu_s", "peak_rss_mb", "build_s", "retransmits", "packet_hops"):
+    for key in (
+        "wall_s",
+        "cpu_s",
+        "gc_cpu_s",
+        "gc_collections",
+        "peak_rss_mb",
+        "build_s",
+        "retransmits",
+        "packet_hops",
+    ):
         out[f"allreduce_{key}"] = {c: got[c][key] for c in AR_CASES}
     return out
 
@@ -319,7 +360,7 @@ def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
     if name == "scale-2ranks":
         return scale(a.scale_hosts, a.scale_evs, ranks=a.scale_ranks)
     if name == "allreduce":
-        return allreduce(a.allreduce_hosts, a.allreduce_kib)
+        return allreduce(a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
     return clos_perm()
 
 
@@ -341,11 +382,14 @@ def main() -> None:
     ap.add_argument("--scale-ranks", type=int, default=2, help="ranks of the scale-2ranks part (keys say it)")
     ap.add_argument("--allreduce-hosts", type=int, default=131_072)
     ap.add_argument("--allreduce-kib", type=int, default=1024, help="all-reduce buffer per GPU (KiB)")
+    ap.add_argument(
+        "--allreduce-keep", action="store_true", help="all-reduce: keep every connection for the whole step"
+    )
     ap.add_argument("--allreduce-case", choices=AR_CASES, help=argparse.SUPPRESS)  # one case, in-process
     a = ap.parse_args()
     only = a.only or a.allreduce_case
     if a.allreduce_case:
-        out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib)
+        out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
     elif a.only:
         out = part(a.only, a)
     else:

@@ -14,7 +14,6 @@ registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` d
 
 from __future__ import annotations
 
-import gc
 import random
 from typing import Any
 
@@ -52,7 +51,6 @@ class FabricSim:
         self.completed = 0
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
         self._transient = False  # see `transient_connections`
-        self._retired = 0  # transient: flows done at both ends so far
         self.sampler: Sampler | None = None
         self._watched: list[tuple[SimHost, Any, list[Flow]]] = []  # connections watched for recovery
         self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched connections
@@ -288,11 +286,6 @@ class FabricSim:
         needs it, and let go of its triggers (a finished flow keeps only its figures)."""
         self.hosts[f.src].release(f, self.hosts[f.dst])
         f.trigger = f.send_done = f.recv_done = None
-        self._retired += 1
-        if self._retired % max(1024, self.topo.num_hosts) == 0:
-            # a destroyed QP is a reference cycle (QP <-> requester, responder) and the collector is paused
-            # while running (`PausedGc`): about once a step, free the connections released since
-            gc.collect()
 
     def _received(self, f: Flow, now: int) -> None:
         if f.recv_finish is not None:
@@ -367,7 +360,8 @@ class FabricSim:
             self.sim.run(until=until)
         if self.sampler is not None:
             self.sampler.sample()
-        return self.results()
+        with PausedGc():  # a large fabric's results are many objects too (a link's figures per port)
+            return self.results()
 
     def results(self) -> SimResults:
         """What the run so far produced (`run` returns it after running)."""

@@ -212,6 +212,8 @@ class _Tx:
 
 
 class Requester:
+    __deletable__ = ("qp",)  # `Qp.detach` breaks the cycle (compiled: only listed attributes can be deleted)
+
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
         self.wrs = _NONE_POSTED  # posted, not yet completed, in post order
