@@ -10,6 +10,8 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from openmrc.ev import EVState
 from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, NicConfig, WcStatus
@@ -38,6 +40,20 @@ def test_rotation_shuffle_draws_what_random_shuffle_draws() -> None:
                 shuffle(a, xs)
                 b.shuffle(ys)
                 assert xs == ys and a.random() == b.random()
+
+
+@given(
+    st.lists(st.integers(0, 0xFFFFFFFF) | st.integers(0, 40) | st.integers(0xC000, 0xC03F), min_size=1),
+    st.lists(st.integers(0, 0xFFFFFFFF), max_size=20),
+)
+def test_find_answers_as_a_dict_of_the_echo_values(echoes: list[int], others: list[int]) -> None:
+    """`EvTable.find` (an open-addressing index) finds what a dict by echo value would: the later EV of
+    a repeated value, nothing for a value no EV has, whatever collides."""
+    t = EvTable([(bytes(32), 1 + i % 3, v) for i, v in enumerate(echoes)], rng=random.Random(1), min_active=1)
+    by_value = {e.entropy: e for e in t.entries}
+    assert t.by_entropy == by_value
+    for v in echoes + others:
+        assert t.find(v) is by_value.get(v)
 
 
 def entries(ports: int = 4, per_port: int = 8) -> list[tuple[bytes, int, int]]:

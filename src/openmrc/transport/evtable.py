@@ -108,6 +108,37 @@ class EvEntry:
         return f"EvEntry(port={self.port}, entropy=0x{self.entropy:08x}, {self.state.name}, slot={self.slot})"
 
 
+def _home(entropy: int) -> int:
+    """Where `_entropy_index` starts looking for an echo value (before the mask): its bits folded down, as
+    they vary in the high bits (a CRC-32) or only the low 16 (a UDP source port)."""
+    h = entropy ^ (entropy >> 16)
+    return h ^ (h >> 8)
+
+
+def _entropy_index(entries: list[EvEntry]) -> bytes:
+    """An open-addressing table from echo value to EV: a power of two of 16-bit slots, at least twice the
+    EVs, each 0 (empty) or 1 + the EV's position in ``entries``; linear probing. A dict with the values'
+    integer objects would be ten times the size (a QP of 32 EVs: 2.2 KB instead of 128 bytes)."""
+    n = len(entries)
+    if n >= 0xFFFF:
+        raise ValueError(f"an EV table holds at most {0xFFFF - 1} EVs, not {n}")
+    size = 4
+    while size < 2 * n:
+        size <<= 1
+    mask = size - 1
+    slots = bytearray(2 * size)
+    for k, e in enumerate(entries, 1):
+        i = _home(e.entropy) & mask
+        while True:
+            j = slots[2 * i] | slots[2 * i + 1] << 8
+            if not j or entries[j - 1].entropy == e.entropy:  # a repeated value: the later EV, as a dict
+                slots[2 * i] = k & 0xFF
+                slots[2 * i + 1] = k >> 8
+                break
+            i = (i + 1) & mask
+    return bytes(slots)
+
+
 @dataclass(frozen=True, slots=True)
 class EvEvent:
     """An EV state change, as the controller's EV event queue reports it."""
@@ -165,7 +196,7 @@ class EvTable:
         self.qp_num = qp_num
         self.profile_id = profile_id
         self.entries = [EvEntry(ev, port, ent) for ev, port, ent in entries]
-        self.by_entropy = {e.entropy: e for e in self.entries}
+        self._index = _entropy_index(self.entries)
         per_port: dict[int, list[EvEntry]] = {}
         for e in self.entries:
             per_port.setdefault(e.port, []).append(e)
@@ -188,9 +219,32 @@ class EvTable:
         self._port_mask = (1 << 32) - 1  # bit p-1: port p usable (local and peer side up)
         self._local_mask = (1 << 32) - 1  # bit p-1: the local port p is up
         self.doubted: list[int] = []  # ports up locally that the peer says are down
-        self.bad: set[EvEntry] = set()
+        self.bad: dict[EvEntry, None] = {}
+        """The ASSUMED_BAD EVs (a dict as an ordered set: an empty one is a quarter of an empty set's size,
+        and a large fabric has a table per QP)."""
         self._probe_at: int | None = None  # cached next_probe_time()
         self._probe_dirty = False
+
+    def find(self, entropy: int) -> EvEntry | None:
+        """The EV whose echo value is ``entropy`` (the last of the profile's if several share it), or None:
+        what a SACK or NACK echoes, looked up in `_entropy_index`."""
+        idx = self._index
+        mask = (len(idx) >> 1) - 1
+        i = _home(entropy) & mask
+        entries = self.entries
+        while True:
+            k = idx[2 * i] | idx[2 * i + 1] << 8
+            if not k:
+                return None
+            e = entries[k - 1]
+            if e.entropy == entropy:
+                return e
+            i = (i + 1) & mask
+
+    @property
+    def by_entropy(self) -> dict[int, EvEntry]:
+        """Every EV by its echo value (a new dict: the per-packet lookup is `find`)."""
+        return {e.entropy: e for e in self.entries}
 
     @property
     def backups(self) -> dict[int, list[EvEntry]]:
@@ -334,7 +388,7 @@ class EvTable:
         self._set_state(e, _BAD, now)
         e.probe_ok = 0
         e.next_probe = now + self.probe_interval
-        self.bad.add(e)
+        self.bad[e] = None
         self._probe_dirty = True
 
     def _retire(self, e: EvEntry) -> None:
@@ -391,7 +445,7 @@ class EvTable:
             return
         e.probe_ok += 1
         if e.probe_ok >= self.probes_to_restore:
-            self.bad.discard(e)
+            self.bad.pop(e, None)
             self._probe_dirty = True
             self._set_state(e, _GOOD, now)
             if e.slot < 0:
@@ -401,12 +455,12 @@ class EvTable:
     def set_state(self, e: EvEntry, state: EVState, now: int) -> None:
         """Controller MODIFY_EV_STATE: DENIED, GOOD (also lifts a denial) or ASSUMED_BAD."""
         if state is _DENIED:
-            self.bad.discard(e)
+            self.bad.pop(e, None)
             self._probe_dirty = True
             self._retire(e)
             self._set_state(e, _DENIED, now)
         elif state is _GOOD:
-            self.bad.discard(e)
+            self.bad.pop(e, None)
             self._probe_dirty = True
             e.probe_ok = 0
             if e.state is not _GOOD:

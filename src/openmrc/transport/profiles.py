@@ -38,9 +38,10 @@ class EvProfileBinding:
 
     A simulated fabric's NICs hold millions of EVs, so they are kept packed (the expanded values, then a
     16-bit word per port and a 32-bit word per echo, no tuple or integer object per EV); `entries` builds
-    the (expanded EV, port, echo) tuples when asked."""
+    the (expanded EV, port, echo) tuples when asked. It is also what the EV tables of the QPs that bind it
+    hand their events to (`__call__`: one object per profile, not a closure per QP)."""
 
-    __slots__ = ("_echoes", "_evs", "_ports", "event_mask", "min_active", "mode", "profile_id")
+    __slots__ = ("_echoes", "_evs", "_ports", "event_mask", "min_active", "mode", "profile_id", "queue")
 
     def __init__(
         self,
@@ -57,6 +58,12 @@ class EvProfileBinding:
         self._echoes = array("I", [echo for _ev, _port, echo in entries])
         self.min_active = min_active
         self.event_mask = event_mask
+        self.queue: Callable[[EvEvent], None] | None = None
+        """Where the events the mask selects go (the NIC's EV event queue, set when a QP binds it)."""
+
+    def __call__(self, ev: EvEvent) -> None:
+        if ev.state & self.event_mask and self.queue is not None:
+            self.queue(ev)
 
     @property
     def entries(self) -> tuple[tuple[bytes, int, int], ...]:
@@ -215,17 +222,8 @@ class ProfileTable:
         that the profile's event mask selects are queued."""
         b = self.ev_profile(profile_id)
         cfg = self.config
-        stats, sinks = self.stats, self.sinks
-
-        def emit(ev: EvEvent) -> None:
-            if ev.state & b.event_mask:
-                events = self.events
-                if len(events) == events.maxlen:
-                    stats.ev_events_dropped += 1
-                events.append(ev)
-                for sink in sinks:
-                    sink(ev)
-
+        if b.queue is None:
+            b.queue = self._queue_event
         t = EvTable(
             b.entries,
             rng=self.rng,
@@ -235,16 +233,24 @@ class ProfileTable:
             burst=cfg.spray_burst,
             probe_interval=cfg.probe_interval_ns,
             probes_to_restore=cfg.probes_to_restore,
-            emit=emit,
+            emit=b,
             qp_num=qp_num,
             profile_id=b.profile_id,
         )
         t.set_port_masks(local_mask, peer_mask)
         for entropy, state in self.ev_states.get(profile_id, {}).items():
-            e = t.by_entropy.get(entropy)
+            e = t.find(entropy)
             if e is not None:
                 t.set_state(e, state, now)
         return t
+
+    def _queue_event(self, ev: EvEvent) -> None:
+        events = self.events
+        if len(events) == events.maxlen:
+            self.stats.ev_events_dropped += 1
+        events.append(ev)
+        for sink in self.sinks:
+            sink(ev)
 
     def poll_events(self, n: int = 64) -> list[EvEvent]:
         """Up to ``n`` queued EV events, oldest first."""
