@@ -28,7 +28,7 @@ from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, SimHost
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
-from openmrc.sim.network import HEADER_BYTES, Node, Port, Switch, Unwired
+from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, Switch, Unwired
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import Nic, WcStatus
@@ -132,6 +132,10 @@ class FabricSim:
         mark_last = ecn if cfg.last_hop_ecn else None
         port_rng = random.Random(self.rng.getrandbits(64))
         ordered = cfg.ordered
+        # ordered: each port draws from its own stream (draws that do not depend on which other ports a
+        # process runs)
+        rng = None if ordered else port_rng
+        colds: dict[tuple[int, int, int], PortCold] = {}  # ports built alike share what they seldom change
         unwired = Unwired(-1)
         for n, node in enumerate(self.nodes):
             is_host = n < hosts
@@ -140,7 +144,7 @@ class FabricSim:
                     node.ports.append(
                         Port(
                             self.sim, unwired, ref.bps, 0, buffer=buffer, ecn=None, trimming=False,
-                            last_hop=False, rng=port_rng,
+                            last_hop=False, rng=port_rng, shared=colds,
                         )
                     )  # fmt: skip
                 node.ports.append(
@@ -153,11 +157,11 @@ class FabricSim:
                         ecn=None if is_host else ecn,
                         trimming=cfg.trimming and not is_host,
                         last_hop=not is_host and ref.peer < hosts and last_hop_apart,
-                        rng=port_rng,
+                        rng=rng,
+                        shared=colds,
                     )
                 )
-                if ordered:  # draws that do not depend on which other ports a process runs
-                    node.ports[-1].rng = None
+                if ordered:
                     node.ports[-1].seed = (cfg.seed << 40) | (n << 12) | ref.port
                     node.ports[-1].origin = n + 1
                 if mark_last is not None and node.ports[-1].last_hop:  # trims still marked last-hop

@@ -51,6 +51,7 @@ __all__ = [
     "Host",
     "Pfc",
     "Port",
+    "PortCold",
     "SimNic",
     "SimPacket",
     "Switch",
@@ -146,31 +147,24 @@ class Port:
 
     __slots__ = (
         "_arrive",
-        "_deliver_cb",
-        "bps",
+        "_cold",
         "buffer",
         "byte_den",
         "byte_num",
         "cross",
         "ctrl_free_at",
-        "down_drop_at",
         "drops",
-        "ecn_high",
         "ecn_low",
-        "epoch",
         "free_at",
         "guarded",
         "last_hop",
         "latency",
         "loss",
-        "losses",
         "marks",
-        "nominal_bps",
         "origin",
         "pace_ns",
         "peer",
         "pfc",
-        "rng",
         "seed",
         "sent_bytes",
         "sent_packets",
@@ -192,46 +186,122 @@ class Port:
         trimming: bool,
         last_hop: bool,
         rng: random.Random | None,
+        shared: dict[tuple[int, int, int], PortCold] | None = None,
     ) -> None:
+        """``shared``: the `PortCold` of ports built alike so far, by what makes them alike (a fabric's
+        builder passes one dict for all its ports)."""
         self.sim = sim
         self.peer = peer
         arrive = peer.arrive_cb
         if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
             arrive = peer.arrive_cb = peer.arrive
         self._arrive = arrive
-        self._deliver_cb: Callable[[SimPacket], None] | None = None  # bound when first guarded
-        self.nominal_bps = bps
+        # no ECN marking on a host's last hop (MRC rule): thresholds no queue reaches
+        ecn_low, ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
+        cold = PortCold(bps, ecn_high, rng)
+        if shared is not None:
+            key = (bps, ecn_high, 0 if rng is None else id(rng))
+            cold = shared.setdefault(key, cold)
+            cold.shared = True
+        self._cold = cold
         self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
         self.latency = latency_ns
         self.buffer = buffer
-        # no ECN marking on a host's last hop (MRC rule): thresholds no queue reaches
-        self.ecn_low, self.ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
+        self.ecn_low = ecn_low
         self.trimming = trimming
         self.last_hop = last_hop
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
-        self.rng = rng
-        """Where loss and ECN draws come from (shared by the ports of a default run); None: a stream of its
-        own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
-        few ever draw)."""
         self.seed = 0
+        """Seeds the port's own stream of draws when it has no ``rng``."""
         self.origin = 0
         """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
         self.cross: Crossing | None = None
         """Set when the peer runs in another process: the packets go there through it."""
         self.free_at = 0
         self.ctrl_free_at = 0
-        self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
         self.loss = 0.0
-        self.down_drop_at: int | None = None  # when the last data packet was sent into this port while down
         self.drops = 0
-        self.losses = 0
         self.trims = 0
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
         # priority flow control: off unless `enable_pfc` makes its state (a fabric has millions of ports)
         self.pfc: Pfc | None = None
+
+    # -- what a port seldom reads or writes lives in its `PortCold` ---------------------------------------
+    def _own(self) -> PortCold:
+        """The port's `PortCold`, copied first if other ports share it (before a write)."""
+        c = self._cold
+        if c.shared:
+            c = self._cold = c.copy()
+        return c
+
+    @property
+    def bps(self) -> int:
+        """The link's rate now (`set_rate`)."""
+        return self._cold.bps
+
+    @property
+    def nominal_bps(self) -> int:
+        """The rate it was built with."""
+        return self._cold.nominal_bps
+
+    @property
+    def ecn_high(self) -> int:
+        """Queued bytes from which every data packet is ECN-marked (RED from ``ecn_low``)."""
+        return self._cold.ecn_high
+
+    @ecn_high.setter
+    def ecn_high(self, v: int) -> None:
+        self._own().ecn_high = v
+
+    @property
+    def rng(self) -> random.Random | None:
+        """Where loss and ECN draws come from (shared by the ports of a default run); None: a stream of its
+        own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
+        few ever draw)."""
+        return self._cold.rng
+
+    @rng.setter
+    def rng(self, v: random.Random | None) -> None:
+        self._own().rng = v
+
+    @property
+    def epoch(self) -> int:
+        """Bumped each time the port goes down, so packets queued or in flight are lost."""
+        return self._cold.epoch
+
+    @epoch.setter
+    def epoch(self, v: int) -> None:
+        self._own().epoch = v
+
+    @property
+    def down_drop_at(self) -> int | None:
+        """When the last data packet was sent into this port while down."""
+        return self._cold.down_drop_at
+
+    @down_drop_at.setter
+    def down_drop_at(self, v: int | None) -> None:
+        self._own().down_drop_at = v
+
+    @property
+    def losses(self) -> int:
+        """Packets lost to ``loss``."""
+        return self._cold.losses
+
+    @losses.setter
+    def losses(self, v: int) -> None:
+        self._own().losses = v
+
+    @property
+    def _deliver_cb(self) -> Callable[[SimPacket], None] | None:
+        """``_deliver`` bound once, when the port is first guarded."""
+        return self._cold.deliver_cb
+
+    @_deliver_cb.setter
+    def _deliver_cb(self, v: Callable[[SimPacket], None] | None) -> None:
+        self._own().deliver_cb = v
 
     def enable_pfc(self, xoff: int, xon: int, on_resume: Callable[[None], None] | None = None) -> None:
         """Make this port lossless: queue and serialise packets, obey PAUSE frames, and have the peer pause
@@ -268,7 +338,8 @@ class Port:
         """Run the link at ``bps`` (a degraded link keeps its latency and buffer)."""
         if bps <= 0:
             raise ValueError(f"link rate {bps} b/s must be positive")
-        self.bps = bps
+        if bps != self._cold.bps:
+            self._own().bps = bps
         self.pace_ns = 4160 * 8_000_000_000 // bps
         # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
         # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
@@ -467,6 +538,41 @@ class Port:
     def pauses(self) -> int:
         """PAUSE frames that stopped this port (0 without PFC; the rest of its PFC state is ``pfc``'s)."""
         return self.pfc.pauses if self.pfc is not None else 0
+
+
+class PortCold:
+    """What a `Port` seldom reads or writes: its rates, the top of its RED ramp, where its draws come from,
+    the state of a port that failed or loses packets. Ports built alike share one (a fabric has millions of
+    ports, and almost all of them keep these as built); a port copies its own before it changes one
+    (`Port._own`)."""
+
+    __slots__ = (
+        "bps",
+        "deliver_cb",
+        "down_drop_at",
+        "ecn_high",
+        "epoch",
+        "losses",
+        "nominal_bps",
+        "rng",
+        "shared",
+    )
+
+    def __init__(self, bps: int, ecn_high: int, rng: random.Random | None) -> None:
+        self.bps = self.nominal_bps = bps
+        self.ecn_high = ecn_high
+        self.rng = rng
+        self.epoch = 0
+        self.losses = 0
+        self.down_drop_at: int | None = None
+        self.deliver_cb: Callable[[SimPacket], None] | None = None
+        self.shared = False
+
+    def copy(self) -> PortCold:
+        c = PortCold(self.nominal_bps, self.ecn_high, self.rng)
+        c.bps, c.epoch, c.losses = self.bps, self.epoch, self.losses
+        c.down_drop_at, c.deliver_cb = self.down_drop_at, self.deliver_cb
+        return c
 
 
 class Pfc:
