@@ -47,15 +47,18 @@ class EvProfileBinding:
         self,
         profile_id: int,
         mode: EVFormatMode,
-        entries: Sequence[tuple[bytes, int, int]],
+        evs: Sequence[bytes],
+        ports: Sequence[int],
+        echoes: Sequence[int],
         min_active: int,
         event_mask: int,
     ) -> None:
+        """The profile's EVs as three columns of one length: expanded EV, port, 32-bit echo value."""
         self.profile_id = profile_id
         self.mode = mode
-        self._evs = tuple(ev for ev, _port, _echo in entries)
-        self._ports = array("H", [port for _ev, port, _echo in entries])
-        self._echoes = array("I", [echo for _ev, _port, echo in entries])
+        self._evs = tuple(evs)
+        self._ports = array("H", ports)
+        self._echoes = array("I", echoes)
         self.min_active = min_active
         self.event_mask = event_mask
         self.queue: Callable[[EvEvent], None] | None = None
@@ -138,15 +141,14 @@ class ProfileTable:
     def _default_profile(
         self, values: array[int], profile_id: int = 0, min_active: int = -1, event_mask: int = -1
     ) -> EvProfileBinding:
-        entries = []
-        for i, v in enumerate(values):
-            ev = v.to_bytes(2, "big") + bytes(30)
-            entries.append((ev, 1 + i % self.num_ports, ev_echo32(ev, EVFormatMode.UDP)))
+        evs = [v.to_bytes(2, "big") + bytes(30) for v in values]
         n = len(values)
         return EvProfileBinding(
             profile_id,
             EVFormatMode.UDP,
-            entries,
+            evs,
+            [1 + i % self.num_ports for i in range(n)],
+            [ev_echo32(ev, EVFormatMode.UDP) for ev in evs],
             max(1, n // 8) if min_active < 0 else min_active,
             int(EVENT_MASK_ALLOWED) if event_mask < 0 else event_mask,
         )
@@ -181,14 +183,16 @@ class ProfileTable:
         compact = list(profile.evs or ()) if profile.mode is EVProfileMode.EXP else profile.generate(self.rng)
         if ports is not None and len(ports) != len(compact):
             raise LocalProtocolError(errno.EINVAL, f"ports: {len(ports)} given for {len(compact)} EVs")
-        entries = []
+        evs, at = [], []
         for i, c in enumerate(compact):
             port = ports[i] if ports is not None else 1 + i % self.num_ports
             if not 1 <= port <= self.num_ports:
                 raise LocalProtocolError(errno.EINVAL, f"ports[{i}]: port {port} outside 1..{self.num_ports}")
-            ev = profile.expand(c)
-            entries.append((ev, port, ev_echo32(ev, profile.fmt.mode)))
-        b = EvProfileBinding(profile_id, profile.fmt.mode, entries, profile.ev_min_active, profile.event_mask)
+            evs.append(profile.expand(c))
+            at.append(port)
+        mode = profile.fmt.mode
+        echoes = [ev_echo32(ev, mode) for ev in evs]
+        b = EvProfileBinding(profile_id, mode, evs, at, echoes, profile.ev_min_active, profile.event_mask)
         self.ev[profile_id] = b
         return b
 
@@ -202,16 +206,22 @@ class ProfileTable:
     ) -> EvProfileBinding:
         """Install an EV profile of expanded EVs (32 bytes each, as a controller's EV array holds them),
         each with its port."""
-        entries = []
+        values: list[bytes] = []
+        ports: list[int] = []
+        num_ports = self.num_ports
         for i, (ev, port) in enumerate(evs):
             if len(ev) != 32:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: {len(ev)} bytes, an expanded EV has 32")
-            if not 1 <= port <= self.num_ports:
-                raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{self.num_ports}")
-            entries.append((bytes(ev), port, zlib.crc32(ev) if mode is _SRV6 else ev_echo32(ev, mode)))
-        if not entries or not 0 <= min_active <= len(entries):
-            raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(entries)}")
-        b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, entries, min_active, event_mask)
+            if not 1 <= port <= num_ports:
+                raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{num_ports}")
+            values.append(bytes(ev))
+            ports.append(port)
+        if not values or not 0 <= min_active <= len(values):
+            raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(values)}")
+        crc32 = zlib.crc32
+        echoes = [crc32(ev) for ev in values] if mode is _SRV6 else [ev_echo32(ev, mode) for ev in values]
+        b = EvProfileBinding(profile_id, mode, values, ports, echoes, min_active, event_mask)
+        self.ev[profile_id] = b
         return b
 
     def build_ev_table(
