@@ -56,6 +56,17 @@ def test_find_answers_as_a_dict_of_the_echo_values(echoes: list[int], others: li
         assert t.find(v) is by_value.get(v)
 
 
+def test_find_in_a_table_of_hundreds_of_evs() -> None:
+    """From 255 EVs on the index takes two bytes a slot: every EV is still found, and nothing else."""
+    rng = random.Random(7)
+    for n in (254, 255, 700):
+        values = [rng.getrandbits(32) for _ in range(n - 20)] + [rng.randrange(64) for _ in range(20)]
+        t = EvTable([(bytes(32), 1, v) for v in values], rng=random.Random(1), min_active=1)
+        by_value = {e.entropy: e for e in t.entries}
+        for v in [*values, *(rng.getrandbits(32) for _ in range(200))]:
+            assert t.find(v) is by_value.get(v)
+
+
 def entries(ports: int = 4, per_port: int = 8) -> list[tuple[bytes, int, int]]:
     """``ports * per_port`` EVs, the ports interleaved as a NIC's default profile lays them out."""
     out = []

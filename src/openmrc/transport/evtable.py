@@ -78,20 +78,22 @@ def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
         x[i], x[j] = x[j], x[i]
 
 
+class _Probing:
+    """An EV's probe state, made when it is first probed or marked bad (most EVs never are: a QP's table
+    is 32 EVs or more, and a fabric has millions of them)."""
+
+    __slots__ = ("next_probe", "ok", "out")
+
+    def __init__(self) -> None:
+        self.next_probe = 0
+        self.ok = 0
+        self.out = False
+
+
 class EvEntry:
     """One EV of a QP: the expanded value, its port (plane), the 32-bit echo, and its state."""
 
-    __slots__ = (
-        "entropy",
-        "expanded",
-        "next_probe",
-        "port",
-        "probe_ok",
-        "probe_out",
-        "skip_epoch",
-        "slot",
-        "state",
-    )
+    __slots__ = ("_probing", "entropy", "expanded", "port", "skip_epoch", "slot", "state")
 
     def __init__(self, expanded: bytes, port: int, entropy: int) -> None:
         self.expanded = expanded
@@ -99,10 +101,47 @@ class EvEntry:
         self.entropy = entropy
         self.state = _GOOD
         self.skip_epoch = -1
-        self.probe_ok = 0
-        self.probe_out = False  # a probe on this EV awaits its answer
-        self.next_probe = 0
         self.slot = -1  # index in the rotation, -1 for a backup
+        self._probing: _Probing | None = None
+
+    def _probe_state(self) -> _Probing:
+        p = self._probing
+        if p is None:
+            p = self._probing = _Probing()
+        return p
+
+    @property
+    def probe_out(self) -> bool:
+        """A probe on this EV awaits its answer."""
+        p = self._probing
+        return p is not None and p.out
+
+    @probe_out.setter
+    def probe_out(self, out: bool) -> None:
+        if out or self._probing is not None:
+            self._probe_state().out = out
+
+    @property
+    def probe_ok(self) -> int:
+        """Successful probes in a row while ASSUMED_BAD."""
+        p = self._probing
+        return 0 if p is None else p.ok
+
+    @probe_ok.setter
+    def probe_ok(self, ok: int) -> None:
+        if ok or self._probing is not None:
+            self._probe_state().ok = ok
+
+    @property
+    def next_probe(self) -> int:
+        """When an ASSUMED_BAD EV is probed next."""
+        p = self._probing
+        return 0 if p is None else p.next_probe
+
+    @next_probe.setter
+    def next_probe(self, at: int) -> None:
+        if at or self._probing is not None:
+            self._probe_state().next_probe = at
 
     def __repr__(self) -> str:
         return f"EvEntry(port={self.port}, entropy=0x{self.entropy:08x}, {self.state.name}, slot={self.slot})"
@@ -116,9 +155,10 @@ def _home(entropy: int) -> int:
 
 
 def _entropy_index(entries: list[EvEntry]) -> bytes:
-    """An open-addressing table from echo value to EV: a power of two of 16-bit slots, at least twice the
-    EVs, each 0 (empty) or 1 + the EV's position in ``entries``; linear probing. A dict with the values'
-    integer objects would be ten times the size (a QP of 32 EVs: 2.2 KB instead of 128 bytes)."""
+    """An open-addressing table from echo value to EV: a power of two of slots, at least twice the EVs,
+    each 0 (empty) or 1 + the EV's position in ``entries``; linear probing. A slot is a byte, or two
+    (little-endian) from 255 EVs on. A dict with the values' integer objects would be ten times the size
+    (a QP of 32 EVs: 2.2 KB instead of 64 bytes)."""
     n = len(entries)
     if n >= 0xFFFF:
         raise ValueError(f"an EV table holds at most {0xFFFF - 1} EVs, not {n}")
@@ -126,17 +166,18 @@ def _entropy_index(entries: list[EvEntry]) -> bytes:
     while size < 2 * n:
         size <<= 1
     mask = size - 1
-    slots = bytearray(2 * size)
+    slots = [0] * size
     for k, e in enumerate(entries, 1):
         i = _home(e.entropy) & mask
         while True:
-            j = slots[2 * i] | slots[2 * i + 1] << 8
+            j = slots[i]
             if not j or entries[j - 1].entropy == e.entropy:  # a repeated value: the later EV, as a dict
-                slots[2 * i] = k & 0xFF
-                slots[2 * i + 1] = k >> 8
+                slots[i] = k
                 break
             i = (i + 1) & mask
-    return bytes(slots)
+    if n < 0xFF:
+        return bytes(slots)
+    return b"".join(k.to_bytes(2, "little") for k in slots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,11 +270,16 @@ class EvTable:
         """The EV whose echo value is ``entropy`` (the last of the profile's if several share it), or None:
         what a SACK or NACK echoes, looked up in `_entropy_index`."""
         idx = self._index
-        mask = (len(idx) >> 1) - 1
-        i = _home(entropy) & mask
         entries = self.entries
+        if len(entries) < 0xFF:
+            mask = len(idx) - 1
+            wide = False
+        else:
+            mask = (len(idx) >> 1) - 1
+            wide = True
+        i = _home(entropy) & mask
         while True:
-            k = idx[2 * i] | idx[2 * i + 1] << 8
+            k = idx[2 * i] | idx[2 * i + 1] << 8 if wide else idx[i]
             if not k:
                 return None
             e = entries[k - 1]
