@@ -148,27 +148,22 @@ class Port:
     __slots__ = (
         "_arrive",
         "_cold",
-        "buffer",
         "byte_den",
         "byte_num",
         "cross",
         "ctrl_free_at",
         "drops",
-        "ecn_low",
         "free_at",
         "guarded",
         "last_hop",
-        "latency",
         "loss",
         "marks",
         "origin",
-        "pace_ns",
         "peer",
         "pfc",
         "seed",
         "sent_bytes",
         "sent_packets",
-        "sim",
         "trimming",
         "trims",
         "up",
@@ -186,11 +181,10 @@ class Port:
         trimming: bool,
         last_hop: bool,
         rng: random.Random | None,
-        shared: dict[tuple[int, int, int], PortCold] | None = None,
+        shared: dict[tuple[int, ...], PortCold] | None = None,
     ) -> None:
         """``shared``: the `PortCold` of ports built alike so far, by what makes them alike (a fabric's
         builder passes one dict for all its ports)."""
-        self.sim = sim
         self.peer = peer
         arrive = peer.arrive_cb
         if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
@@ -198,16 +192,15 @@ class Port:
         self._arrive = arrive
         # no ECN marking on a host's last hop (MRC rule): thresholds no queue reaches
         ecn_low, ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
-        cold = PortCold(bps, ecn_high, rng)
+        if bps <= 0:
+            raise ValueError(f"link rate {bps} b/s must be positive")
+        cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng)
         if shared is not None:
-            key = (bps, ecn_high, 0 if rng is None else id(rng))
+            key = (id(sim), bps, latency_ns, buffer, ecn_low, ecn_high, 0 if rng is None else id(rng))
             cold = shared.setdefault(key, cold)
             cold.shared = True
         self._cold = cold
-        self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
-        self.latency = latency_ns
-        self.buffer = buffer
-        self.ecn_low = ecn_low
+        self.set_rate(bps)  # the byte time as a fraction
         self.trimming = trimming
         self.last_hop = last_hop
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
@@ -238,6 +231,40 @@ class Port:
         return c
 
     @property
+    def sim(self) -> Simulator:
+        return self._cold.sim
+
+    @property
+    def latency(self) -> int:
+        """Propagation delay, ns."""
+        return self._cold.latency
+
+    @property
+    def buffer(self) -> int:
+        """Bytes the queue holds (data beyond it is trimmed or dropped)."""
+        return self._cold.buffer
+
+    @buffer.setter
+    def buffer(self, v: int) -> None:
+        if v != self._cold.buffer:
+            self._own().buffer = v
+
+    @property
+    def ecn_low(self) -> int:
+        """Queued bytes from which data packets may be ECN-marked (RED up to ``ecn_high``)."""
+        return self._cold.ecn_low
+
+    @ecn_low.setter
+    def ecn_low(self, v: int) -> None:
+        if v != self._cold.ecn_low:
+            self._own().ecn_low = v
+
+    @property
+    def pace_ns(self) -> int:
+        """One full packet's serialisation (what a host's NIC paces by)."""
+        return self._cold.pace_ns
+
+    @property
     def bps(self) -> int:
         """The link's rate now (`set_rate`)."""
         return self._cold.bps
@@ -254,7 +281,8 @@ class Port:
 
     @ecn_high.setter
     def ecn_high(self, v: int) -> None:
-        self._own().ecn_high = v
+        if v != self._cold.ecn_high:
+            self._own().ecn_high = v
 
     @property
     def rng(self) -> random.Random | None:
@@ -339,8 +367,7 @@ class Port:
         if bps <= 0:
             raise ValueError(f"link rate {bps} b/s must be positive")
         if bps != self._cold.bps:
-            self._own().bps = bps
-        self.pace_ns = 4160 * 8_000_000_000 // bps
+            self._own().set_rate(bps)
         # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
         # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
         # 8e9 and 100e9 would go through Python's big integers)
@@ -541,25 +568,44 @@ class Port:
 
 
 class PortCold:
-    """What a `Port` seldom reads or writes: its rates, the top of its RED ramp, where its draws come from,
-    the state of a port that failed or loses packets. Ports built alike share one (a fabric has millions of
-    ports, and almost all of them keep these as built); a port copies its own before it changes one
-    (`Port._own`)."""
+    """What a `Port` reads once a packet or less and seldom writes: its simulator, propagation delay,
+    buffer, RED thresholds and rates, where its draws come from, the state of a port that failed or loses
+    packets. Ports built alike share one (a fabric has millions of ports, and almost all of them keep
+    these as built); a port copies its own before it changes one (`Port._own`)."""
 
     __slots__ = (
         "bps",
+        "buffer",
         "deliver_cb",
         "down_drop_at",
         "ecn_high",
+        "ecn_low",
         "epoch",
+        "latency",
         "losses",
         "nominal_bps",
+        "pace_ns",
         "rng",
         "shared",
+        "sim",
     )
 
-    def __init__(self, bps: int, ecn_high: int, rng: random.Random | None) -> None:
-        self.bps = self.nominal_bps = bps
+    def __init__(
+        self,
+        sim: Simulator,
+        bps: int,
+        latency: int,
+        buffer: int,
+        ecn_low: int,
+        ecn_high: int,
+        rng: random.Random | None,
+    ) -> None:
+        self.sim = sim
+        self.nominal_bps = bps
+        self.set_rate(bps)
+        self.latency = latency
+        self.buffer = buffer
+        self.ecn_low = ecn_low
         self.ecn_high = ecn_high
         self.rng = rng
         self.epoch = 0
@@ -568,10 +614,21 @@ class PortCold:
         self.deliver_cb: Callable[[SimPacket], None] | None = None
         self.shared = False
 
+    def set_rate(self, bps: int) -> None:
+        self.bps = bps
+        self.pace_ns = 4160 * 8_000_000_000 // bps
+
     def copy(self) -> PortCold:
-        c = PortCold(self.nominal_bps, self.ecn_high, self.rng)
-        c.bps, c.epoch, c.losses = self.bps, self.epoch, self.losses
-        c.down_drop_at, c.deliver_cb = self.down_drop_at, self.deliver_cb
+        c = PortCold(
+            self.sim, self.nominal_bps, self.latency, self.buffer, self.ecn_low, self.ecn_high, self.rng
+        )
+        c.set_rate(self.bps)
+        c.epoch, c.losses, c.down_drop_at, c.deliver_cb = (
+            self.epoch,
+            self.losses,
+            self.down_drop_at,
+            self.deliver_cb,
+        )
         return c
 
 
