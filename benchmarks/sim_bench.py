@@ -13,7 +13,9 @@ Parts (``--only``):
                    failed host's goodput after vs before (target: (k-1)/k)
   scale            the 131,072-host 8-plane Clos (512-port switches), permutation of 256 KiB per host:
                    build, set-up and run times (wall, and CPU: the machine may be shared), peak RSS after
-                   build, after set-up and at the end (``scale_peak_rss_mb``), and per host
+                   build, after set-up and at the end (``scale_peak_rss_mb``), and per host; with
+                   ``--scale-by-kind`` what is not a packet after set-up, KB per host by kind (ports, EV
+                   entries, their bytes, EV tables, EV profiles, the NICs' random streams)
   scale-2ranks     the same in ordered mode split over 2 forked processes: ``scale_wall_s_2ranks``, the CPU
                    time of both, each rank's run CPU time, peak RSS (``scale_peak_rss_mb_2ranks``: the
                    larger; a forked rank's counts the pages it shares) and proportional set size
@@ -27,7 +29,7 @@ Parts (``--only``):
                    phases are computed, not simulated (``allreduce_nvlink_us``)
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
-                                   [--scale-ranks 2]
+                                   [--scale-ranks 2] [--scale-by-kind]
                                    [--allreduce-hosts 131072] [--allreduce-kib 1024]
 
 Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
@@ -174,7 +176,9 @@ def link_failure() -> dict[str, Any]:
     return out
 
 
-def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dict[str, Any]:
+def scale(
+    hosts: int, evs: int, kib: int = 256, ranks: int | None = None, by_kind: bool = False
+) -> dict[str, Any]:
     """The production shape (8 planes, 512-port switches) with ``hosts`` hosts; a permutation (in ordered
     mode split over ``ranks`` forked processes when given)."""
     t0 = time.perf_counter()
@@ -189,6 +193,7 @@ def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dic
     setup = time.perf_counter() - t0 - build
     setup_cpu = time.process_time() - c0
     rss_setup = _rss_mb()
+    kinds = _kinds_kb_per_host(sim) if by_kind else None  # its bookkeeping would raise the peak RSS
     if ranks is not None:
         return {"scale_hosts": hosts, "scale_evs_per_qp": evs} | _scale_split(sim, ranks, build, setup)
     rep, wall = _run(sim)
@@ -206,6 +211,7 @@ def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dic
         "scale_rss_setup_mb": rss_setup,
         "scale_peak_rss_mb": peak,
         "scale_peak_rss_kb_per_host": peak * 1024 / hosts,
+        "scale_kb_per_host_by_kind": kinds,
         "scale_packet_hops_per_s": rep["packet_hops"] / wall,
         "scale_completed": rep["completed"],
         "scale_flows": rep["flows"],
@@ -213,6 +219,41 @@ def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dic
         "scale_tail_fct_us": rep.get("max_fct_us"),
         "scale_ideal_fct_us": (kib << 10) * 8 / (8 * 100e9) * 1e6,
     }
+
+
+def _kinds_kb_per_host(sim: FabricSim) -> dict[str, float]:
+    """What is not a packet, after set-up, per host (KB): each object's ``sys.getsizeof``, counted once
+    however many refer to it (ports share their `PortCold`, EV tables share their EVs' bytes with the
+    profile)."""
+    seen: set[int] = set()
+
+    def size(*objs: object) -> int:
+        n = 0
+        for o in objs:
+            if id(o) not in seen:
+                seen.add(id(o))
+                n += sys.getsizeof(o)
+        return n
+
+    out = dict.fromkeys(("ports", "ev_entries", "ev_bytes", "ev_tables", "ev_profiles", "nic_rng"), 0)
+    for node in sim.nodes:
+        out["ports"] += size(node.ports) + sum(size(p, p._cold) for p in node.ports)
+    for h in sim.hosts:
+        nic = getattr(h, "nic", None)
+        if nic is None:
+            continue
+        out["nic_rng"] += size(nic.profiles.rng)
+        for b in nic.profiles.ev.values():
+            out["ev_bytes"] += sum(size(ev) for ev in b._evs)
+            out["ev_profiles"] += size(b, b._evs, b._ports, b._echoes)
+        for qp in nic.qps.values():
+            t = qp.evs
+            if t is None:
+                continue
+            out["ev_entries"] += sum(size(e) for e in t.entries)
+            out["ev_bytes"] += sum(size(e.expanded) for e in t.entries)
+            out["ev_tables"] += size(t, t.entries, t.rotation, t._backups, t._index, t.bad, t.doubted)
+    return {k: round(v / 1024 / len(sim.hosts), 2) for k, v in out.items()}
 
 
 def _scale_split(sim: FabricSim, ranks: int, build: float, setup: float) -> dict[str, Any]:
@@ -315,7 +356,7 @@ def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
     if name == "link-failure":
         return link_failure()
     if name == "scale":
-        return scale(a.scale_hosts, a.scale_evs)
+        return scale(a.scale_hosts, a.scale_evs, by_kind=a.scale_by_kind)
     if name == "scale-2ranks":
         return scale(a.scale_hosts, a.scale_evs, ranks=a.scale_ranks)
     if name == "allreduce":
@@ -338,6 +379,11 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=16, choices=sorted(PERM_FILES), help="fat tree for scenario 1")
     ap.add_argument("--scale-hosts", type=int, default=131_072)
     ap.add_argument("--scale-evs", type=int, default=32, help="EVs per QP in the scale run")
+    ap.add_argument(
+        "--scale-by-kind",
+        action="store_true",
+        help="scale: what is not a packet after set-up, KB per host by kind (raises the peak RSS)",
+    )
     ap.add_argument("--scale-ranks", type=int, default=2, help="ranks of the scale-2ranks part (keys say it)")
     ap.add_argument("--allreduce-hosts", type=int, default=131_072)
     ap.add_argument("--allreduce-kib", type=int, default=1024, help="all-reduce buffer per GPU (KiB)")

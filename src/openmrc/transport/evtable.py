@@ -32,7 +32,7 @@ Every change of the controller-visible state (GOOD, ASSUMED_BAD, DENIED) is appe
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -213,7 +213,7 @@ class EvTable:
 
     def __init__(
         self,
-        entries: Sequence[tuple[bytes, int, int]],
+        entries: Iterable[tuple[bytes, int, int]],
         *,
         rng: random.Random,
         min_active: int,
@@ -226,7 +226,8 @@ class EvTable:
         qp_num: int = 0,
         profile_id: int = 0,
     ) -> None:
-        if not entries:
+        self.entries = [EvEntry(ev, port, ent) for ev, port, ent in entries]
+        if not self.entries:
             raise ValueError("an EV table needs at least one EV")
         self._rng = rng
         self.min_active = min_active
@@ -236,7 +237,6 @@ class EvTable:
         self._emit = emit
         self.qp_num = qp_num
         self.profile_id = profile_id
-        self.entries = [EvEntry(ev, port, ent) for ev, port, ent in entries]
         self._index = _entropy_index(self.entries)
         per_port: dict[int, list[EvEntry]] = {}
         for e in self.entries:

@@ -235,7 +235,7 @@ class ProfileTable:
         if b.queue is None:
             b.queue = self._queue_event
         t = EvTable(
-            b.entries,
+            zip(b._evs, b._ports, b._echoes, strict=True),  # no tuple of the rows (`entries`) made first
             rng=self.rng,
             min_active=b.min_active,
             active_fraction=cfg.active_ev_fraction,
