@@ -211,14 +211,13 @@ def scale(
         "scale_rss_setup_mb": rss_setup,
         "scale_peak_rss_mb": peak,
         "scale_peak_rss_kb_per_host": peak * 1024 / hosts,
-        "scale_kb_per_host_by_kind": kinds,
         "scale_packet_hops_per_s": rep["packet_hops"] / wall,
         "scale_completed": rep["completed"],
         "scale_flows": rep["flows"],
         "scale_median_fct_us": rep.get("median_fct_us"),
         "scale_tail_fct_us": rep.get("max_fct_us"),
         "scale_ideal_fct_us": (kib << 10) * 8 / (8 * 100e9) * 1e6,
-    }
+    } | ({} if kinds is None else {"scale_kb_per_host_by_kind": kinds})
 
 
 def _kinds_kb_per_host(sim: FabricSim) -> dict[str, float]:

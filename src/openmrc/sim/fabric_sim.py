@@ -162,12 +162,12 @@ class FabricSim:
                     last_hop=last_hop and not marked,
                     rng=rng,
                     shared=colds,
+                    origin=n + 1 if ordered else 0,
                 )
                 port.last_hop = last_hop
                 node.ports.append(port)
                 if ordered:
                     port.seed = (cfg.seed << 40) | (n << 12) | ref.port
-                    port.origin = n + 1
                 if cfg.pfc:
                     xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
                     resumed = self.hosts[n].resumed if is_host else None

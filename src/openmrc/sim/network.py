@@ -148,17 +148,13 @@ class Port:
     __slots__ = (
         "_arrive",
         "_cold",
-        "byte_den",
-        "byte_num",
         "cross",
         "ctrl_free_at",
         "drops",
         "free_at",
         "guarded",
         "last_hop",
-        "loss",
         "marks",
-        "origin",
         "peer",
         "pfc",
         "seed",
@@ -182,9 +178,11 @@ class Port:
         last_hop: bool,
         rng: random.Random | None,
         shared: dict[tuple[int, ...], PortCold] | None = None,
+        origin: int = 0,
     ) -> None:
         """``shared``: the `PortCold` of ports built alike so far, by what makes them alike (a fabric's
-        builder passes one dict for all its ports)."""
+        builder passes one dict for all its ports); ``origin``: who schedules the port's deliveries, for
+        an ordered engine (its node's id + 1)."""
         self.peer = peer
         arrive = peer.arrive_cb
         if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
@@ -194,26 +192,22 @@ class Port:
         ecn_low, ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
         if bps <= 0:
             raise ValueError(f"link rate {bps} b/s must be positive")
-        cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng)
+        cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng, origin)
         if shared is not None:
-            key = (id(sim), bps, latency_ns, buffer, ecn_low, ecn_high, 0 if rng is None else id(rng))
+            key = (id(sim), bps, latency_ns, buffer, ecn_low, ecn_high, 0 if rng is None else id(rng), origin)
             cold = shared.setdefault(key, cold)
             cold.shared = True
         self._cold = cold
-        self.set_rate(bps)  # the byte time as a fraction
         self.trimming = trimming
         self.last_hop = last_hop
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.seed = 0
         """Seeds the port's own stream of draws when it has no ``rng``."""
-        self.origin = 0
-        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
         self.cross: Crossing | None = None
         """Set when the peer runs in another process: the packets go there through it."""
         self.free_at = 0
         self.ctrl_free_at = 0
-        self.loss = 0.0
         self.drops = 0
         self.trims = 0
         self.marks = 0
@@ -263,6 +257,30 @@ class Port:
     def pace_ns(self) -> int:
         """One full packet's serialisation (what a host's NIC paces by)."""
         return self._cold.pace_ns
+
+    @property
+    def byte_num(self) -> int:
+        """A byte takes ``byte_num / byte_den`` ns (`set_rate`)."""
+        return self._cold.byte_num
+
+    @property
+    def byte_den(self) -> int:
+        return self._cold.byte_den
+
+    @property
+    def loss(self) -> float:
+        """The probability that a packet sent here is lost (`set_loss`)."""
+        return self._cold.loss
+
+    @property
+    def origin(self) -> int:
+        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
+        return self._cold.origin
+
+    @origin.setter
+    def origin(self, v: int) -> None:
+        if v != self._cold.origin:
+            self._own().origin = v
 
     @property
     def bps(self) -> int:
@@ -368,18 +386,13 @@ class Port:
             raise ValueError(f"link rate {bps} b/s must be positive")
         if bps != self._cold.bps:
             self._own().set_rate(bps)
-        # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
-        # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
-        # 8e9 and 100e9 would go through Python's big integers)
-        g = math.gcd(8_000_000_000, bps)
-        self.byte_num = 8_000_000_000 // g
-        self.byte_den = bps // g
 
     def set_loss(self, probability: float) -> None:
         """Lose each packet sent on this direction with ``probability`` (bit errors, a bad optic)."""
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"loss probability {probability} is not within [0, 1]")
-        self.loss = probability
+        if probability != self._cold.loss:
+            self._own().loss = probability
 
     def send(self, p: SimPacket, now: int) -> None:
         if not self.up:
@@ -576,14 +589,18 @@ class PortCold:
     __slots__ = (
         "bps",
         "buffer",
+        "byte_den",
+        "byte_num",
         "deliver_cb",
         "down_drop_at",
         "ecn_high",
         "ecn_low",
         "epoch",
         "latency",
+        "loss",
         "losses",
         "nominal_bps",
+        "origin",
         "pace_ns",
         "rng",
         "shared",
@@ -599,8 +616,11 @@ class PortCold:
         ecn_low: int,
         ecn_high: int,
         rng: random.Random | None,
+        origin: int,
     ) -> None:
         self.sim = sim
+        self.origin = origin
+        self.loss = 0.0
         self.nominal_bps = bps
         self.set_rate(bps)
         self.latency = latency
@@ -617,18 +637,27 @@ class PortCold:
     def set_rate(self, bps: int) -> None:
         self.bps = bps
         self.pace_ns = 4160 * 8_000_000_000 // bps
+        # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
+        # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
+        # 8e9 and 100e9 would go through Python's big integers)
+        g = math.gcd(8_000_000_000, bps)
+        self.byte_num = 8_000_000_000 // g
+        self.byte_den = bps // g
 
     def copy(self) -> PortCold:
         c = PortCold(
-            self.sim, self.nominal_bps, self.latency, self.buffer, self.ecn_low, self.ecn_high, self.rng
+            self.sim,
+            self.nominal_bps,
+            self.latency,
+            self.buffer,
+            self.ecn_low,
+            self.ecn_high,
+            self.rng,
+            self.origin,
         )
         c.set_rate(self.bps)
-        c.epoch, c.losses, c.down_drop_at, c.deliver_cb = (
-            self.epoch,
-            self.losses,
-            self.down_drop_at,
-            self.deliver_cb,
-        )
+        c.loss, c.epoch, c.losses = self.loss, self.epoch, self.losses
+        c.down_drop_at, c.deliver_cb = self.down_drop_at, self.deliver_cb
         return c
 
 
