@@ -19,6 +19,9 @@ Parts (``--only``):
   scale-2ranks     the same in ordered mode split over 2 forked processes: ``scale_wall_s_2ranks``, the CPU
                    time of both, each rank's run CPU time, peak RSS (``scale_peak_rss_mb_2ranks``: the
                    larger; a forked rank's counts the pages it shares) and proportional set size
+  qp-setup         setting up QP pairs between random hosts of the 8-plane Clos of 64-port switches of
+                   `allreduce-hier-1k` (1,024 hosts, 32 EVs): CPU µs per pair (``qp_setup_us_per_pair``), the
+                   collector paused as in a run; what an all-reduce pays for each pair at its first use
   clos-perm        a quick one: permutation on a 4-plane 64-host Clos
   allreduce        one hierarchical all-reduce step (`hierarchical_allreduce`, ``--allreduce-kib`` per GPU)
                    on the 8-plane Clos of 512-port switches with ``--allreduce-hosts`` GPUs: four cases (MRC,
@@ -44,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -52,9 +56,11 @@ from typing import Any
 
 from openmrc.sim import partition
 from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.engine import PausedGc
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.scenario import build_run, expand_runs, load_scenario
 from openmrc.sim.workloads import hierarchical_allreduce, permutation
+from openmrc.transport import QpInitAttr
 
 PERM_FILES = {16: "perm_1024n_1024c_0u_2000000b.cm", 8: "perm_128n_128c_2MB.cm", 4: "perm_16n_16c_2MB.cm"}
 PARTS = (
@@ -65,6 +71,7 @@ PARTS = (
     "link-failure",
     "scale",
     "scale-2ranks",
+    "qp-setup",
     "clos-perm",
     "allreduce",
 )
@@ -276,6 +283,31 @@ def _scale_split(sim: FabricSim, ranks: int, build: float, setup: float) -> dict
     }
 
 
+def qp_setup(pairs: int = 4000) -> dict[str, Any]:
+    sim = FabricSim.clos(
+        FabricSimConfig(
+            planes=8, hosts=1024, t0_radix=64, t1_radix=64, evs_per_qp=32, seed=1, latency_ns=1000
+        )
+    )
+    rng = random.Random(5)
+    todo: dict[tuple[int, int], None] = {}
+    while len(todo) < pairs:
+        a, b = rng.randrange(1024), rng.randrange(1024)
+        if a != b:
+            todo[a, b] = None
+    hosts = [sim.host(i) for i in range(1024)]
+    cqs = [h.create_cq() for h in hosts]
+    c0 = time.process_time()
+    with PausedGc():
+        for a, b in todo:
+            ha, hb = hosts[a], hosts[b]
+            qa = ha.create_qp(QpInitAttr(send_cq=cqs[a], recv_cq=cqs[a]))
+            qb = hb.create_qp(QpInitAttr(send_cq=cqs[b], recv_cq=cqs[b]))
+            ha.connect(qa, b, qb.qp_num)
+            hb.connect(qb, a, qa.qp_num)
+    return {"qp_setup_us_per_pair": (time.process_time() - c0) / pairs * 1e6, "qp_setup_pairs": pairs}
+
+
 def clos_perm() -> dict[str, Any]:
     sim = FabricSim.clos(FabricSimConfig(planes=4, hosts=64, t0_radix=16, t1_radix=16, seed=1))
     permutation(sim, 1 << 20, seed=1)
@@ -360,6 +392,8 @@ def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
         return scale(a.scale_hosts, a.scale_evs, ranks=a.scale_ranks)
     if name == "allreduce":
         return allreduce(a.allreduce_hosts, a.allreduce_kib)
+    if name == "qp-setup":
+        return qp_setup()
     return clos_perm()
 
 
