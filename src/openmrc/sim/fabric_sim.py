@@ -27,7 +27,7 @@ from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, SimHost
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
-from openmrc.sim.network import HEADER_BYTES, Node, Port, Switch, Unwired
+from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, Switch, Unwired
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import Nic, WcStatus
@@ -130,6 +130,10 @@ class FabricSim:
         mark_last = ecn if cfg.last_hop_ecn else None
         port_rng = random.Random(self.rng.getrandbits(64))
         ordered = cfg.ordered
+        # ordered: each port draws from its own stream (draws that do not depend on which other ports a
+        # process runs)
+        rng = None if ordered else port_rng
+        colds: dict[tuple[int, ...], PortCold] = {}  # ports built alike share what they seldom change
         unwired = Unwired(-1)
         for n, node in enumerate(self.nodes):
             is_host = n < hosts
@@ -138,28 +142,30 @@ class FabricSim:
                     node.ports.append(
                         Port(
                             self.sim, unwired, ref.bps, 0, buffer=buffer, ecn=None, trimming=False,
-                            last_hop=False, rng=port_rng,
+                            last_hop=False, rng=port_rng, shared=colds,
                         )
                     )  # fmt: skip
-                node.ports.append(
-                    Port(
-                        self.sim,
-                        self.nodes[ref.peer],
-                        ref.bps,
-                        ref.latency_ns,
-                        buffer=1 << 62 if is_host else buffer,
-                        ecn=None if is_host else ecn,
-                        trimming=cfg.trimming and not is_host,
-                        last_hop=not is_host and ref.peer < hosts and last_hop_apart,
-                        rng=port_rng,
-                    )
+                last_hop = not is_host and ref.peer < hosts and last_hop_apart
+                # trims still marked last-hop with mark_last: the port is built with its thresholds, as a
+                # port that is not a last hop (which ignores none), so it shares them with its kind
+                marked = mark_last is not None and last_hop
+                port = Port(
+                    self.sim,
+                    self.nodes[ref.peer],
+                    ref.bps,
+                    ref.latency_ns,
+                    buffer=1 << 62 if is_host or cfg.pfc else buffer,  # lossless (PFC): see enable_pfc
+                    ecn=mark_last if marked else None if is_host else ecn,
+                    trimming=cfg.trimming and not is_host,
+                    last_hop=last_hop and not marked,
+                    rng=rng,
+                    shared=colds,
+                    origin=n + 1 if ordered else 0,
                 )
-                if ordered:  # draws that do not depend on which other ports a process runs
-                    node.ports[-1].rng = None
-                    node.ports[-1].seed = (cfg.seed << 40) | (n << 12) | ref.port
-                    node.ports[-1].origin = n + 1
-                if mark_last is not None and node.ports[-1].last_hop:  # trims still marked last-hop
-                    node.ports[-1].ecn_low, node.ports[-1].ecn_high = mark_last
+                port.last_hop = last_hop
+                node.ports.append(port)
+                if ordered:
+                    port.seed = (cfg.seed << 40) | (n << 12) | ref.port
                 if cfg.pfc:
                     xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
                     resumed = self.hosts[n].resumed if is_host else None
