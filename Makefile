@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The optional extras installed with openmrc: `make test EXTRAS=dev,mpi,ray` (as CI runs it) also runs the Ray
+# tests, which skip without ray. Changing EXTRAS on an existing .venv needs `make clean` first.
+EXTRAS ?= dev,mpi
 # The hot modules compiled with mypyc (scripts/build_native.py); rebuilt when any of them changes.
 NATIVE := src/openmrc/_native.json
 NATIVE_SRC := $(shell $(PYTHON) scripts/build_native.py --list)
@@ -14,7 +17,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,mpi]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC) scripts/build_native.py

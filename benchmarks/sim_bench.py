@@ -13,22 +13,29 @@ Parts (``--only``):
                    failed host's goodput after vs before (target: (k-1)/k)
   scale            the 131,072-host 8-plane Clos (512-port switches), permutation of 256 KiB per host:
                    build, set-up and run times (wall, and CPU: the machine may be shared), peak RSS after
-                   build, after set-up and at the end (``scale_peak_rss_mb``), and per host
+                   build, after set-up and at the end (``scale_peak_rss_mb``), and per host; with
+                   ``--scale-by-kind`` what is not a packet after set-up, KB per host by kind (ports, EV
+                   entries, their bytes, EV tables, EV profiles, the NICs' random streams)
   scale-2ranks     the same in ordered mode split over 2 forked processes: ``scale_wall_s_2ranks``, the CPU
                    time of both, each rank's run CPU time, peak RSS (``scale_peak_rss_mb_2ranks``: the
                    larger; a forked rank's counts the pages it shares) and proportional set size
+  qp-setup         setting up QP pairs between random hosts of the 8-plane Clos of 64-port switches of
+                   `allreduce-hier-1k` (1,024 hosts, 32 EVs): CPU µs per pair (``qp_setup_us_per_pair``), the
+                   collector paused as in a run; what an all-reduce pays for each pair at its first use
   clos-perm        a quick one: permutation on a 4-plane 64-host Clos
   allreduce        one hierarchical all-reduce step (`hierarchical_allreduce`, ``--allreduce-kib`` per GPU)
                    on the 8-plane Clos of 512-port switches with ``--allreduce-hosts`` GPUs: four cases (MRC,
                    MRC with a T0-T1 link failing in the first step, RoCEv2 with 8 QPs per message over the 8
                    planes, RoCEv2 with the failure), each in its own process: network step time, slowdown
-                   vs the failure-free case, wall, CPU, peak RSS. ``allreduce_131k_step_us`` (a dict by
+                   vs the failure-free case, wall, CPU (``allreduce_gc_cpu_s``: the part spent in garbage
+                   collections, and how many ran), peak RSS. ``allreduce_131k_step_us`` (a dict by
                    case) when run at 131,072 hosts, else ``allreduce_step_us``; the intra-server NVLink
-                   phases are computed, not simulated (``allreduce_nvlink_us``)
+                   phases are computed, not simulated (``allreduce_nvlink_us``). ``--allreduce-keep``:
+                   every connection kept for the whole step instead of made and destroyed per use
 
     python benchmarks/sim_bench.py [--json] [--only PART] [--k 16] [--scale-hosts 131072] [--scale-evs 32]
-                                   [--scale-ranks 2]
-                                   [--allreduce-hosts 131072] [--allreduce-kib 1024]
+                                   [--scale-ranks 2] [--scale-by-kind]
+                                   [--allreduce-hosts 131072] [--allreduce-kib 1024] [--allreduce-keep]
 
 Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
 on a 2-core machine with the compiled core; ``scale`` is most of it). ``allreduce`` at 131,072 GPUs is four
@@ -40,8 +47,10 @@ smaller fat tree with htsim's matching permutation.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -50,9 +59,11 @@ from typing import Any
 
 from openmrc.sim import partition
 from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.engine import PausedGc
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.scenario import build_run, expand_runs, load_scenario
 from openmrc.sim.workloads import hierarchical_allreduce, permutation
+from openmrc.transport import QpInitAttr
 
 PERM_FILES = {16: "perm_1024n_1024c_0u_2000000b.cm", 8: "perm_128n_128c_2MB.cm", 4: "perm_16n_16c_2MB.cm"}
 PARTS = (
@@ -63,6 +74,7 @@ PARTS = (
     "link-failure",
     "scale",
     "scale-2ranks",
+    "qp-setup",
     "clos-perm",
     "allreduce",
 )
@@ -174,7 +186,9 @@ def link_failure() -> dict[str, Any]:
     return out
 
 
-def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dict[str, Any]:
+def scale(
+    hosts: int, evs: int, kib: int = 256, ranks: int | None = None, by_kind: bool = False
+) -> dict[str, Any]:
     """The production shape (8 planes, 512-port switches) with ``hosts`` hosts; a permutation (in ordered
     mode split over ``ranks`` forked processes when given)."""
     t0 = time.perf_counter()
@@ -189,6 +203,7 @@ def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dic
     setup = time.perf_counter() - t0 - build
     setup_cpu = time.process_time() - c0
     rss_setup = _rss_mb()
+    kinds = _kinds_kb_per_host(sim) if by_kind else None  # its bookkeeping would raise the peak RSS
     if ranks is not None:
         return {"scale_hosts": hosts, "scale_evs_per_qp": evs} | _scale_split(sim, ranks, build, setup)
     rep, wall = _run(sim)
@@ -212,7 +227,42 @@ def scale(hosts: int, evs: int, kib: int = 256, ranks: int | None = None) -> dic
         "scale_median_fct_us": rep.get("median_fct_us"),
         "scale_tail_fct_us": rep.get("max_fct_us"),
         "scale_ideal_fct_us": (kib << 10) * 8 / (8 * 100e9) * 1e6,
-    }
+    } | ({} if kinds is None else {"scale_kb_per_host_by_kind": kinds})
+
+
+def _kinds_kb_per_host(sim: FabricSim) -> dict[str, float]:
+    """What is not a packet, after set-up, per host (KB): each object's ``sys.getsizeof``, counted once
+    however many refer to it (ports share their `PortCold`, EV tables share their EVs' bytes with the
+    profile)."""
+    seen: set[int] = set()
+
+    def size(*objs: object) -> int:
+        n = 0
+        for o in objs:
+            if id(o) not in seen:
+                seen.add(id(o))
+                n += sys.getsizeof(o)
+        return n
+
+    out = dict.fromkeys(("ports", "ev_entries", "ev_bytes", "ev_tables", "ev_profiles", "nic_rng"), 0)
+    for node in sim.nodes:
+        out["ports"] += size(node.ports) + sum(size(p, p._cold) for p in node.ports)
+    for h in sim.hosts:
+        nic = getattr(h, "nic", None)
+        if nic is None:
+            continue
+        out["nic_rng"] += size(nic.profiles.rng)
+        for b in nic.profiles.ev.values():
+            out["ev_bytes"] += sum(size(ev) for ev in b._evs)
+            out["ev_profiles"] += size(b, b._evs, b._ports, b._echoes)
+        for qp in nic.qps.values():
+            t = qp.evs
+            if t is None:
+                continue
+            out["ev_entries"] += sum(size(e) for e in t.entries)
+            out["ev_bytes"] += sum(size(e.expanded) for e in t.entries)
+            out["ev_tables"] += size(t, t.entries, t.rotation, t._backups, t._index, t.bad, t.doubted)
+    return {k: round(v / 1024 / len(sim.hosts), 2) for k, v in out.items()}
 
 
 def _scale_split(sim: FabricSim, ranks: int, build: float, setup: float) -> dict[str, Any]:
@@ -236,6 +286,31 @@ def _scale_split(sim: FabricSim, ranks: int, build: float, setup: float) -> dict
     }
 
 
+def qp_setup(pairs: int = 4000) -> dict[str, Any]:
+    sim = FabricSim.clos(
+        FabricSimConfig(
+            planes=8, hosts=1024, t0_radix=64, t1_radix=64, evs_per_qp=32, seed=1, latency_ns=1000
+        )
+    )
+    rng = random.Random(5)
+    todo: dict[tuple[int, int], None] = {}
+    while len(todo) < pairs:
+        a, b = rng.randrange(1024), rng.randrange(1024)
+        if a != b:
+            todo[a, b] = None
+    hosts = [sim.host(i) for i in range(1024)]
+    cqs = [h.create_cq() for h in hosts]
+    c0 = time.process_time()
+    with PausedGc():
+        for a, b in todo:
+            ha, hb = hosts[a], hosts[b]
+            qa = ha.create_qp(QpInitAttr(send_cq=cqs[a], recv_cq=cqs[a]))
+            qb = hb.create_qp(QpInitAttr(send_cq=cqs[b], recv_cq=cqs[b]))
+            ha.connect(qa, b, qb.qp_num)
+            hb.connect(qb, a, qa.qp_num)
+    return {"qp_setup_us_per_pair": (time.process_time() - c0) / pairs * 1e6, "qp_setup_pairs": pairs}
+
+
 def clos_perm() -> dict[str, Any]:
     sim = FabricSim.clos(FabricSimConfig(planes=4, hosts=64, t0_radix=16, t1_radix=16, seed=1))
     permutation(sim, 1 << 20, seed=1)
@@ -248,8 +323,32 @@ def clos_perm() -> dict[str, Any]:
     }
 
 
-def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
-    """One all-reduce case (one of `AR_CASES`) in this process."""
+class _GcTime:
+    """CPU time spent in garbage collections while installed (``with _GcTime() as g:``), and how many ran."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.collections = 0
+        self._at = 0.0
+
+    def _seen(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._at = time.process_time()
+        else:
+            self.cpu_s += time.process_time() - self._at
+            self.collections += 1
+
+    def __enter__(self) -> _GcTime:
+        gc.callbacks.append(self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._seen)
+
+
+def allreduce_case(case: str, hosts: int, kib: int, keep: bool = False) -> dict[str, Any]:
+    """One all-reduce case (one of `AR_CASES`) in this process; ``keep``: every connection for the whole
+    step (no transient connections)."""
     t0 = time.perf_counter()
     roce = case.startswith("roce")
     kw: dict[str, Any] = (
@@ -260,16 +359,19 @@ def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     cfg = FabricSimConfig(planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=32, seed=1, **kw)
     sim = FabricSim.clos(cfg)
     build = time.perf_counter() - t0
-    job = hierarchical_allreduce(sim, kib << 10)
+    job = hierarchical_allreduce(sim, kib << 10, transient=not keep)
     if case.endswith("failure"):
         sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 0), AR_FAIL_AT_NS, None)
-    rep, wall = _run(sim)
+    with _GcTime() as gct:
+        rep, wall = _run(sim)
     step = job.step_ns()
     return {
         "step_us": None if step is None else step / 1000,
         "build_s": build,
         "wall_s": wall,
         "cpu_s": rep["cpu_s"],
+        "gc_cpu_s": gct.cpu_s,
+        "gc_collections": gct.collections,
         "peak_rss_mb": _rss_mb(),
         "flows": rep["flows"],
         "completed": rep["completed"],
@@ -281,12 +383,13 @@ def allreduce_case(case: str, hosts: int, kib: int) -> dict[str, Any]:
     }
 
 
-def allreduce(hosts: int, kib: int) -> dict[str, Any]:
+def allreduce(hosts: int, kib: int, keep: bool = False) -> dict[str, Any]:
     """The four cases, each in a fresh process (its own peak RSS)."""
     got: dict[str, dict[str, Any]] = {}
     for case in AR_CASES:
         cmd = [sys.executable, __file__, "--json", "--allreduce-case", case]
         cmd += ["--allreduce-hosts", str(hosts), "--allreduce-kib", str(kib)]
+        cmd += ["--allreduce-keep"] if keep else []
         done = subprocess.run(cmd, check=True, capture_output=True, text=True)
         got[case] = json.loads(done.stdout)
         print(f"# allreduce {case}: {got[case]}", file=sys.stderr)
@@ -298,11 +401,21 @@ def allreduce(hosts: int, kib: int) -> dict[str, Any]:
         "allreduce_network_steps": got["mrc"]["steps"],
         "allreduce_network_bytes_per_gpu": got["mrc"]["network_bytes_per_gpu"],
         "allreduce_nvlink_us": got["mrc"]["nvlink_us"],  # computed at NVLINK_BPS, not simulated
+        "allreduce_connections": "kept" if keep else "transient",
     }
     for base in ("mrc", "roce"):
         ok, failed = steps[base], steps[f"{base}_failure"]
         out[f"allreduce_slowdown_{base}"] = None if not ok or failed is None else failed / ok
-    for key in ("wall_s", "cpu_s", "peak_rss_mb", "build_s", "retransmits", "packet_hops"):
+    for key in (
+        "wall_s",
+        "cpu_s",
+        "gc_cpu_s",
+        "gc_collections",
+        "peak_rss_mb",
+        "build_s",
+        "retransmits",
+        "packet_hops",
+    ):
         out[f"allreduce_{key}"] = {c: got[c][key] for c in AR_CASES}
     return out
 
@@ -315,11 +428,13 @@ def part(name: str, a: argparse.Namespace) -> dict[str, Any]:
     if name == "link-failure":
         return link_failure()
     if name == "scale":
-        return scale(a.scale_hosts, a.scale_evs)
+        return scale(a.scale_hosts, a.scale_evs, by_kind=a.scale_by_kind)
     if name == "scale-2ranks":
         return scale(a.scale_hosts, a.scale_evs, ranks=a.scale_ranks)
     if name == "allreduce":
-        return allreduce(a.allreduce_hosts, a.allreduce_kib)
+        return allreduce(a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
+    if name == "qp-setup":
+        return qp_setup()
     return clos_perm()
 
 
@@ -338,14 +453,22 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=16, choices=sorted(PERM_FILES), help="fat tree for scenario 1")
     ap.add_argument("--scale-hosts", type=int, default=131_072)
     ap.add_argument("--scale-evs", type=int, default=32, help="EVs per QP in the scale run")
+    ap.add_argument(
+        "--scale-by-kind",
+        action="store_true",
+        help="scale: what is not a packet after set-up, KB per host by kind (raises the peak RSS)",
+    )
     ap.add_argument("--scale-ranks", type=int, default=2, help="ranks of the scale-2ranks part (keys say it)")
     ap.add_argument("--allreduce-hosts", type=int, default=131_072)
     ap.add_argument("--allreduce-kib", type=int, default=1024, help="all-reduce buffer per GPU (KiB)")
+    ap.add_argument(
+        "--allreduce-keep", action="store_true", help="all-reduce: keep every connection for the whole step"
+    )
     ap.add_argument("--allreduce-case", choices=AR_CASES, help=argparse.SUPPRESS)  # one case, in-process
     a = ap.parse_args()
     only = a.only or a.allreduce_case
     if a.allreduce_case:
-        out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib)
+        out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
     elif a.only:
         out = part(a.only, a)
     else:

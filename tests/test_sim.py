@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.network import HEADER_BYTES, Node, Port, sim_packet
+from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, sim_packet
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.wire import BTH, METH, RETH, SETH, CcState, Opcode, Packet
 
@@ -229,6 +229,30 @@ def test_serialisation_and_propagation() -> None:
     sim.run()
     ser = 4160 * 8 * 1_000_000_000 // 100_000_000_000  # 332 ns at 100 Gb/s
     assert [t for t, _ in sink.got] == [ser + 1_000, 2 * ser + 1_000]
+
+
+def test_ports_built_alike_share_what_they_seldom_change_until_one_changes_it() -> None:
+    """A fabric's ports share one `PortCold` per kind; a port that changes its rate, goes down or gets
+    other thresholds changes only itself, and the others still send as a port built alone."""
+    sim = Simulator()
+    sink = Sink(sim)
+    shared: dict[tuple[int, ...], PortCold] = {}
+    rng = random.Random(1)
+    a, b = port(sim, sink, shared=shared, rng=rng), port(sim, sink, shared=shared, rng=rng)
+    c = port(sim, sink, shared=shared, rng=rng, buffer=5 * 4160)
+    assert a._cold is b._cold and c._cold is not a._cold and (c.buffer, b.buffer) == (5 * 4160, 3 * 4160)
+    a.set_rate(50_000_000_000)
+    a.set_up(False)
+    a.set_up(True)
+    a.ecn_high = 3 * 4160
+    assert (a.bps, a.nominal_bps, a.pace_ns, a.epoch, a.ecn_high) == (50 * 10**9, 10**11, 665, 1, 3 * 4160)
+    assert (b.bps, b.nominal_bps, b.pace_ns, b.epoch, b.ecn_high) == (10**11, 10**11, 332, 0, 2 * 4160)
+    alone = port(sim, sink)
+    for p in (b, alone, a):
+        p.send(data(), 0)
+    sim.run()
+    ser = 4160 * 8 * 1_000_000_000 // 100_000_000_000
+    assert [t for t, _ in sink.got] == [ser + 1_000, ser + 1_000, a.pace_ns + 1_000]  # a: 50 Gb/s
 
 
 @given(bps=st.integers(1, 10**13), n=st.integers(0, 10**7))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,10 @@ from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Flow
 from openmrc.sim.hosts import MrcHost
+from openmrc.sim.roce import RoceQp
 from openmrc.sim.scenario import build_run, expand_runs, load_scenario
 from openmrc.sim.workloads import AllReduceJob, hierarchical_allreduce
+from openmrc.transport import Qp
 
 GOLDEN = Path(__file__).parent / "golden" / "allreduce_hier_256.json"
 ROCE = {"transport": "roce", "routing": "ecmp", "trimming": False, "roce_qps": 4, "roce_planes": 0}
@@ -84,6 +88,18 @@ def test_flows_are_made_as_steps_fire_and_qps_live_only_while_used() -> None:
     assert all(not sim.host(h).nic.profiles.ev or set(sim.host(h).nic.profiles.ev) <= {0} for h in range(64))
 
 
+def test_connections_kept_for_the_whole_step_when_not_transient() -> None:
+    sim = small(64)
+    job = hierarchical_allreduce(sim, 64 << 10, transient=False)
+    sim.run(until=10**9)
+    assert job.step_ns() is not None and sim.delivered_bytes() == job.network_bytes() * 64
+    partners = {(h, job.partner(h, t)) for h in range(64) for t in range(job.steps)}
+    assert len(partners) == 64 * job.steps // 2  # each partner twice, once per phase
+    # a QP pair per direction, each end's QP kept
+    assert sum(len(sim.host(h).qps) for h in range(64)) == 2 * len(partners)
+    assert all(f.qp is not None for f in sim.flows)
+
+
 def test_one_qp_pair_carries_both_directions() -> None:
     sim = small(64)
     hierarchical_allreduce(sim, 64 << 10)
@@ -108,6 +124,46 @@ def test_a_link_failing_in_the_first_step_is_ridden_out(transport: str) -> None:
         times.append(job.step_ns())
         assert times[-1] is not None
     assert times[1] >= times[0]  # type: ignore[operator]
+
+
+def live(kind: type) -> int:
+    """How many objects of ``kind`` exist (the collector tracks each; a compiled class takes no weakref)."""
+    return sum(1 for o in gc.get_objects() if type(o) is kind)
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off after one collection: what is freed from then on, reference counting
+    freed."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@pytest.mark.usefixtures("no_gc")
+@pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("transport", ["mrc", "roce"])
+def test_released_connections_are_freed_without_a_garbage_collection(transport: str, fail: bool) -> None:
+    kind = Qp if transport == "mrc" else RoceQp
+    before = live(kind)
+    sim = small(64, transport)
+    job = hierarchical_allreduce(sim, 64 << 10)
+    if fail:
+        sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 0), 2_000, None)
+    t = 0
+    while not sim.done():
+        t += 2_000
+        sim.run(until=t)
+        if transport == "mrc":  # a QP pair is freed when it is released, not at some later collection
+            assert live(Qp) - before == sum(len(sim.host(h).qps) for h in range(64))
+    assert job.step_ns() is not None and sim.delivered_bytes() == job.network_bytes() * 64
+    assert live(kind) == before
+    assert gc.collect() == 0  # the whole step left no reference cycle behind
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from openmrc.ev import EVState
 from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, NicConfig, WcStatus
@@ -38,6 +40,31 @@ def test_rotation_shuffle_draws_what_random_shuffle_draws() -> None:
                 shuffle(a, xs)
                 b.shuffle(ys)
                 assert xs == ys and a.random() == b.random()
+
+
+@given(
+    st.lists(st.integers(0, 0xFFFFFFFF) | st.integers(0, 40) | st.integers(0xC000, 0xC03F), min_size=1),
+    st.lists(st.integers(0, 0xFFFFFFFF), max_size=20),
+)
+def test_find_answers_as_a_dict_of_the_echo_values(echoes: list[int], others: list[int]) -> None:
+    """`EvTable.find` (an open-addressing index) finds what a dict by echo value would: the later EV of
+    a repeated value, nothing for a value no EV has, whatever collides."""
+    t = EvTable([(bytes(32), 1 + i % 3, v) for i, v in enumerate(echoes)], rng=random.Random(1), min_active=1)
+    by_value = {e.entropy: e for e in t.entries}
+    assert t.by_entropy == by_value
+    for v in echoes + others:
+        assert t.find(v) is by_value.get(v)
+
+
+def test_find_in_a_table_of_hundreds_of_evs() -> None:
+    """From 255 EVs on the index takes two bytes a slot: every EV is still found, and nothing else."""
+    rng = random.Random(7)
+    for n in (254, 255, 700):
+        values = [rng.getrandbits(32) for _ in range(n - 20)] + [rng.randrange(64) for _ in range(20)]
+        t = EvTable([(bytes(32), 1, v) for v in values], rng=random.Random(1), min_active=1)
+        by_value = {e.entropy: e for e in t.entries}
+        for v in [*values, *(rng.getrandbits(32) for _ in range(200))]:
+            assert t.find(v) is by_value.get(v)
 
 
 def entries(ports: int = 4, per_port: int = 8) -> list[tuple[bytes, int, int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import errno
+import gc
 import mmap
 import random
 from collections.abc import Callable
@@ -28,6 +29,9 @@ from openmrc.transport import (
     WcStatus,
     WrOpcode,
 )
+from openmrc.transport.evtable import EvTable
+from openmrc.transport.requester import Requester
+from openmrc.transport.responder import Responder
 
 from .helpers import Pair
 from .transport_tools import run_until_completions, statuses
@@ -359,6 +363,58 @@ def test_recv_queue_full_raises_enomem() -> None:
     p.post_recv(2)
     refused(p.qp_b.post_recv, RecvWR(9), err=errno.ENOMEM)
     assert len(p.qp_b.recv_queue) == 2
+
+
+# -- destroying ------------------------------------------------------------------------------------------
+
+
+def live_ids(*kinds: type) -> set[int]:
+    """The objects of ``kinds`` that exist (the collector tracks each; a compiled class takes no weakref)."""
+    return {id(o) for o in gc.get_objects() if type(o) in kinds}
+
+
+@pytest.mark.parametrize("midway", [False, True])
+def test_destroyed_qp_is_freed_at_once_without_a_garbage_collection(midway: bool) -> None:
+    """Midway: a Write in flight, the QP's deadlines in its NIC's timer heap."""
+    p = Pair(buf_size=1 << 16)
+    p.write(0, 8 * 4096)
+    if midway:
+        p.step()
+        assert p.a.get_timer() is not None
+    else:
+        run_until_completions(p, 1)
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        qp = p.qp_a
+        ids = {id(qp), id(qp.requester), id(qp.responder), id(qp.evs)}
+        assert ids <= live_ids(Qp, Requester, Responder, EvTable)
+        p.a.destroy_qp(qp)
+        del qp
+        p.qp_a = p.qp_b  # the harness's own reference
+        assert not ids & live_ids(Qp, Requester, Responder, EvTable)
+    finally:
+        if was:
+            gc.enable()
+    p.run(max_steps=10_000)  # the peer and the fabric carry on without it
+
+
+def test_destroyed_qp_refuses_use_and_keeps_its_counters() -> None:
+    p = Pair(buf_size=1 << 16)
+    p.write(0, 3 * 4096)
+    run_until_completions(p, 1)
+    qp = p.qp_b
+    p.b.destroy_qp(qp)
+    assert qp.destroyed() and not p.qp_a.destroyed()
+    assert qp.state is S.ERROR and qp.evs is None and qp.responder.rcvd_bytes == 3 * 4096
+    for call in (
+        lambda: qp.post_send(write_wr(p), now=p.now),
+        lambda: qp.post_recv(RecvWR(1)),
+        lambda: qp.modify(S.RESET),
+    ):
+        assert "destroyed" in refused(call).reason
+    assert "does not belong" in refused(p.b.destroy_qp, qp).reason
 
 
 # -- memory regions --------------------------------------------------------------------------------------

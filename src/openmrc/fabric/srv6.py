@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -39,6 +40,8 @@ __all__ = ["SRV6_EV_MODE", "Route", "UsidPlan", "ev_min_active"]
 KIND_T0, KIND_T1, KIND_HOST = 1, 2, 3
 _FMT: Final = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
 SRV6_EV_MODE: Final = _FMT.mode
+_EXPANDED: Final = struct.Struct(">IQ20x")
+"""An expanded SRv6 EV from its locator and four uSIDs: the destination address, then no SRH segment."""
 """The EV format mode of `UsidPlan.ev_profile`'s profiles."""
 
 
@@ -232,11 +235,8 @@ class UsidPlan:
         and expanding a profile per host pair in the interpreter (mode `SRV6_EV_MODE`, floor
         `ev_min_active`)."""
         paths, ports = self._paths(src, dst, count)
-        loc = self.locator << 96
-        return [
-            (((loc | path << 32) << 128).to_bytes(32, "big"), port)
-            for path, port in zip(paths, ports, strict=True)
-        ]
+        pack, loc = _EXPANDED.pack, self.locator
+        return [(pack(loc, path), port) for path, port in zip(paths, ports, strict=True)]
 
     def _paths(self, src: int, dst: int, count: int | None) -> tuple[list[int], list[int]]:
         """`ev_profile`'s compact EVs as integers (four uSIDs), and the port of each."""

@@ -14,7 +14,6 @@ registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` d
 
 from __future__ import annotations
 
-import gc
 import random
 from typing import Any
 
@@ -28,7 +27,7 @@ from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, SimHost
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
-from openmrc.sim.network import HEADER_BYTES, Node, Port, Switch, Unwired
+from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, Switch, Unwired
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import Nic, WcStatus
@@ -52,7 +51,6 @@ class FabricSim:
         self.completed = 0
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
         self._transient = False  # see `transient_connections`
-        self._retired = 0  # transient: flows done at both ends so far
         self.sampler: Sampler | None = None
         self._watched: list[tuple[SimHost, Any, list[Flow]]] = []  # connections watched for recovery
         self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched connections
@@ -132,6 +130,10 @@ class FabricSim:
         mark_last = ecn if cfg.last_hop_ecn else None
         port_rng = random.Random(self.rng.getrandbits(64))
         ordered = cfg.ordered
+        # ordered: each port draws from its own stream (draws that do not depend on which other ports a
+        # process runs)
+        rng = None if ordered else port_rng
+        colds: dict[tuple[int, ...], PortCold] = {}  # ports built alike share what they seldom change
         unwired = Unwired(-1)
         for n, node in enumerate(self.nodes):
             is_host = n < hosts
@@ -140,28 +142,30 @@ class FabricSim:
                     node.ports.append(
                         Port(
                             self.sim, unwired, ref.bps, 0, buffer=buffer, ecn=None, trimming=False,
-                            last_hop=False, rng=port_rng,
+                            last_hop=False, rng=port_rng, shared=colds,
                         )
                     )  # fmt: skip
-                node.ports.append(
-                    Port(
-                        self.sim,
-                        self.nodes[ref.peer],
-                        ref.bps,
-                        ref.latency_ns,
-                        buffer=1 << 62 if is_host else buffer,
-                        ecn=None if is_host else ecn,
-                        trimming=cfg.trimming and not is_host,
-                        last_hop=not is_host and ref.peer < hosts and last_hop_apart,
-                        rng=port_rng,
-                    )
+                last_hop = not is_host and ref.peer < hosts and last_hop_apart
+                # trims still marked last-hop with mark_last: the port is built with its thresholds, as a
+                # port that is not a last hop (which ignores none), so it shares them with its kind
+                marked = mark_last is not None and last_hop
+                port = Port(
+                    self.sim,
+                    self.nodes[ref.peer],
+                    ref.bps,
+                    ref.latency_ns,
+                    buffer=1 << 62 if is_host or cfg.pfc else buffer,  # lossless (PFC): see enable_pfc
+                    ecn=mark_last if marked else None if is_host else ecn,
+                    trimming=cfg.trimming and not is_host,
+                    last_hop=last_hop and not marked,
+                    rng=rng,
+                    shared=colds,
+                    origin=n + 1 if ordered else 0,
                 )
-                if ordered:  # draws that do not depend on which other ports a process runs
-                    node.ports[-1].rng = None
-                    node.ports[-1].seed = (cfg.seed << 40) | (n << 12) | ref.port
-                    node.ports[-1].origin = n + 1
-                if mark_last is not None and node.ports[-1].last_hop:  # trims still marked last-hop
-                    node.ports[-1].ecn_low, node.ports[-1].ecn_high = mark_last
+                port.last_hop = last_hop
+                node.ports.append(port)
+                if ordered:
+                    port.seed = (cfg.seed << 40) | (n << 12) | ref.port
                 if cfg.pfc:
                     xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
                     resumed = self.hosts[n].resumed if is_host else None
@@ -288,11 +292,6 @@ class FabricSim:
         needs it, and let go of its triggers (a finished flow keeps only its figures)."""
         self.hosts[f.src].release(f, self.hosts[f.dst])
         f.trigger = f.send_done = f.recv_done = None
-        self._retired += 1
-        if self._retired % max(1024, self.topo.num_hosts) == 0:
-            # a destroyed QP is a reference cycle (QP <-> requester, responder) and the collector is paused
-            # while running (`PausedGc`): about once a step, free the connections released since
-            gc.collect()
 
     def _received(self, f: Flow, now: int) -> None:
         if f.recv_finish is not None:
@@ -367,7 +366,8 @@ class FabricSim:
             self.sim.run(until=until)
         if self.sampler is not None:
             self.sampler.sample()
-        return self.results()
+        with PausedGc():  # a large fabric's results are many objects too (a link's figures per port)
+            return self.results()
 
     def results(self) -> SimResults:
         """What the run so far produced (`run` returns it after running)."""

@@ -50,6 +50,7 @@ __all__ = [
     "Host",
     "Pfc",
     "Port",
+    "PortCold",
     "SimNic",
     "Switch",
     "Unwired",
@@ -99,35 +100,19 @@ class Port:
 
     __slots__ = (
         "_arrive",
-        "_deliver_cb",
-        "bps",
-        "buffer",
-        "byte_den",
-        "byte_num",
+        "_cold",
         "cross",
         "ctrl_free_at",
-        "down_drop_at",
         "drops",
-        "ecn_high",
-        "ecn_low",
-        "epoch",
         "free_at",
         "guarded",
         "last_hop",
-        "latency",
-        "loss",
-        "losses",
         "marks",
-        "nominal_bps",
-        "origin",
-        "pace_ns",
         "peer",
         "pfc",
-        "rng",
         "seed",
         "sent_bytes",
         "sent_packets",
-        "sim",
         "trimming",
         "trims",
         "up",
@@ -145,46 +130,177 @@ class Port:
         trimming: bool,
         last_hop: bool,
         rng: random.Random | None,
+        shared: dict[tuple[int, ...], PortCold] | None = None,
+        origin: int = 0,
     ) -> None:
-        self.sim = sim
+        """``shared``: the `PortCold` of ports built alike so far, by what makes them alike (a fabric's
+        builder passes one dict for all its ports); ``origin``: who schedules the port's deliveries, for
+        an ordered engine (its node's id + 1)."""
         self.peer = peer
         arrive = peer.arrive_cb
         if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
             arrive = peer.arrive_cb = peer.arrive
         self._arrive = arrive
-        self._deliver_cb: Callable[[Transmit], None] | None = None  # bound when first guarded
-        self.nominal_bps = bps
-        self.set_rate(bps)  # bps and pace_ns (one full packet's serialisation)
-        self.latency = latency_ns
-        self.buffer = buffer
         # no ECN marking on a host's last hop (MRC rule): thresholds no queue reaches
-        self.ecn_low, self.ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
+        ecn_low, ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
+        if bps <= 0:
+            raise ValueError(f"link rate {bps} b/s must be positive")
+        cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng, origin)
+        if shared is not None:
+            key = (id(sim), bps, latency_ns, buffer, ecn_low, ecn_high, 0 if rng is None else id(rng), origin)
+            cold = shared.setdefault(key, cold)
+            cold.shared = True
+        self._cold = cold
         self.trimming = trimming
         self.last_hop = last_hop
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
-        self.rng = rng
-        """Where loss and ECN draws come from (shared by the ports of a default run); None: a stream of its
-        own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
-        few ever draw)."""
         self.seed = 0
-        self.origin = 0
-        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
+        """Seeds the port's own stream of draws when it has no ``rng``."""
         self.cross: Crossing | None = None
         """Set when the peer runs in another process: the packets go there through it."""
         self.free_at = 0
         self.ctrl_free_at = 0
-        self.epoch = 0  # bumped each time the port goes down, so packets queued or in flight are lost
-        self.loss = 0.0
-        self.down_drop_at: int | None = None  # when the last data packet was sent into this port while down
         self.drops = 0
-        self.losses = 0
         self.trims = 0
         self.marks = 0
         self.sent_bytes = 0
         self.sent_packets = 0
         # priority flow control: off unless `enable_pfc` makes its state (a fabric has millions of ports)
         self.pfc: Pfc | None = None
+
+    # -- what a port seldom reads or writes lives in its `PortCold` ---------------------------------------
+    def _own(self) -> PortCold:
+        """The port's `PortCold`, copied first if other ports share it (before a write)."""
+        c = self._cold
+        if c.shared:
+            c = self._cold = c.copy()
+        return c
+
+    @property
+    def sim(self) -> Simulator:
+        return self._cold.sim
+
+    @property
+    def latency(self) -> int:
+        """Propagation delay, ns."""
+        return self._cold.latency
+
+    @property
+    def buffer(self) -> int:
+        """Bytes the queue holds (data beyond it is trimmed or dropped)."""
+        return self._cold.buffer
+
+    @buffer.setter
+    def buffer(self, v: int) -> None:
+        if v != self._cold.buffer:
+            self._own().buffer = v
+
+    @property
+    def ecn_low(self) -> int:
+        """Queued bytes from which data packets may be ECN-marked (RED up to ``ecn_high``)."""
+        return self._cold.ecn_low
+
+    @ecn_low.setter
+    def ecn_low(self, v: int) -> None:
+        if v != self._cold.ecn_low:
+            self._own().ecn_low = v
+
+    @property
+    def pace_ns(self) -> int:
+        """One full packet's serialisation (what a host's NIC paces by)."""
+        return self._cold.pace_ns
+
+    @property
+    def byte_num(self) -> int:
+        """A byte takes ``byte_num / byte_den`` ns (`set_rate`)."""
+        return self._cold.byte_num
+
+    @property
+    def byte_den(self) -> int:
+        return self._cold.byte_den
+
+    @property
+    def loss(self) -> float:
+        """The probability that a packet sent here is lost (`set_loss`)."""
+        return self._cold.loss
+
+    @property
+    def origin(self) -> int:
+        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
+        return self._cold.origin
+
+    @origin.setter
+    def origin(self, v: int) -> None:
+        if v != self._cold.origin:
+            self._own().origin = v
+
+    @property
+    def bps(self) -> int:
+        """The link's rate now (`set_rate`)."""
+        return self._cold.bps
+
+    @property
+    def nominal_bps(self) -> int:
+        """The rate it was built with."""
+        return self._cold.nominal_bps
+
+    @property
+    def ecn_high(self) -> int:
+        """Queued bytes from which every data packet is ECN-marked (RED from ``ecn_low``)."""
+        return self._cold.ecn_high
+
+    @ecn_high.setter
+    def ecn_high(self, v: int) -> None:
+        if v != self._cold.ecn_high:
+            self._own().ecn_high = v
+
+    @property
+    def rng(self) -> random.Random | None:
+        """Where loss and ECN draws come from (shared by the ports of a default run); None: a stream of its
+        own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
+        few ever draw)."""
+        return self._cold.rng
+
+    @rng.setter
+    def rng(self, v: random.Random | None) -> None:
+        self._own().rng = v
+
+    @property
+    def epoch(self) -> int:
+        """Bumped each time the port goes down, so packets queued or in flight are lost."""
+        return self._cold.epoch
+
+    @epoch.setter
+    def epoch(self, v: int) -> None:
+        self._own().epoch = v
+
+    @property
+    def down_drop_at(self) -> int | None:
+        """When the last data packet was sent into this port while down."""
+        return self._cold.down_drop_at
+
+    @down_drop_at.setter
+    def down_drop_at(self, v: int | None) -> None:
+        self._own().down_drop_at = v
+
+    @property
+    def losses(self) -> int:
+        """Packets lost to ``loss``."""
+        return self._cold.losses
+
+    @losses.setter
+    def losses(self, v: int) -> None:
+        self._own().losses = v
+
+    @property
+    def _deliver_cb(self) -> Callable[[Transmit], None] | None:
+        """``_deliver`` bound once, when the port is first guarded."""
+        return self._cold.deliver_cb
+
+    @_deliver_cb.setter
+    def _deliver_cb(self, v: Callable[[Transmit], None] | None) -> None:
+        self._own().deliver_cb = v
 
     def enable_pfc(self, xoff: int, xon: int, on_resume: Callable[[None], None] | None = None) -> None:
         """Make this port lossless: queue and serialise packets, obey PAUSE frames, and have the peer pause
@@ -221,20 +337,15 @@ class Port:
         """Run the link at ``bps`` (a degraded link keeps its latency and buffer)."""
         if bps <= 0:
             raise ValueError(f"link rate {bps} b/s must be positive")
-        self.bps = bps
-        self.pace_ns = 4160 * 8_000_000_000 // bps
-        # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
-        # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
-        # 8e9 and 100e9 would go through Python's big integers)
-        g = math.gcd(8_000_000_000, bps)
-        self.byte_num = 8_000_000_000 // g
-        self.byte_den = bps // g
+        if bps != self._cold.bps:
+            self._own().set_rate(bps)
 
     def set_loss(self, probability: float) -> None:
         """Lose each packet sent on this direction with ``probability`` (bit errors, a bad optic)."""
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"loss probability {probability} is not within [0, 1]")
-        self.loss = probability
+        if probability != self._cold.loss:
+            self._own().loss = probability
 
     def send(self, p: Transmit, now: int) -> None:
         if not self.up:
@@ -420,6 +531,87 @@ class Port:
     def pauses(self) -> int:
         """PAUSE frames that stopped this port (0 without PFC; the rest of its PFC state is ``pfc``'s)."""
         return self.pfc.pauses if self.pfc is not None else 0
+
+
+class PortCold:
+    """What a `Port` reads once a packet or less and seldom writes: its simulator, propagation delay,
+    buffer, RED thresholds and rates, where its draws come from, the state of a port that failed or loses
+    packets. Ports built alike share one (a fabric has millions of ports, and almost all of them keep
+    these as built); a port copies its own before it changes one (`Port._own`)."""
+
+    __slots__ = (
+        "bps",
+        "buffer",
+        "byte_den",
+        "byte_num",
+        "deliver_cb",
+        "down_drop_at",
+        "ecn_high",
+        "ecn_low",
+        "epoch",
+        "latency",
+        "loss",
+        "losses",
+        "nominal_bps",
+        "origin",
+        "pace_ns",
+        "rng",
+        "shared",
+        "sim",
+    )
+
+    def __init__(
+        self,
+        sim: Simulator,
+        bps: int,
+        latency: int,
+        buffer: int,
+        ecn_low: int,
+        ecn_high: int,
+        rng: random.Random | None,
+        origin: int,
+    ) -> None:
+        self.sim = sim
+        self.origin = origin
+        self.loss = 0.0
+        self.nominal_bps = bps
+        self.set_rate(bps)
+        self.latency = latency
+        self.buffer = buffer
+        self.ecn_low = ecn_low
+        self.ecn_high = ecn_high
+        self.rng = rng
+        self.epoch = 0
+        self.losses = 0
+        self.down_drop_at: int | None = None
+        self.deliver_cb: Callable[[Transmit], None] | None = None
+        self.shared = False
+
+    def set_rate(self, bps: int) -> None:
+        self.bps = bps
+        self.pace_ns = 4160 * 8_000_000_000 // bps
+        # a byte takes 8e9/bps ns, kept as the reduced fraction byte_num/byte_den: the same floor as
+        # ``n * 8_000_000_000 // bps`` with small factors (the compiled build multiplies those natively,
+        # 8e9 and 100e9 would go through Python's big integers)
+        g = math.gcd(8_000_000_000, bps)
+        self.byte_num = 8_000_000_000 // g
+        self.byte_den = bps // g
+
+    def copy(self) -> PortCold:
+        c = PortCold(
+            self.sim,
+            self.nominal_bps,
+            self.latency,
+            self.buffer,
+            self.ecn_low,
+            self.ecn_high,
+            self.rng,
+            self.origin,
+        )
+        c.set_rate(self.bps)
+        c.loss, c.epoch, c.losses = self.loss, self.epoch, self.losses
+        c.down_drop_at, c.deliver_cb = self.down_drop_at, self.deliver_cb
+        return c
 
 
 class Pfc:

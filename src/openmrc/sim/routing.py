@@ -167,6 +167,7 @@ def crossing_pairs(
     they spray over every path (MRC) or hash onto one (ECMP)."""
     ecmp = EcmpRouting(topo)
     hosts = topo.num_hosts
+    peer_of: dict[int, dict[int, int]] = {}  # node -> port number -> the node it leads to (numbers may skip)
     out = []
     for src, dst in pairs:
         seen: set[int] = set()
@@ -176,7 +177,10 @@ def crossing_pairs(
             if (node, port) in links:
                 out.append((src, dst))
                 break
-            nxt = next(r.peer for r in topo.ports(node) if r.port == port)  # numbers may skip (partial T0)
+            peers = peer_of.get(node)
+            if peers is None:  # a computed topology makes its port list afresh at each call
+                peers = peer_of[node] = {r.port: r.peer for r in topo.ports(node)}
+            nxt = peers[port]
             if nxt < hosts or nxt in seen:
                 continue
             seen.add(nxt)

@@ -251,13 +251,15 @@ class AllReduceJob:
 
 
 def hierarchical_allreduce(
-    sim: FabricSim, size: int, *, gpus_per_server: int = 8, start: int = 0
+    sim: FabricSim, size: int, *, gpus_per_server: int = 8, start: int = 0, transient: bool = True
 ) -> AllReduceJob:
     """One all-reduce of ``size`` bytes per GPU, hierarchical (see the module notes): the first network
     step's flows now, each later one when its barrier fires. ``size`` must be a multiple of the host count
-    (the last reduce-scatter step sends size/hosts bytes)."""
+    (the last reduce-scatter step sends size/hosts bytes). Not ``transient``: every connection is kept for
+    the whole step (a QP pair per direction, made at first use; see docs/allreduce.md for what it costs)."""
     job = AllReduceJob(sim, size, gpus_per_server, start)
-    sim.transient_connections()
+    if transient:
+        sim.transient_connections()
     with PausedGc():
         for h in range(sim.topo.num_hosts):
             job.add(h, 0, None)

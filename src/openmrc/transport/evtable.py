@@ -32,7 +32,7 @@ Every change of the controller-visible state (GOOD, ASSUMED_BAD, DENIED) is appe
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -78,20 +78,22 @@ def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
         x[i], x[j] = x[j], x[i]
 
 
+class _Probing:
+    """An EV's probe state, made when it is first probed or marked bad (most EVs never are: a QP's table
+    is 32 EVs or more, and a fabric has millions of them)."""
+
+    __slots__ = ("next_probe", "ok", "out")
+
+    def __init__(self) -> None:
+        self.next_probe = 0
+        self.ok = 0
+        self.out = False
+
+
 class EvEntry:
     """One EV of a QP: the expanded value, its port (plane), the 32-bit echo, and its state."""
 
-    __slots__ = (
-        "entropy",
-        "expanded",
-        "next_probe",
-        "port",
-        "probe_ok",
-        "probe_out",
-        "skip_epoch",
-        "slot",
-        "state",
-    )
+    __slots__ = ("_probing", "entropy", "expanded", "port", "skip_epoch", "slot", "state")
 
     def __init__(self, expanded: bytes, port: int, entropy: int) -> None:
         self.expanded = expanded
@@ -99,13 +101,83 @@ class EvEntry:
         self.entropy = entropy
         self.state = _GOOD
         self.skip_epoch = -1
-        self.probe_ok = 0
-        self.probe_out = False  # a probe on this EV awaits its answer
-        self.next_probe = 0
         self.slot = -1  # index in the rotation, -1 for a backup
+        self._probing: _Probing | None = None
+
+    def _probe_state(self) -> _Probing:
+        p = self._probing
+        if p is None:
+            p = self._probing = _Probing()
+        return p
+
+    @property
+    def probe_out(self) -> bool:
+        """A probe on this EV awaits its answer."""
+        p = self._probing
+        return p is not None and p.out
+
+    @probe_out.setter
+    def probe_out(self, out: bool) -> None:
+        if out or self._probing is not None:
+            self._probe_state().out = out
+
+    @property
+    def probe_ok(self) -> int:
+        """Successful probes in a row while ASSUMED_BAD."""
+        p = self._probing
+        return 0 if p is None else p.ok
+
+    @probe_ok.setter
+    def probe_ok(self, ok: int) -> None:
+        if ok or self._probing is not None:
+            self._probe_state().ok = ok
+
+    @property
+    def next_probe(self) -> int:
+        """When an ASSUMED_BAD EV is probed next."""
+        p = self._probing
+        return 0 if p is None else p.next_probe
+
+    @next_probe.setter
+    def next_probe(self, at: int) -> None:
+        if at or self._probing is not None:
+            self._probe_state().next_probe = at
 
     def __repr__(self) -> str:
         return f"EvEntry(port={self.port}, entropy=0x{self.entropy:08x}, {self.state.name}, slot={self.slot})"
+
+
+def _home(entropy: int) -> int:
+    """Where `_entropy_index` starts looking for an echo value (before the mask): its bits folded down, as
+    they vary in the high bits (a CRC-32) or only the low 16 (a UDP source port)."""
+    h = entropy ^ (entropy >> 16)
+    return h ^ (h >> 8)
+
+
+def _entropy_index(entries: list[EvEntry]) -> bytes:
+    """An open-addressing table from echo value to EV: a power of two of slots, at least twice the EVs,
+    each 0 (empty) or 1 + the EV's position in ``entries``; linear probing. A slot is a byte, or two
+    (little-endian) from 255 EVs on. A dict with the values' integer objects would be ten times the size
+    (a QP of 32 EVs: 2.2 KB instead of 64 bytes)."""
+    n = len(entries)
+    if n >= 0xFFFF:
+        raise ValueError(f"an EV table holds at most {0xFFFF - 1} EVs, not {n}")
+    size = 4
+    while size < 2 * n:
+        size <<= 1
+    mask = size - 1
+    slots = [0] * size
+    for k, e in enumerate(entries, 1):
+        i = _home(e.entropy) & mask
+        while True:
+            j = slots[i]
+            if not j or entries[j - 1].entropy == e.entropy:  # a repeated value: the later EV, as a dict
+                slots[i] = k
+                break
+            i = (i + 1) & mask
+    if n < 0xFF:
+        return bytes(slots)
+    return b"".join(k.to_bytes(2, "little") for k in slots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +213,7 @@ class EvTable:
 
     def __init__(
         self,
-        entries: Sequence[tuple[bytes, int, int]],
+        entries: Iterable[tuple[bytes, int, int]],
         *,
         rng: random.Random,
         min_active: int,
@@ -154,7 +226,8 @@ class EvTable:
         qp_num: int = 0,
         profile_id: int = 0,
     ) -> None:
-        if not entries:
+        self.entries = [EvEntry(ev, port, ent) for ev, port, ent in entries]
+        if not self.entries:
             raise ValueError("an EV table needs at least one EV")
         self._rng = rng
         self.min_active = min_active
@@ -164,8 +237,7 @@ class EvTable:
         self._emit = emit
         self.qp_num = qp_num
         self.profile_id = profile_id
-        self.entries = [EvEntry(ev, port, ent) for ev, port, ent in entries]
-        self.by_entropy = {e.entropy: e for e in self.entries}
+        self._index = _entropy_index(self.entries)
         per_port: dict[int, list[EvEntry]] = {}
         for e in self.entries:
             per_port.setdefault(e.port, []).append(e)
@@ -188,9 +260,37 @@ class EvTable:
         self._port_mask = (1 << 32) - 1  # bit p-1: port p usable (local and peer side up)
         self._local_mask = (1 << 32) - 1  # bit p-1: the local port p is up
         self.doubted: list[int] = []  # ports up locally that the peer says are down
-        self.bad: set[EvEntry] = set()
+        self.bad: dict[EvEntry, None] = {}
+        """The ASSUMED_BAD EVs (a dict as an ordered set: an empty one is a quarter of an empty set's size,
+        and a large fabric has a table per QP)."""
         self._probe_at: int | None = None  # cached next_probe_time()
         self._probe_dirty = False
+
+    def find(self, entropy: int) -> EvEntry | None:
+        """The EV whose echo value is ``entropy`` (the last of the profile's if several share it), or None:
+        what a SACK or NACK echoes, looked up in `_entropy_index`."""
+        idx = self._index
+        entries = self.entries
+        if len(entries) < 0xFF:
+            mask = len(idx) - 1
+            wide = False
+        else:
+            mask = (len(idx) >> 1) - 1
+            wide = True
+        i = _home(entropy) & mask
+        while True:
+            k = idx[2 * i] | idx[2 * i + 1] << 8 if wide else idx[i]
+            if not k:
+                return None
+            e = entries[k - 1]
+            if e.entropy == entropy:
+                return e
+            i = (i + 1) & mask
+
+    @property
+    def by_entropy(self) -> dict[int, EvEntry]:
+        """Every EV by its echo value (a new dict: the per-packet lookup is `find`)."""
+        return {e.entropy: e for e in self.entries}
 
     @property
     def backups(self) -> dict[int, list[EvEntry]]:
@@ -334,7 +434,7 @@ class EvTable:
         self._set_state(e, _BAD, now)
         e.probe_ok = 0
         e.next_probe = now + self.probe_interval
-        self.bad.add(e)
+        self.bad[e] = None
         self._probe_dirty = True
 
     def _retire(self, e: EvEntry) -> None:
@@ -391,7 +491,7 @@ class EvTable:
             return
         e.probe_ok += 1
         if e.probe_ok >= self.probes_to_restore:
-            self.bad.discard(e)
+            self.bad.pop(e, None)
             self._probe_dirty = True
             self._set_state(e, _GOOD, now)
             if e.slot < 0:
@@ -401,12 +501,12 @@ class EvTable:
     def set_state(self, e: EvEntry, state: EVState, now: int) -> None:
         """Controller MODIFY_EV_STATE: DENIED, GOOD (also lifts a denial) or ASSUMED_BAD."""
         if state is _DENIED:
-            self.bad.discard(e)
+            self.bad.pop(e, None)
             self._probe_dirty = True
             self._retire(e)
             self._set_state(e, _DENIED, now)
         elif state is _GOOD:
-            self.bad.discard(e)
+            self.bad.pop(e, None)
             self._probe_dirty = True
             e.probe_ok = 0
             if e.state is not _GOOD:

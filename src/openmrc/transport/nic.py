@@ -146,6 +146,8 @@ class Nic:
         return qp
 
     def destroy_qp(self, qp: Qp) -> None:
+        """Take ``qp`` out of this NIC, dropping what it still had to do (`openmrc.verbs.destroy_qp` flushes
+        it first); `Qp.detach` lets reference counting free it at once."""
         if self.qps.get(qp.qp_num) is not qp:
             raise LocalProtocolError(errno.EINVAL, "QP does not belong to this NIC")
         del self.qps[qp.qp_num]
@@ -153,6 +155,11 @@ class Nic:
         self._woken.pop(qp, None)
         qp.timer_at = -1
         self._timer_known = False
+        timers = self._timers
+        if any(e[2] is qp for e in timers):  # stale deadlines would keep it alive until they pass
+            self._timers = [e for e in timers if e[2] is not qp]
+            heapq.heapify(self._timers)
+        qp.detach()
 
     # -- profiles (transport.profiles) ---------------------------------------------------------------------
     def has_ev_profile(self, profile_id: int) -> bool:

@@ -38,25 +38,35 @@ class EvProfileBinding:
 
     A simulated fabric's NICs hold millions of EVs, so they are kept packed (the expanded values, then a
     16-bit word per port and a 32-bit word per echo, no tuple or integer object per EV); `entries` builds
-    the (expanded EV, port, echo) tuples when asked."""
+    the (expanded EV, port, echo) tuples when asked. It is also what the EV tables of the QPs that bind it
+    hand their events to (`__call__`: one object per profile, not a closure per QP)."""
 
-    __slots__ = ("_echoes", "_evs", "_ports", "event_mask", "min_active", "mode", "profile_id")
+    __slots__ = ("_echoes", "_evs", "_ports", "event_mask", "min_active", "mode", "profile_id", "queue")
 
     def __init__(
         self,
         profile_id: int,
         mode: EVFormatMode,
-        entries: Sequence[tuple[bytes, int, int]],
+        evs: Sequence[bytes],
+        ports: Sequence[int],
+        echoes: Sequence[int],
         min_active: int,
         event_mask: int,
     ) -> None:
+        """The profile's EVs as three columns of one length: expanded EV, port, 32-bit echo value."""
         self.profile_id = profile_id
         self.mode = mode
-        self._evs = tuple(ev for ev, _port, _echo in entries)
-        self._ports = array("H", [port for _ev, port, _echo in entries])
-        self._echoes = array("I", [echo for _ev, _port, echo in entries])
+        self._evs = tuple(evs)
+        self._ports = array("H", ports)
+        self._echoes = array("I", echoes)
         self.min_active = min_active
         self.event_mask = event_mask
+        self.queue: Callable[[EvEvent], None] | None = None
+        """Where the events the mask selects go (the NIC's EV event queue, set when a QP binds it)."""
+
+    def __call__(self, ev: EvEvent) -> None:
+        if ev.state & self.event_mask and self.queue is not None:
+            self.queue(ev)
 
     @property
     def entries(self) -> tuple[tuple[bytes, int, int], ...]:
@@ -131,15 +141,14 @@ class ProfileTable:
     def _default_profile(
         self, values: array[int], profile_id: int = 0, min_active: int = -1, event_mask: int = -1
     ) -> EvProfileBinding:
-        entries = []
-        for i, v in enumerate(values):
-            ev = v.to_bytes(2, "big") + bytes(30)
-            entries.append((ev, 1 + i % self.num_ports, ev_echo32(ev, EVFormatMode.UDP)))
+        evs = [v.to_bytes(2, "big") + bytes(30) for v in values]
         n = len(values)
         return EvProfileBinding(
             profile_id,
             EVFormatMode.UDP,
-            entries,
+            evs,
+            [1 + i % self.num_ports for i in range(n)],
+            [ev_echo32(ev, EVFormatMode.UDP) for ev in evs],
             max(1, n // 8) if min_active < 0 else min_active,
             int(EVENT_MASK_ALLOWED) if event_mask < 0 else event_mask,
         )
@@ -174,14 +183,16 @@ class ProfileTable:
         compact = list(profile.evs or ()) if profile.mode is EVProfileMode.EXP else profile.generate(self.rng)
         if ports is not None and len(ports) != len(compact):
             raise LocalProtocolError(errno.EINVAL, f"ports: {len(ports)} given for {len(compact)} EVs")
-        entries = []
+        evs, at = [], []
         for i, c in enumerate(compact):
             port = ports[i] if ports is not None else 1 + i % self.num_ports
             if not 1 <= port <= self.num_ports:
                 raise LocalProtocolError(errno.EINVAL, f"ports[{i}]: port {port} outside 1..{self.num_ports}")
-            ev = profile.expand(c)
-            entries.append((ev, port, ev_echo32(ev, profile.fmt.mode)))
-        b = EvProfileBinding(profile_id, profile.fmt.mode, entries, profile.ev_min_active, profile.event_mask)
+            evs.append(profile.expand(c))
+            at.append(port)
+        mode = profile.fmt.mode
+        echoes = [ev_echo32(ev, mode) for ev in evs]
+        b = EvProfileBinding(profile_id, mode, evs, at, echoes, profile.ev_min_active, profile.event_mask)
         self.ev[profile_id] = b
         return b
 
@@ -195,16 +206,22 @@ class ProfileTable:
     ) -> EvProfileBinding:
         """Install an EV profile of expanded EVs (32 bytes each, as a controller's EV array holds them),
         each with its port."""
-        entries = []
+        values: list[bytes] = []
+        ports: list[int] = []
+        num_ports = self.num_ports
         for i, (ev, port) in enumerate(evs):
             if len(ev) != 32:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: {len(ev)} bytes, an expanded EV has 32")
-            if not 1 <= port <= self.num_ports:
-                raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{self.num_ports}")
-            entries.append((bytes(ev), port, zlib.crc32(ev) if mode is _SRV6 else ev_echo32(ev, mode)))
-        if not entries or not 0 <= min_active <= len(entries):
-            raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(entries)}")
-        b = self.ev[profile_id] = EvProfileBinding(profile_id, mode, entries, min_active, event_mask)
+            if not 1 <= port <= num_ports:
+                raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{num_ports}")
+            values.append(bytes(ev))
+            ports.append(port)
+        if not values or not 0 <= min_active <= len(values):
+            raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(values)}")
+        crc32 = zlib.crc32
+        echoes = [crc32(ev) for ev in values] if mode is _SRV6 else [ev_echo32(ev, mode) for ev in values]
+        b = EvProfileBinding(profile_id, mode, values, ports, echoes, min_active, event_mask)
+        self.ev[profile_id] = b
         return b
 
     def build_ev_table(
@@ -215,19 +232,10 @@ class ProfileTable:
         that the profile's event mask selects are queued."""
         b = self.ev_profile(profile_id)
         cfg = self.config
-        stats, sinks = self.stats, self.sinks
-
-        def emit(ev: EvEvent) -> None:
-            if ev.state & b.event_mask:
-                events = self.events
-                if len(events) == events.maxlen:
-                    stats.ev_events_dropped += 1
-                events.append(ev)
-                for sink in sinks:
-                    sink(ev)
-
+        if b.queue is None:
+            b.queue = self._queue_event
         t = EvTable(
-            b.entries,
+            zip(b._evs, b._ports, b._echoes, strict=True),  # no tuple of the rows (`entries`) made first
             rng=self.rng,
             min_active=b.min_active,
             active_fraction=cfg.active_ev_fraction,
@@ -235,16 +243,24 @@ class ProfileTable:
             burst=cfg.spray_burst,
             probe_interval=cfg.probe_interval_ns,
             probes_to_restore=cfg.probes_to_restore,
-            emit=emit,
+            emit=b,
             qp_num=qp_num,
             profile_id=b.profile_id,
         )
         t.set_port_masks(local_mask, peer_mask)
         for entropy, state in self.ev_states.get(profile_id, {}).items():
-            e = t.by_entropy.get(entropy)
+            e = t.find(entropy)
             if e is not None:
                 t.set_state(e, state, now)
         return t
+
+    def _queue_event(self, ev: EvEvent) -> None:
+        events = self.events
+        if len(events) == events.maxlen:
+            self.stats.ev_events_dropped += 1
+        events.append(ev)
+        for sink in self.sinks:
+            sink(ev)
 
     def poll_events(self, n: int = 64) -> list[EvEvent]:
         """Up to ``n`` queued EV events, oldest first."""

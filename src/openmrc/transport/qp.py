@@ -148,6 +148,26 @@ class Qp:
     def __repr__(self) -> str:
         return f"Qp(0x{self.qp_num:06x}, {self.state.name})"
 
+    def detach(self) -> None:
+        """`Nic.destroy_qp` took this QP out of its NIC: break the reference cycles it is part of (its
+        requester and responder point back at it) and let go of its EV table and congestion control, so
+        that reference counting frees it as soon as nothing else holds it (a simulation that makes and
+        destroys millions of QP pairs needs no cyclic garbage collection). Its counters stay readable; it
+        is in ERROR and refuses any further use (`destroyed`)."""
+        requester = self.requester
+        del requester.qp, self.responder.qp
+        requester.cc = None
+        self.evs = None
+        self.state = QpState.ERROR
+
+    def destroyed(self) -> bool:
+        """Whether `Nic.destroy_qp` took this QP out of its NIC."""
+        return self.nic.qps.get(self.qp_num) is not self
+
+    def _refuse_destroyed(self, what: str) -> None:
+        if self.destroyed():
+            raise LocalProtocolError(errno.EINVAL, f"{what} refused: QP 0x{self.qp_num:06x} is destroyed")
+
     @property
     def recv_queue(self) -> deque[RecvWR]:
         """Posted receive WRs, oldest first (made at first use: an empty deque is most of a kilobyte, and
@@ -160,6 +180,8 @@ class Qp:
     # -- state machine -------------------------------------------------------------------------------------
     def modify(self, state: QpState, *, now: int = 0, **attrs: Any) -> None:
         """Move to ``state`` setting ``attrs`` (names of `QpAttr` fields). Raises `LocalProtocolError`."""
+        if self.state is QpState.ERROR:
+            self._refuse_destroyed("modify")
         rule = TRANSITIONS.get((self.state, state))
         if rule is None:
             raise LocalProtocolError(errno.EINVAL, f"illegal QP transition {self.state.name} -> {state.name}")
@@ -267,6 +289,7 @@ class Qp:
         """Queue an RDMA Write (with immediate). Raises `LocalProtocolError` on misuse, nothing queued."""
         if self.state is not QpState.RTS:
             if self.state is QpState.ERROR:
+                self._refuse_destroyed("post_send")
                 raise LocalProtocolError(errno.EINVAL, "QP is in ERROR; post_send refused")
             raise LocalProtocolError(errno.EINVAL, f"post_send needs RTS, QP is {self.state.name}")
         if wr.opcode not in (WrOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM):
@@ -307,6 +330,7 @@ class Qp:
 
     def post_recv(self, wr: RecvWR) -> None:
         if self.state in (QpState.RESET, QpState.ERROR):
+            self._refuse_destroyed("post_recv")
             raise LocalProtocolError(errno.EINVAL, f"post_recv refused in {self.state.name}")
         if len(self.recv_queue) >= self.max_recv_wr:
             raise LocalProtocolError(errno.ENOMEM, f"receive queue full ({self.max_recv_wr} WRs)")

@@ -300,6 +300,8 @@ nothing is sent without a Write)."""
 
 
 class Requester:
+    __deletable__ = ("qp",)  # `Qp.detach` breaks the cycle (compiled: only listed attributes can be deleted)
+
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
         self.wrs = _NONE_POSTED  # posted, not yet completed, in post order
@@ -594,7 +596,7 @@ class Requester:
         next_seq = self.next_seq
         evs = qp.evs
         assert evs is not None
-        e = evs.by_entropy.get(entropy)
+        e = evs.find(entropy)
         if (
             dst_qp != self.qp_num & 0xFFFF
             or src_qp != self.dest_qp & 0xFFFF
@@ -839,7 +841,7 @@ class Requester:
             stats.trims_received += 1
             self.congested_at = now
             last_hop = neth.reason == _TRIMMED_LASTHOP
-            e = qp.evs.by_entropy.get(neth.entropy)
+            e = qp.evs.find(neth.entropy)
             if e is not None and not last_hop:
                 qp.evs.skip(e)
             # The EV is not to blame for a last-hop trim, but the window is: our responder sends no receiver

@@ -79,6 +79,8 @@ _TRIMMED_LASTHOP: Final = TrimMark.TRIMMED_LASTHOP
 
 
 class Responder:
+    __deletable__ = ("qp",)  # `Qp.detach` breaks the cycle (compiled: only listed attributes can be deleted)
+
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
         self.cack = 0
