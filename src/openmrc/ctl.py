@@ -919,7 +919,7 @@ def _ev_op(
                     if (
                         qp.evs is not None
                         and (qp.attr.ev_profile_id or 0) == pid
-                        and echo in qp.evs.by_entropy
+                        and qp.evs.find(echo) is not None
                     ):
                         dev.nic.modify_ev_state(qp, echo, state, now=dev.now())
 
@@ -939,7 +939,7 @@ def _state(ctx: verbs.Context, pid: int, echo: int) -> EVState:
     seen = False
     for qp in nic.qps.values():
         if qp.evs is not None and (qp.attr.ev_profile_id or 0) == pid:
-            e = qp.evs.by_entropy.get(echo)
+            e = qp.evs.find(echo)
             if e is not None:
                 seen = True
                 st = controller_state(e.state)

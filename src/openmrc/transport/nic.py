@@ -195,9 +195,11 @@ class Nic:
         """Controller MODIFY_EV_STATE on one QP's EV (found by its 32-bit echo value)."""
         if state not in (EVState.GOOD, EVState.ASSUMED_BAD, EVState.DENIED):
             raise LocalProtocolError(errno.EINVAL, f"the controller cannot set EV state {state.name}")
-        if qp.evs is None or entropy not in qp.evs.by_entropy:
+        evs = qp.evs
+        e = None if evs is None else evs.find(entropy)
+        if evs is None or e is None:
             raise LocalProtocolError(errno.ENOENT, f"QP 0x{qp.qp_num:06x} has no EV 0x{entropy:08x}")
-        qp.evs.set_state(qp.evs.by_entropy[entropy], state, now)
+        evs.set_state(e, state, now)
         qp.requester.blocked = False
         self.wake(qp)
 
