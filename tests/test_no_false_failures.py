@@ -18,7 +18,7 @@ from openmrc.sim.scenario import builtin_scenarios, expand_runs, iter_runs, load
 INTERPRETED_LIMIT_S = 3.0
 """Scenarios expected to take longer than this (compiled) run only in the compiled pass."""
 TOO_BIG_S = 600.0
-"""Scenarios longer than this (`allreduce-131k`: an hour, 10 GB) are left to the benchmark."""
+"""Scenarios longer than this (`allreduce-131k`: about 45 minutes, 6.5 GB) are left to the benchmark."""
 
 
 def _failure_free_mrc_runs() -> list[Any]:
