@@ -145,11 +145,15 @@ class Port:
         ecn_low, ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
         if bps <= 0:
             raise ValueError(f"link rate {bps} b/s must be positive")
-        cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng, origin)
-        if shared is not None:
+        if shared is None:
+            cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng, origin)
+        else:  # made once per kind of port (a fabric builds millions of ports of a few kinds)
             key = (id(sim), bps, latency_ns, buffer, ecn_low, ecn_high, 0 if rng is None else id(rng), origin)
-            cold = shared.setdefault(key, cold)
-            cold.shared = True
+            got = shared.get(key)
+            if got is None:
+                got = shared[key] = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng, origin)
+                got.shared = True
+            cold = got
         self._cold = cold
         self.trimming = trimming
         self.last_hop = last_hop
