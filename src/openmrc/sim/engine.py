@@ -27,7 +27,8 @@ that order is the same however the fabric is split. No count is kept for it: eac
 slot in their scheduling order (the heap's, scheduled earlier, go first; another process ships an
 origin's events in order), so a stable sort of the slot by origin alone gives it. An event scheduled for
 the current time while it runs is merged in by origin (`now_heap`). A slot's order is kept as one plain
-integer per event (`okeys`), so ordering it is a sort of integers. Two events of different nodes at one
+integer per event, stored in the slot before its callback and argument (one list to reach per event, as
+in the default mode), so ordering it is a sort of integers. Two events of different nodes at one
 time never touch the same state (links have a latency), so each node sees its events in the same order
 in every split. An origin made negative (``~origin``) marks an event for another process: it goes to
 `outbox` instead (the link to that process is longer than the exchange window).
@@ -113,12 +114,10 @@ class Simulator:
         self.halted = False
         """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
         self.ordered = False
-        """Partition-independent ties (`order_by_origin`): each wheel slot then has a list of sort keys
-        beside it (`okeys`)."""
-        self.okeys: list[list[int]] = []
-        """Ordered mode: slot ``t % WHEEL_NS``'s events as ``origin << 28 | i`` (``i``: the event's place in
-        the slot): sorting these plain integers puts the slot in origin order, each origin's events in
-        their scheduling order, with no tuple per event and no key function."""
+        """Partition-independent ties (`order_by_origin`): each wheel slot then holds key, callback,
+        argument triples, the key ``origin << 28 | i`` (``i``: the event's place in the slot): sorting
+        the keys, plain integers, puts the slot in origin order, each origin's events in their scheduling
+        order, with no tuple per event and no key function."""
         self.oheap: list[tuple[int, int, int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: (time, priority, origin, sequence, callback, argument) of the events not in the
         wheel."""
@@ -138,7 +137,6 @@ class Simulator:
         if self.seq:
             raise ValueError("order_by_origin: events are already scheduled")
         self.ordered = True
-        self.okeys = [[] for _ in range(WHEEL_NS)]
 
     def schedule(
         self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0, origin: int = 0
@@ -184,7 +182,7 @@ class Simulator:
         elif prio == 0 and at != self.now and at - self.now < WHEEL_NS:  # `insert`'s common case
             self.seq += 1
             slot = self.wheel[at & _MASK]
-            self.okeys[at & _MASK].append(origin << _POS_BITS | len(slot) >> 1)
+            slot.append(origin << _POS_BITS | len(slot) // 3)
             slot.append(callback)
             slot.append(arg)
             self.in_wheel += 1
@@ -199,7 +197,7 @@ class Simulator:
             _heappush(self.now_heap, (origin, seq, callback, arg))
         elif priority == 0 and at - self.now < WHEEL_NS:
             slot = self.wheel[at & _MASK]
-            self.okeys[at & _MASK].append(origin << _POS_BITS | len(slot) >> 1)
+            slot.append(origin << _POS_BITS | len(slot) // 3)
             slot.append(callback)
             slot.append(arg)
             self.in_wheel += 1
@@ -294,38 +292,35 @@ class Simulator:
         """`_run` in origin order: each time's events by (priority, origin), ``halted`` ignored (an ordered
         run stops at window ends only, where every process agrees)."""
         wheel = self.wheel
-        okeys = self.okeys
         heap = self.oheap
         nowh = self.now_heap
         n = 0
         t = self.now
-        spare: list[Any] = []  # the slot lists run last time, emptied: the next ones run take their place
-        spare_keys: list[int] = []
+        spare: list[Any] = []  # the slot list run last time, emptied: the next one run takes its place
         while True:
             t = self._next_time(t, limit)
             if t < 0:
                 break
             i = t & _MASK
             slot = wheel[i]
-            keys = okeys[i]
             wheel[i] = spare
-            okeys[i] = spare_keys
-            self.in_wheel -= len(keys)
+            self.in_wheel -= len(slot) // 3
             if heap and heap[0][0] == t and heap[0][1] == 0:  # scheduled before the wheel's: first
                 early: list[Any] = []
-                early_keys: list[int] = []
                 while heap and heap[0][0] == t and heap[0][1] == 0:
                     e = _heappop(heap)
-                    early_keys.append(e[2] << _POS_BITS | len(early) >> 1)
+                    early.append(e[2] << _POS_BITS | len(early) // 3)
                     early.append(e[4])
                     early.append(e[5])
-                m = len(early_keys)
-                early_keys.extend([k + m for k in keys])
-                early.extend(slot)
+                m = len(early) // 3
+                for x in range(0, len(slot), 3):
+                    early.append(slot[x] + m)
+                    early.append(slot[x + 1])
+                    early.append(slot[x + 2])
                 slot.clear()
-                keys.clear()
-                slot, keys = early, early_keys
+                slot = early
                 self.heap_next = heap[0][0] if heap else _NEVER
+            keys: list[int] = slot[::3]
             if len(keys) > 1:
                 keys.sort()  # origin first; each origin's events stay in their scheduling order
             self.in_now = True
@@ -334,9 +329,9 @@ class Simulator:
                 while nowh and nowh[0][0] < origin:
                     e0 = _heappop(nowh)
                     n += self._run_one(e0[0], e0[2], e0[3])
-                j = (k & _POS_MASK) << 1
-                cb = slot[j]
-                cb(slot[j + 1])
+                j = (k & _POS_MASK) * 3
+                cb = slot[j + 1]
+                cb(slot[j + 2])
                 n += 1
                 if not origin:
                     self.setup_events += 1
@@ -352,9 +347,7 @@ class Simulator:
                     break
             self.in_now = False
             slot.clear()
-            keys.clear()
             spare = slot
-            spare_keys = keys
             t += 1
         self.events += n
         return n

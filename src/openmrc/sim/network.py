@@ -108,6 +108,7 @@ class Port:
         "guarded",
         "last_hop",
         "marks",
+        "origin",
         "peer",
         "pfc",
         "seed",
@@ -146,12 +147,12 @@ class Port:
         if bps <= 0:
             raise ValueError(f"link rate {bps} b/s must be positive")
         if shared is None:
-            cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng, origin)
+            cold = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng)
         else:  # made once per kind of port (a fabric builds millions of ports of a few kinds)
-            key = (id(sim), bps, latency_ns, buffer, ecn_low, ecn_high, 0 if rng is None else id(rng), origin)
+            key = (id(sim), bps, latency_ns, buffer, ecn_low, ecn_high, 0 if rng is None else id(rng))
             got = shared.get(key)
             if got is None:
-                got = shared[key] = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng, origin)
+                got = shared[key] = PortCold(sim, bps, latency_ns, buffer, ecn_low, ecn_high, rng)
                 got.shared = True
             cold = got
         self._cold = cold
@@ -161,6 +162,9 @@ class Port:
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.seed = 0
         """Seeds the port's own stream of draws when it has no ``rng``."""
+        self.origin = origin
+        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1 (kept here, not
+        in the `PortCold`, so that the ports of every node still share a few)."""
         self.cross: Crossing | None = None
         """Set when the peer runs in another process: the packets go there through it."""
         self.free_at = 0
@@ -228,16 +232,6 @@ class Port:
     def loss(self) -> float:
         """The probability that a packet sent here is lost (`set_loss`)."""
         return self._cold.loss
-
-    @property
-    def origin(self) -> int:
-        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1."""
-        return self._cold.origin
-
-    @origin.setter
-    def origin(self, v: int) -> None:
-        if v != self._cold.origin:
-            self._own().origin = v
 
     @property
     def bps(self) -> int:
@@ -557,7 +551,6 @@ class PortCold:
         "loss",
         "losses",
         "nominal_bps",
-        "origin",
         "pace_ns",
         "rng",
         "shared",
@@ -573,10 +566,8 @@ class PortCold:
         ecn_low: int,
         ecn_high: int,
         rng: random.Random | None,
-        origin: int,
     ) -> None:
         self.sim = sim
-        self.origin = origin
         self.loss = 0.0
         self.nominal_bps = bps
         self.set_rate(bps)
@@ -610,7 +601,6 @@ class PortCold:
             self.ecn_low,
             self.ecn_high,
             self.rng,
-            self.origin,
         )
         c.set_rate(self.bps)
         c.loss, c.epoch, c.losses = self.loss, self.epoch, self.losses
