@@ -58,7 +58,9 @@ WHEEL_NS: Final = 1 << _WHEEL_BITS
 _MASK: Final = WHEEL_NS - 1
 _NEVER: Final = 1 << 62
 _POS_BITS: Final = 28
-_POS_MASK: Final = (1 << _POS_BITS) - 1
+_SMALL_KEY_BITS: Final = 30
+"""An int below ``1 << 30`` is one digit in CPython: a list of such keys sorts by direct comparison."""
+_MIN_POS_BITS: Final = 16
 
 
 def event_key(at: int, priority: int, seq: int) -> int:
@@ -115,12 +117,14 @@ class Simulator:
         """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
         self.ordered = False
         """Partition-independent ties (`order_by_origin`): each wheel slot then holds key, callback,
-        argument triples, the key ``origin << 28 | i`` (``i``: the event's place in the slot): sorting
+        argument triples, the key ``origin << pos_bits | i`` (``i``: the event's place in the slot): sorting
         the keys, plain integers, puts the slot in origin order, each origin's events in their scheduling
         order, with no tuple per event and no key function."""
         self.oheap: list[tuple[int, int, int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: (time, priority, origin, sequence, callback, argument) of the events not in the
         wheel."""
+        self.pos_bits = _POS_BITS
+        """Ordered mode: a slot key is ``origin << pos_bits | i``."""
         self.now_heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: priority-0 events scheduled for the time being run, while it runs."""
         self.in_now = False
@@ -131,12 +135,17 @@ class Simulator:
         """Ordered mode: (time, origin, callback, argument) of events for another process (negative origins),
         in scheduling order."""
 
-    def order_by_origin(self) -> None:
+    def order_by_origin(self, origins: int = 0) -> None:
         """Break ties by origin, then each origin's own scheduling order, instead of global scheduling order
-        (see the module's notes). Call before anything is scheduled."""
+        (see the module's notes). Call before anything is scheduled. ``origins``, when known (every origin
+        is below it), lets small runs' slot keys stay below ``1 << 30``, which sort about twice as fast
+        (a slot then holds at most ``1 << (30 - origins.bit_length())`` events, at least 65,536)."""
         if self.seq:
             raise ValueError("order_by_origin: events are already scheduled")
         self.ordered = True
+        small = _SMALL_KEY_BITS - origins.bit_length()
+        if origins > 0 and small >= _MIN_POS_BITS:
+            self.pos_bits = small
 
     def schedule(
         self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0, origin: int = 0
@@ -182,7 +191,7 @@ class Simulator:
         elif prio == 0 and at != self.now and at - self.now < WHEEL_NS:  # `insert`'s common case
             self.seq += 1
             slot = self.wheel[at & _MASK]
-            slot.append(origin << _POS_BITS | len(slot) // 3)
+            slot.append(origin << self.pos_bits | len(slot) // 3)
             slot.append(callback)
             slot.append(arg)
             self.in_wheel += 1
@@ -197,7 +206,7 @@ class Simulator:
             _heappush(self.now_heap, (origin, seq, callback, arg))
         elif priority == 0 and at - self.now < WHEEL_NS:
             slot = self.wheel[at & _MASK]
-            slot.append(origin << _POS_BITS | len(slot) // 3)
+            slot.append(origin << self.pos_bits | len(slot) // 3)
             slot.append(callback)
             slot.append(arg)
             self.in_wheel += 1
@@ -294,6 +303,8 @@ class Simulator:
         wheel = self.wheel
         heap = self.oheap
         nowh = self.now_heap
+        pos_bits = self.pos_bits
+        pos_mask = (1 << pos_bits) - 1
         n = 0
         t = self.now
         spare: list[Any] = []  # the slot list run last time, emptied: the next one run takes its place
@@ -309,7 +320,7 @@ class Simulator:
                 early: list[Any] = []
                 while heap and heap[0][0] == t and heap[0][1] == 0:
                     e = _heappop(heap)
-                    early.append(e[2] << _POS_BITS | len(early) // 3)
+                    early.append(e[2] << pos_bits | len(early) // 3)
                     early.append(e[4])
                     early.append(e[5])
                 m = len(early) // 3
@@ -320,16 +331,18 @@ class Simulator:
                 slot.clear()
                 slot = early
                 self.heap_next = heap[0][0] if heap else _NEVER
+            if len(slot) > 3 * pos_mask:
+                raise OverflowError(f"more than {pos_mask} events at {t} ns (see order_by_origin)")
             keys: list[int] = slot[::3]
             if len(keys) > 1:
                 keys.sort()  # origin first; each origin's events stay in their scheduling order
             self.in_now = True
             for k in keys:  # with what this time's events schedule for it merged in
-                origin = k >> _POS_BITS
+                origin = k >> pos_bits
                 while nowh and nowh[0][0] < origin:
                     e0 = _heappop(nowh)
                     n += self._run_one(e0[0], e0[2], e0[3])
-                j = (k & _POS_MASK) * 3
+                j = (k & pos_mask) * 3
                 cb = slot[j + 1]
                 cb(slot[j + 2])
                 n += 1

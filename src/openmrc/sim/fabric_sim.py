@@ -43,7 +43,7 @@ class FabricSim:
         self.topo = topo
         self.sim = Simulator()
         if config.ordered:
-            self.sim.order_by_origin()
+            self.sim.order_by_origin(topo.num_nodes() + 1)
         self.owned: list[bool] | None = None
         """Nodes this process runs when the fabric is split (`openmrc.sim.partition`); None: all."""
         self.rng = random.Random(config.seed)

@@ -114,6 +114,7 @@ class Port:
         "seed",
         "sent_bytes",
         "sent_packets",
+        "stream",
         "trimming",
         "trims",
         "up",
@@ -162,6 +163,9 @@ class Port:
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
         self.seed = 0
         """Seeds the port's own stream of draws when it has no ``rng``."""
+        self.stream: random.Random | None = None
+        """That stream, made at the first draw (kept here: a port of its own `PortCold` would share it no
+        more, and its hot fields would leave the cache)."""
         self.origin = origin
         """Who schedules this port's deliveries, for an ordered engine: its node's id + 1 (kept here, not
         in the `PortCold`, so that the ports of every node still share a few)."""
@@ -255,7 +259,7 @@ class Port:
 
     @property
     def rng(self) -> random.Random | None:
-        """Where loss and ECN draws come from (shared by the ports of a default run); None: a stream of its
+        """Where loss and ECN draws come from (shared by the ports of a default run); None: `stream`, its
         own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
         few ever draw)."""
         return self._cold.rng
@@ -397,9 +401,11 @@ class Port:
             self.sim.push_from(done + self.latency, self._arrive, p, self.origin)
 
     def _random(self) -> float:
-        rng = self.rng
+        rng = self._cold.rng
         if rng is None:
-            rng = self.rng = random.Random(self.seed)
+            rng = self.stream
+            if rng is None:
+                rng = self.stream = random.Random(self.seed)
         return rng.random()
 
     def _red(self, p: Transmit, queued: int) -> None:
