@@ -17,9 +17,9 @@ window in which the last flow finished (or at ``until``), the same window whatev
 
 A port whose peer runs on another rank (a cut port) hands each packet it delivers to that rank's lane
 (`network.Crossing`, `_Shipper`) instead of scheduling its arrival, and the lane packs it at once, while
-it is still in the cache: one flat list of ints per window, each packet its kind's fields in a row (a
-data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
-bytes). The loop runs with the garbage collector paused, like the engine: the objects packing and
+it is still in the cache: one byte string per window (`struct`), each packet its kind's fields in a row
+(a data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
+bytes), which crosses as it is and is read back straight into the engine's wheel. The loop runs with the garbage collector paused, like the engine: the objects packing and
 unpacking make would otherwise have it rescan the whole fabric again and again.
 
 The results do not depend on the split because the engine runs in ordered mode
@@ -42,6 +42,7 @@ import os
 import pickle
 import resource
 import signal
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -86,8 +87,15 @@ _ZEROS = memoryview(bytes(1 << 16))
 with anything else), so only their number crosses."""
 
 
+_ZERO_VIEWS: Final[dict[int, memoryview]] = {}
+
+
 def _zeros(n: int) -> memoryview:
-    return _ZEROS[:n]
+    """``n`` bytes of `_ZEROS`, one view per length."""
+    z = _ZERO_VIEWS.get(n)
+    if z is None:
+        z = _ZERO_VIEWS[n] = _ZEROS[:n]
+    return z
 
 
 def _zeros_reduce(m: memoryview) -> tuple[Callable[[int], memoryview], tuple[int]]:
@@ -197,36 +205,45 @@ def _check(sim: FabricSim, ranks: int) -> None:
             raise PartitionError("validate_wire: 1 rank only")
 
 
-_HEAD: Final = 17
-"""Fields every crossing packet ships first: its kind, time, origin, target, and the `Transmit`'s fabric
-fields and common fields but its EV (only a sender reads a packet's EV: it has made the packet's
-addresses of it)."""
+_HEAD: Final = 19
+"""Fields every crossing packet ships first: its kind, flags (ECN, and a data packet's AckReq and
+retransmission bits), trim, plane, time, origin, target, and the `Transmit`'s fabric and common fields but
+its EV (only a sender reads a packet's EV: it has made the packet's addresses of it); an address or segment
+(an IPv6 one is 128 bits) as two 64-bit halves."""
+_HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
 _DATA: Final = 0
-"""A data packet: the head, then its Write template's index and op, flags, PSN, VA, payload length."""
-_DATA_LEN: Final = _HEAD + 6
+_DATA_S: Final = struct.Struct(_HEAD_FMT + "IBIQI")
+"""A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
 _SACK: Final = 1
+_SACK_S: Final = struct.Struct(_HEAD_FMT + "IIqqQQBqqqq")
 """A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
-12 fields but the sending QP's number (the head has it)."""
-_SACK_LEN: Final = _HEAD + 12
+12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
 _OTHER: Final = 2
+_OTHER_S: Final = struct.Struct(_HEAD_FMT + "I")
 """Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
-_OTHER_LEN: Final = _HEAD + 1
+_WIDE: Final = 3
+_WIDE_S: Final = struct.Struct("<BI")
+"""A packet with a field its kind's format cannot hold (a value beyond 64 bits): the index of its fields,
+shipped as a tuple."""
+_STRUCTS: Final = (_DATA_S, _SACK_S, _OTHER_S, _WIDE_S)
+_M64: Final = (1 << 64) - 1
 
 
 class _Lane:
-    """What one rank ships to one other in a window: its packets as one flat list of ints, each packet
-    its kind's fields in a row (the pickler writes such a list at C speed; per-packet tuples of plain
-    values cost about 3 µs a packet), in the order they were sent. A data packet's Write template crosses
-    once and is named by its index afterwards (both ends keep the same table: one lane's messages arrive
-    in order)."""
+    """What one rank ships to one other in a window: its packets packed into one byte string as they are
+    sent, each its kind's fields in a row (`struct`, so no int object outlives the packing, and the bytes
+    cross as they are; per-packet tuples pickled cost about 3 µs a packet, a flat list of ints pickled
+    about 1.5), in the order they were sent. A data packet's Write template crosses once and is named by
+    its index afterwards (both ends keep the same table: one lane's messages arrive in order)."""
 
-    __slots__ = ("blobs", "new_tpls", "reset", "rows", "soonest", "tpls")
+    __slots__ = ("blobs", "buf", "new_tpls", "reset", "soonest", "tpls", "wide")
 
     def __init__(self) -> None:
         self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
         self.reset = False
-        self.rows: list[int] = []
+        self.buf = bytearray()
         self.blobs: list[bytes | Packet] = []
+        self.wide: list[tuple[Any, ...]] = []
         self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
         self.soonest = _NEVER
         """The earliest arrival packed since the last message."""
@@ -235,33 +252,39 @@ class _Lane:
         """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
         if at < self.soonest:
             self.soonest = at
-        d = self.rows
         tpl = tx.tpl
+        tail: tuple[Any, ...]
         if tpl is not None:
-            _head(d, _DATA, at, origin, code, tx)
-            d.append(self.tpl_index(tpl))
-            d.append(tx.op)
-            d.append(int(tx.ack_req) | int(tx.rtx) << 1)
-            d.append(tx.psn)
-            d.append(tx.va)
-            d.append(len(tx.payload))
-            return
-        if type(tx) is SackTransmit and not tx.has_packet():
-            _head(d, _SACK, at, origin, code, tx)
-            d += (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
-            d += (int(tx.pr), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
+            kind, flags = _DATA, int(tx.ack_req) << 1 | int(tx.rtx) << 2
+            tail = (self.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
+        elif type(tx) is SackTransmit and not tx.has_packet():
+            kind, flags = _SACK, int(tx.pr) << 3
+            tail = (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
+            tail += (tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
         else:
-            _head(d, _OTHER, at, origin, code, tx)
-            d.append(len(self.blobs))
+            kind, flags = _OTHER, 0
+            tail = (len(self.blobs),)
             self.blobs.append(_wire(tx.packet))
+        addr, seg = tx.addr, tx.seg
+        f = (
+            kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64,
+            addr >> 64, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64,
+            tx.flow_crc, tx.qp_num, tx.size,
+        ) + tail  # fmt: skip
+        try:
+            self.buf += _STRUCTS[kind].pack(*f)
+        except struct.error:  # a field beyond its format: the fields cross as they are
+            self.buf += _WIDE_S.pack(_WIDE, len(self.wide))
+            self.wide.append(f)
 
     def message(self) -> tuple[Any, ...] | None:
         """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
-        if not self.rows:
+        if not self.buf:
             return None
-        msg = (self.reset, self.new_tpls, self.rows, self.blobs)
+        msg = (self.reset, self.new_tpls, bytes(self.buf), self.blobs, self.wide)
         self.reset = False
-        self.rows, self.blobs, self.new_tpls = [], [], []
+        self.buf.clear()
+        self.blobs, self.new_tpls, self.wide = [], [], []
         self.soonest = _NEVER
         if len(self.tpls) > _TPL_CACHE:
             self.tpls.clear()
@@ -323,33 +346,37 @@ class _Cut:
 
     def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
         """Schedule the packets of rank ``src``'s message here, in the order they were sent; how many."""
-        reset, new_tpls, d, blobs = msg
+        reset, new_tpls, buf, blobs, wide = msg
         tpls = self.tpls_in[src]
         if reset:
             tpls.clear()
         for key in new_tpls:
             tpls.append(DataTemplate(*key))
-        rows: list[int] = d
-        i, n, got = 0, len(rows), 0
-        while i < n:
+        data: bytes = buf
+        off, n, got = 0, len(data), 0
+        while off < n:
             got += 1
-            kind = rows[i]
+            fmt = _STRUCTS[data[off]]
+            f: tuple[Any, ...] = fmt.unpack_from(data, off)
+            off += fmt.size
+            if f[0] == _WIDE:
+                f = wide[f[1]]
+            kind = f[0]
+            tx: Transmit
             if kind == _DATA:
-                self._arrive(rows, i, _data_tx(rows, i, tpls), engine)
-                i += _DATA_LEN
+                tx = _data_tx(f, tpls)
             elif kind == _SACK:
-                self._arrive(rows, i, _sack_tx(rows, i), engine)
-                i += _SACK_LEN
+                tx = _sack_tx(f)
             else:
-                blob = blobs[rows[i + _HEAD]]
-                pkt = blob if isinstance(blob, Packet) else parse(blob)
-                self._arrive(rows, i, _tx(rows, i, pkt), engine)
-                i += _OTHER_LEN
+                blob = blobs[f[_HEAD]]
+                tx = Transmit(f[3], f[11], b"", f[12], blob if isinstance(blob, Packet) else parse(blob))
+                tx.qp_num, tx.size = f[17], f[18]
+            self._arrive(f, tx, engine)
         return got
 
-    def _arrive(self, d: list[int], i: int, tx: Transmit, engine: Simulator) -> None:
-        """``tx``, given the fabric fields of the head at ``d[i:]``, scheduled where its head says."""
-        code = d[i + 3]
+    def _arrive(self, f: tuple[Any, ...], tx: Transmit, engine: Simulator) -> None:
+        """``tx``, given the fabric fields of the head ``f``, scheduled where its head says."""
+        code: int = f[6]
         cb: Callable[[Transmit], None]
         if code & 1:
             cb = self.delivers[code >> 1]
@@ -357,57 +384,33 @@ class _Cut:
             arrive = self.nodes[code >> 1].arrive_cb
             assert arrive is not None  # bound when the ports leading there were made
             cb = arrive
-        tx.wire_size = d[i + 4]
-        tx.addr = d[i + 5]
-        tx.src = d[i + 6]
-        tx.ecn = d[i + 10] != 0
-        tx.trim = _TRIMS[d[i + 11]]
-        tx.epoch = d[i + 12]
-        tx.seg = d[i + 13]
-        tx.flow_crc = d[i + 14]
-        engine.insert(d[i + 1], 0, d[i + 2], cb, tx)
+        tx.ecn = f[1] & 1 != 0
+        tx.trim = _TRIMS[f[2]]
+        tx.wire_size = f[7]
+        tx.addr = f[8] | f[9] << 64
+        tx.src = f[10]
+        tx.epoch = f[13]
+        tx.seg = f[14] | f[15] << 64
+        tx.flow_crc = f[16]
+        engine.insert(f[4], 0, f[5], cb, tx)
 
 
-def _head(d: list[int], kind: int, at: int, origin: int, code: int, tx: Transmit) -> None:
-    d.append(kind)
-    d.append(at)
-    d.append(origin)
-    d.append(code)
-    d.append(tx.wire_size)
-    d.append(tx.addr)
-    d.append(tx.src)
-    d.append(cast(int, tx.peer))  # a simulated packet's destination host
-    d.append(tx.port)
-    d.append(tx.entropy)
-    d.append(int(tx.ecn))
-    d.append(int(tx.trim))
-    d.append(tx.epoch)
-    d.append(tx.seg)
-    d.append(tx.flow_crc)
-    d.append(tx.qp_num)
-    d.append(tx.size)
-
-
-def _tx(d: list[int], i: int, pkt: Packet) -> Transmit:
-    return Transmit(d[i + 8], d[i + 7], b"", d[i + 9], pkt, d[i + 15], d[i + 16])
-
-
-def _data_tx(d: list[int], i: int, tpls: list[DataTemplate]) -> Transmit:
-    j = i + _HEAD
-    flags = d[j + 2]
+def _data_tx(f: tuple[Any, ...], tpls: list[DataTemplate]) -> Transmit:
+    flags: int = f[1]
     return data_transmit(
-        d[i + 8], d[i + 7], b"", d[i + 9], d[i + 15], tpls[d[j]], d[j + 1],
-        flags & 1 != 0, flags & 2 != 0, d[j + 3], d[j + 4], _ZEROS[: d[j + 5]],
+        f[3], f[11], b"", f[12], f[17], tpls[f[_HEAD]], f[_HEAD + 1],
+        flags & 2 != 0, flags & 4 != 0, f[_HEAD + 2], f[_HEAD + 3], _zeros(f[_HEAD + 4]),
     )  # fmt: skip
 
 
-def _sack_tx(d: list[int], i: int) -> SackTransmit:
-    j = i + _HEAD
+def _sack_tx(f: tuple[Any, ...]) -> SackTransmit:
+    j = _HEAD
+    flags: int = f[1]
     t = SackTransmit(
-        d[i + 15], d[j], d[j + 1], d[j + 2], d[j + 3], d[j + 4], d[j + 5], d[j + 6], d[j + 7] != 0,
-        d[j + 8], d[j + 9], d[j + 10], d[j + 11],
+        f[17], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], f[j + 5], f[j + 6], flags & 8 != 0,
+        f[j + 7], f[j + 8], f[j + 9], f[j + 10],
     )  # fmt: skip
-    t.port, t.peer, t.entropy = d[i + 8], d[i + 7], d[i + 9]
+    t.port, t.peer, t.entropy = f[3], f[11], f[12]
     return t
 
 
