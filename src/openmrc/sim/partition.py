@@ -19,8 +19,9 @@ A port whose peer runs on another rank (a cut port) hands each packet it deliver
 (`network.Crossing`, `_Shipper`) instead of scheduling its arrival, and the lane packs it at once, while
 it is still in the cache: one byte string per window (`struct`), each packet its kind's fields in a row
 (a data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
-bytes), which crosses as it is and is read back straight into the engine's wheel. The loop runs with the garbage collector paused, like the engine: the objects packing and
-unpacking make would otherwise have it rescan the whole fabric again and again.
+bytes), which crosses as it is and is read back straight into the engine's wheel. The loop runs with
+the garbage collector paused, like the engine: the objects packing and unpacking make would otherwise
+have it rescan the whole fabric again and again.
 
 The results do not depend on the split because the engine runs in ordered mode
 (`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
@@ -269,8 +270,8 @@ class _Lane:
         f = (
             kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64,
             addr >> 64, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64,
-            tx.flow_crc, tx.qp_num, tx.size,
-        ) + tail  # fmt: skip
+            tx.flow_crc, tx.qp_num, tx.size, *tail,
+        )  # fmt: skip
         try:
             self.buf += _STRUCTS[kind].pack(*f)
         except struct.error:  # a field beyond its format: the fields cross as they are
