@@ -212,14 +212,18 @@ retransmission bits), trim, plane, time, origin, target, and the `Transmit`'s fa
 its EV (only a sender reads a packet's EV: it has made the packet's addresses of it); an address or segment
 (an IPv6 one is 128 bits) as two 64-bit halves."""
 _HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
+_HEAD_S: Final = struct.Struct(_HEAD_FMT)
 _DATA: Final = 0
+_DATA_TAIL: Final = struct.Struct("<IBIQI")
 _DATA_S: Final = struct.Struct(_HEAD_FMT + "IBIQI")
 """A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
 _SACK: Final = 1
+_SACK_TAIL: Final = struct.Struct("<IIqqQQBqqqq")
 _SACK_S: Final = struct.Struct(_HEAD_FMT + "IIqqQQBqqqq")
 """A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
 12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
 _OTHER: Final = 2
+_OTHER_TAIL: Final = struct.Struct("<I")
 _OTHER_S: Final = struct.Struct(_HEAD_FMT + "I")
 """Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
 _WIDE: Final = 3
@@ -254,29 +258,34 @@ class _Lane:
         if at < self.soonest:
             self.soonest = at
         tpl = tx.tpl
-        tail: tuple[Any, ...]
-        if tpl is not None:
-            kind, flags = _DATA, int(tx.ack_req) << 1 | int(tx.rtx) << 2
-            tail = (self.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
-        elif type(tx) is SackTransmit and not tx.has_packet():
-            kind, flags = _SACK, int(tx.pr) << 3
-            tail = (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
-            tail += (tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
-        else:
-            kind, flags = _OTHER, 0
-            tail = (len(self.blobs),)
-            self.blobs.append(_wire(tx.packet))
-        addr, seg = tx.addr, tx.seg
-        f = (
-            kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64,
-            addr >> 64, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64,
-            tx.flow_crc, tx.qp_num, tx.size, *tail,
-        )  # fmt: skip
+        ecn = int(tx.ecn)
         try:
-            self.buf += _STRUCTS[kind].pack(*f)
-        except struct.error:  # a field beyond its format: the fields cross as they are
+            if tpl is not None:
+                kind, flags = _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2
+                tail = _DATA_TAIL.pack(self.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
+            elif type(tx) is SackTransmit and not tx.has_packet():
+                kind, flags = _SACK, ecn | int(tx.pr) << 3
+                tail = _SACK_TAIL.pack(
+                    tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
+                    int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b,
+                )  # fmt: skip
+            else:
+                kind, flags = _OTHER, ecn
+                tail = _OTHER_TAIL.pack(len(self.blobs))
+            addr, seg = tx.addr, tx.seg
+            head = _HEAD_S.pack(
+                kind, flags, int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64, addr >> 64,
+                tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64, tx.flow_crc,
+                tx.qp_num, tx.size,
+            )  # fmt: skip
+        except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
             self.buf += _WIDE_S.pack(_WIDE, len(self.wide))
-            self.wide.append(f)
+            self.wide.append(_fields(at, origin, code, tx, self))
+            return
+        if kind == _OTHER:
+            self.blobs.append(_wire(tx.packet))
+        self.buf += head
+        self.buf += tail
 
     def message(self) -> tuple[Any, ...] | None:
         """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
@@ -308,6 +317,29 @@ class _Lane:
             )
             self.new_tpls.append(key)
         return got[1]
+
+
+def _fields(at: int, origin: int, code: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
+    """What `_Lane.pack` packs of ``tx``, as a tuple (the rare packet its formats cannot hold)."""
+    tail: tuple[Any, ...]
+    tpl = tx.tpl
+    if tpl is not None:
+        kind, flags = _DATA, int(tx.ack_req) << 1 | int(tx.rtx) << 2
+        tail = (lane.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
+    elif type(tx) is SackTransmit and not tx.has_packet():
+        kind, flags = _SACK, int(tx.pr) << 3
+        tail = (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
+        tail += (tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
+    else:
+        kind, flags = _OTHER, 0
+        tail = (len(lane.blobs),)
+        lane.blobs.append(_wire(tx.packet))
+    addr, seg = tx.addr, tx.seg
+    return (
+        kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64,
+        addr >> 64, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64,
+        tx.flow_crc, tx.qp_num, tx.size, *tail,
+    )  # fmt: skip
 
 
 class _Shipper(Crossing):
