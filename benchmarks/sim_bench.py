@@ -9,6 +9,10 @@ Parts (``--only``):
   htsim-perm-2ranks  scenario 1, MRC with 128 EVs, split over 2 forked processes (`openmrc.sim.partition`,
                    ordered mode): ``wall_s_2ranks`` and the CPU time of both (``cpu_s_2ranks``); beside it
                    the same ordered run in 1 process (``wall_s_1rank``), whose results it must equal
+                   (``speedup_2ranks``: run only, against that ordered run). Then, each in a fresh process
+                   timed start to exit, the default one-process run (``process_s_1proc``) and the 2-rank
+                   run (``process_s_2ranks``, its build ``build_s_2ranks``): ``speedup_2ranks_process``
+                   (against the default run) and, at k=16, ``process_s_2ranks_vs_htsim`` (htsim: 18.1 s)
   link-failure     scenario 5: bypass time of a T0-T1 link failure and of a NIC port failure (MRC), and the
                    failed host's goodput after vs before (target: (k-1)/k)
   scale            the 131,072-host 8-plane Clos (512-port switches), permutation of 256 KiB per host:
@@ -65,6 +69,8 @@ from openmrc.sim.scenario import build_run, expand_runs, load_scenario
 from openmrc.sim.workloads import hierarchical_allreduce, permutation
 from openmrc.transport import QpInitAttr
 
+HTSIM_PERM_S = 18.1
+"""htsim's scenario 1 (k=16), whole process, on these machines."""
 PERM_FILES = {16: "perm_1024n_1024c_0u_2000000b.cm", 8: "perm_128n_128c_2MB.cm", 4: "perm_16n_16c_2MB.cm"}
 PARTS = (
     "htsim-perm",
@@ -159,7 +165,49 @@ def htsim_perm_ranks(k: int) -> dict[str, Any]:
         got.append([(f.finish, f.status) for f in res.flows] + [res.counters, res.events])
     out["speedup_2ranks"] = out["wall_s_1rank"] / out["wall_s_2ranks"]
     out["same_results_2ranks"] = got[0] == got[1]
+    one, two = _whole_process(1, k), _whole_process(2, k)  # the same sitting: a ratio holds under load
+    out |= {
+        "process_s_1proc": one["process_s"],
+        "cpu_s_1proc": one["cpu_s"],
+        "process_s_2ranks": two["process_s"],
+        "cpu_s_2ranks_process": two["cpu_s"],
+        "build_s_2ranks": two["build_s"],
+        "speedup_2ranks_process": one["process_s"] / two["process_s"],
+    }
+    if k == 16:  # htsim's figure is of the k=16 scenario
+        out["process_s_2ranks_vs_htsim"] = two["process_s"] / HTSIM_PERM_S
     return out
+
+
+def _whole_process(ranks: int, k: int) -> dict[str, Any]:
+    """Scenario 1 start to exit in a fresh process: the default (unordered) run in one process, or the
+    ordered run split over ``ranks`` forked ones; wall (``process_s``) and CPU of every process in it."""
+    cmd = [sys.executable, __file__, "--json", "--process-ranks", str(ranks), "--k", str(k)]
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out: dict[str, Any] = json.loads(done.stdout)
+    out["process_s"] = wall
+    out["cpu_s"] = kids.ru_utime + kids.ru_stime - kids0.ru_utime - kids0.ru_stime  # its ranks' too
+    return out
+
+
+def whole_run(ranks: int, k: int) -> dict[str, Any]:
+    """One `_whole_process` run, in the process it times: its build and run times."""
+    over = [f"fabric.k={k}", f'workload.file="{PERM_FILES[k]}"', "sample_us=0"]
+    if ranks > 1:
+        over.append("fabric.ordered=true")
+    t0 = time.perf_counter()
+    sim = build_run(expand_runs(load_scenario("htsim-perm-1024", over))[0].doc)
+    t1 = time.perf_counter()
+    res = sim.run(until=10**10) if ranks == 1 else partition.run_local(sim, ranks, 10**10)
+    return {
+        "build_s": t1 - t0,
+        "run_s": time.perf_counter() - t1,
+        "tail_fct_us": res.report().get("max_fct_us"),
+    }
 
 
 def link_failure() -> dict[str, Any]:
@@ -465,9 +513,12 @@ def main() -> None:
         "--allreduce-keep", action="store_true", help="all-reduce: keep every connection for the whole step"
     )
     ap.add_argument("--allreduce-case", choices=AR_CASES, help=argparse.SUPPRESS)  # one case, in-process
+    ap.add_argument("--process-ranks", type=int, help=argparse.SUPPRESS)  # one `_whole_process` run
     a = ap.parse_args()
-    only = a.only or a.allreduce_case
-    if a.allreduce_case:
+    only = a.only or a.allreduce_case or a.process_ranks
+    if a.process_ranks:
+        out = whole_run(a.process_ranks, a.k)
+    elif a.allreduce_case:
         out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
     elif a.only:
         out = part(a.only, a)
