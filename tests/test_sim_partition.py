@@ -79,6 +79,10 @@ def test_same_results_on_1_2_and_3_ranks(build: Any) -> None:
     assert one["counters"]["packet_hops"] > 0
     for ranks in (2, 3):
         assert _view(partition.run_local(build(), ranks, 10**9)) == one, ranks
+        times = partition.last_times
+        assert len(times) == ranks and len({t["critical_cpu_s"] for t in times}) == 1  # every rank agrees
+        # per window the busiest rank's time, summed: at least any one rank's running time in all
+        assert all(times[0]["critical_cpu_s"] >= t["run_cpu_s"] for t in times)
 
 
 def test_the_split_keeps_t0_groups_and_shares_spines() -> None:

@@ -80,7 +80,9 @@ last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
 of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), the number of windows and of
-packets it received (``crossing``), and its memory (`_memory_mb`)."""
+packets it received (``crossing``), and its memory (`_memory_mb`). ``critical_cpu_s`` (the same on every
+rank): per window, the CPU time of the rank that took the most to run it, pack and unpack, summed: how long
+the loop would take on idle cores with a free exchange (a figure a loaded machine does not blur)."""
 _TPL_CACHE = 1 << 17
 """Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
 _ZEROS = memoryview(bytes(1 << 16))
@@ -485,7 +487,8 @@ def run_split(
         times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
         for phase in ("run", "pack", "exchange", "unpack", "loads"):
             times[f"{phase}_cpu_s"] = 0.0
-        c0 = time.process_time()
+        c0 = c_after = time.process_time()  # c_after: when this rank last left an exchange
+        times["critical_cpu_s"] = 0.0
         halt = False
         while True:
             end = min(t + window, until + 1)
@@ -497,13 +500,17 @@ def run_split(
             local_next = min(soonest, _NEVER if nxt is None else nxt)
             undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
             msgs = [lane.message() for lane in cut.lanes]
-            out = [(local_next, undone, b"" if m is None else _dumps(m), halt) for m in msgs]
+            busy = time.process_time() - c_after  # the window's share but its pickling (a few ms in all)
+            out = [(local_next, undone, b"" if m is None else _dumps(m), halt, busy) for m in msgs]
             w2, c2w = time.perf_counter(), time.process_time()
             got = ex.alltoall(out)
             w3, c3w = time.perf_counter(), time.process_time()
+            c_after = c3w
+            times["critical_cpu_s"] += max(g[4] for g in got)
             if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops after the same window
                 raise KeyboardInterrupt
-            for r, (_n, _u, events, _h) in enumerate(got):
+            for r, g in enumerate(got):
+                events = g[2]
                 if r != ex.rank and events:
                     c_load = time.process_time()
                     msg = pickle.loads(events)
