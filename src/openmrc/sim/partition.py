@@ -217,16 +217,16 @@ _HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
 _HEAD_S: Final = struct.Struct(_HEAD_FMT)
 _DATA: Final = 0
 _DATA_TAIL: Final = struct.Struct("<IBIQI")
-_DATA_S: Final = struct.Struct(_HEAD_FMT + "IBIQI")
+_DATA_S: Final = struct.Struct(_HEAD_FMT + _DATA_TAIL.format[1:])
 """A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
 _SACK: Final = 1
 _SACK_TAIL: Final = struct.Struct("<IIqqQQBqqqq")
-_SACK_S: Final = struct.Struct(_HEAD_FMT + "IIqqQQBqqqq")
+_SACK_S: Final = struct.Struct(_HEAD_FMT + _SACK_TAIL.format[1:])
 """A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
 12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
 _OTHER: Final = 2
 _OTHER_TAIL: Final = struct.Struct("<I")
-_OTHER_S: Final = struct.Struct(_HEAD_FMT + "I")
+_OTHER_S: Final = struct.Struct(_HEAD_FMT + _OTHER_TAIL.format[1:])
 """Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
 _WIDE: Final = 3
 _WIDE_S: Final = struct.Struct("<BI")
