@@ -2,11 +2,34 @@
 
 Theory of operation
 -------------------
-Every rank builds the whole `FabricSim` (same configuration, same seeds, so the same objects in the same
-state) and then runs only its share of the nodes (`assign_ranks`: hosts in contiguous blocks with their
-T0s, a switch with the rank of its lower neighbours when they agree, the rest, the spines, shared out in
-turn). The other nodes stay idle replicas: a packet crossing to another rank is shipped there, and
-failures, which only change link state, run on every rank.
+Every rank runs only its share of the nodes (`assign_ranks`, from the topology alone: hosts in contiguous
+blocks with their T0s, a switch with the rank of its lower neighbours when they agree, the rest, the
+spines, shared out in turn), and builds only that share (`FabricSim` with ``owned``): its hosts (NICs,
+QPs), its switches and their ports. `run` and `run_local` take a builder, called with ``(rank, size)``
+in each rank's own process (forked before building, or started by ``mpiexec``); a whole fabric built
+beforehand still runs, its other nodes idle replicas. A packet crossing to another rank is shipped there.
+
+Building in parts keeps every value the results depend on the same as in one process:
+
+- *Seeds.* Each NIC's rng is seeded from the simulation's rng in host order; every rank draws all the
+  seeds (cheap) and builds the NICs of its hosts only, so each NIC has its one-process seed. Ports of an
+  ordered fabric draw from streams seeded by (seed, node, port): no shared draw order at all.
+- *QPs and memory.* A NIC draws its QP numbers, memory keys and EV table shuffles from its own rng, in
+  the order its flows are set up. Every rank holds the whole flow list and sets up, in flow order, the
+  QPs of flows with a local end: a host's draws are then those of one process, in the same order (its
+  QP towards a host of another rank is made and connected, towards QP 0, when its pair would be made).
+  Only two things cross, once, before the run (`_connect_parts`): the QP numbers of the pairs cut by the
+  split (both ranks noted them in flow order, so the lists line up) and each host's flow buffer address
+  and R_Key. Nothing changes for a run in one process.
+- *The cut.* A port whose peer is on another rank ships what it sends (`_Shipper`). The port of another
+  rank's node that leads into this rank has a stand-in here (`FabricSim.ghosts`): it delivers what that
+  port ships (through its epoch check once failures may hit it) and fails with its link.
+- *Failures* are scheduled on every rank, as the same events, and change only the ports a rank has (its
+  own and the stand-ins); which switch ports are down, all ECMP reconvergence needs, is kept by
+  (node, port) everywhere (`openmrc.sim.failures`).
+- *Results.* Each rank reports its flows' ends, its ports' figures (a stand-in's drops count for the
+  port it stands for), its hosts' retransmissions and samples; every rank merges them (`_merge`) into
+  the whole run's results (`FabricSim.totals`).
 
 Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators: the
 lookahead ``W`` is the shortest link latency of the fabric, so a packet sent in the window ``[t, t + W)``
@@ -48,11 +71,12 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Final, Protocol, cast
 
+from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import PausedGc, Simulator
-from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.hosts import MrcHost
-from openmrc.sim.metrics import Sample, SimResults
-from openmrc.sim.network import Crossing, Port
+from openmrc.sim.fabric_sim import FabricSim, PortTotals
+from openmrc.sim.hosts import MrcHost, RemoteHost, set_dest_qp
+from openmrc.sim.metrics import LinkStat, Sample, SimResults
+from openmrc.sim.network import Crossing, Unwired
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
@@ -67,6 +91,7 @@ __all__ = [
     "assign_ranks",
     "lookahead_ns",
     "mpi_world",
+    "owned_nodes",
     "run",
     "run_local",
     "run_split",
@@ -132,11 +157,16 @@ class Exchange(Protocol):
         ...  # pragma: no cover - a protocol
 
 
+Build = Callable[[tuple[int, int] | None], FabricSim]
+"""Builds a simulation, flows and failures included: only the part ``(rank, size)`` runs (`owned_nodes`),
+or the whole fabric (None)."""
+
+
 # -- the split -----------------------------------------------------------------------------------------------
-def assign_ranks(sim: FabricSim, ranks: int) -> list[int]:
+def assign_ranks(fabric: FabricSim | Topology, ranks: int) -> list[int]:
     """The rank of every node: hosts in contiguous blocks of whole T0 groups, each switch with its lower
     neighbours' rank when they agree, the others (spines) shared out in turn."""
-    topo = sim.topo
+    topo = fabric.topo if isinstance(fabric, FabricSim) else fabric
     hosts, nodes = topo.num_hosts, topo.num_nodes()
     if not 1 <= ranks <= hosts:
         raise PartitionError(f"--ranks {ranks}: need 1..{hosts} (the fabric has {hosts} hosts)")
@@ -175,10 +205,19 @@ def assign_ranks(sim: FabricSim, ranks: int) -> list[int]:
     return rank
 
 
-def lookahead_ns(sim: FabricSim) -> int:
+def owned_nodes(topo: Topology, part: tuple[int, int] | None) -> list[bool] | None:
+    """Which nodes rank ``part[0]`` of ``part[1]`` runs (`FabricSim`'s ``owned``); None for no part."""
+    if part is None:
+        return None
+    rank, size = part
+    return [r == rank for r in assign_ranks(topo, size)]
+
+
+def lookahead_ns(fabric: FabricSim | Topology) -> int:
     """The exchange window: the shortest link latency anywhere (not only across ranks, so that the window
     grid, and with it where a run ends, is the same for every split)."""
-    lat = min(r.latency_ns for n in range(sim.topo.num_nodes()) for r in sim.topo.ports(n))
+    topo = fabric.topo if isinstance(fabric, FabricSim) else fabric
+    lat = min(r.latency_ns for n in range(topo.num_nodes()) for r in topo.ports(n))
     if lat < 1:
         raise PartitionError("a split run needs every link to have a latency of at least 1 ns")
     return lat
@@ -186,6 +225,8 @@ def lookahead_ns(sim: FabricSim) -> int:
 
 def _check(sim: FabricSim, ranks: int) -> None:
     cfg = sim.config
+    if sim.partial and ranks == 1:
+        raise PartitionError("a fabric built in parts runs on the ranks it was built for")
     if not cfg.ordered:
         raise PartitionError("a split run needs FabricSimConfig.ordered (set by --ranks)")
     if ranks > 1:
@@ -309,16 +350,24 @@ class _Cut:
         self.rank = rank
         self.nodes = sim.nodes
         self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
-        self.ports: list[Port] = []  # the cut ports of every rank, by index (shipped as that index)
-        for n, node in enumerate(sim.nodes):
-            for p in node.ports:
-                peer = p.peer.id
-                if peer < 0 or rank_of[peer] == rank_of[n]:
+        # the guarded delivery each cut port of every rank would schedule, by its index (shipped as that
+        # index), numbered from the topology: a rank need not have built the port
+        self.delivers: list[Callable[[Transmit], None]] = []
+        topo = sim.topo
+        for n in range(topo.num_nodes()):
+            for ref in topo.ports(n):
+                peer = ref.peer
+                if rank_of[peer] == rank_of[n]:
                     continue
+                code = 2 * len(self.delivers) + 1
                 if rank_of[n] == rank:
-                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * len(self.ports) + 1)
-                self.ports.append(p)
-        self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
+                    port = sim.nodes[n].ports[ref.port]
+                    port.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, code)
+                if rank_of[peer] == rank:  # the stand-in of a port leading here (or its replica)
+                    ghost = sim.ghosts.get((n, ref.port))
+                    self.delivers.append((sim.nodes[n].ports[ref.port] if ghost is None else ghost)._deliver)
+                else:
+                    self.delivers.append(_elsewhere)
         self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
 
     def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
@@ -366,6 +415,10 @@ class _Cut:
         tx.seg = d[i + 13]
         tx.flow_crc = d[i + 14]
         engine.insert(d[i + 1], 0, d[i + 2], cb, tx)
+
+
+def _elsewhere(p: Transmit) -> None:  # pragma: no cover - a rank decodes only what crosses to it
+    raise AssertionError("a packet for a cut port of another rank")
 
 
 def _head(d: list[int], kind: int, at: int, origin: int, code: int, tx: Transmit) -> None:
@@ -430,15 +483,27 @@ def run_split(
     """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
     results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds; a
     KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
-    _check(sim, ex.size)
-    rank_of = assign_ranks(sim, ex.size)
-    cut = _Cut(sim, rank_of, ex.rank, ex.size)
-    owned = [r == ex.rank for r in rank_of]
-    sim.owned = owned
+    try:
+        _check(sim, ex.size)
+        rank_of = assign_ranks(sim, ex.size)
+        owned = [r == ex.rank for r in rank_of]
+        if sim.partial and sim.owned != owned:
+            raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
+        problem = ""
+    except PartitionError as exc:
+        problem = str(exc)
+    problems = [p for p in ex.alltoall([problem] * ex.size) if p]  # every rank stops, or none
+    if problems:
+        raise PartitionError(problems[0])
+    if sim.partial:
+        _connect_parts(sim, rank_of, ex)
+    else:  # every node built: the others stay idle replicas
+        sim.owned = owned
+        for h in sim.hosts:  # the same memory keys on every rank
+            if isinstance(h, MrcHost):
+                h.register_flow_memory()
     sim.faults.owned = owned
-    for h in sim.hosts:  # the same memory keys on every rank
-        if isinstance(h, MrcHost):
-            h.register_flow_memory()
+    cut = _Cut(sim, rank_of, ex.rank, ex.size)
     engine = sim.sim
     window = lookahead_ns(sim)
     mine_src = [f for f in sim.flows if owned[f.src]]
@@ -505,6 +570,26 @@ def run_split(
     return sim.results()
 
 
+def _connect_parts(sim: FabricSim, rank_of: list[int], ex: Exchange) -> None:
+    """Before a run built in parts: every rank registers its hosts' flow buffers and tells the others
+    their addresses and R_Keys, and the numbers of its QPs whose peers another rank made (each pair of
+    ranks noted those QPs in the same order: that of the flows), which it then connects them to."""
+    mrs = [(h.id, *h.register_flow_memory()) for h in sim.hosts if isinstance(h, MrcHost)]
+    towards: list[list[Any]] = [[] for _ in range(ex.size)]  # by the peer's rank: its QPs here
+    for _host, peer, qp in sim.cut_qps:
+        towards[rank_of[peer]].append(qp)
+    got = ex.alltoall([(mrs, [qp.qp_num for qp in qps]) for qps in towards])
+    for r, (their_mrs, qpns) in enumerate(got):
+        if r == ex.rank:
+            continue
+        for h, addr, rkey in their_mrs:
+            host = sim.hosts[h]
+            assert isinstance(host, RemoteHost)
+            host.flow_mr = (addr, rkey)
+        for qp, qpn in zip(towards[r], qpns, strict=True):
+            set_dest_qp(qp, qpn)
+
+
 def _memory_mb() -> dict[str, float]:
     """This process's peak resident set (``peak_rss_mb``; a forked rank's counts the pages it still shares
     with the others) and, where Linux tells, its proportional share of what it maps now (``pss_mb``)."""
@@ -520,21 +605,34 @@ def _memory_mb() -> dict[str, float]:
 
 
 def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
-    """What this rank knows that the others do not: its flows' ends, its ports' counters, its samples."""
+    """What this rank knows that the others do not: its flows' ends, its ports' figures (and those of the
+    stand-ins of other ranks' ports: their drops), its hosts' retransmissions, its samples."""
     flows = {f.id: (f.finish, f.status, f.recv_finish) for f in sim.flows if owned[f.src] or owned[f.dst]}
-    ports = [
-        [
-            (p.sent_bytes, p.sent_packets, p.drops, p.losses, p.trims, p.marks, p.down_drop_at)
-            for p in node.ports
-        ]
-        for node in sim.nodes
-    ]
-    rtx = {h.id: h.retransmits() for h in sim.hosts if owned[h.id]}
+    links: list[tuple[Any, ...]] = []
+    drop_at: dict[tuple[int, int], int] = {}
+    stood_in: dict[tuple[int, int], int] = {}  # (node, port) of another rank -> drops on delivery here
+    now = sim.sim.now
+    for n, node in enumerate(sim.nodes):
+        mine = owned[n]
+        for i, p in enumerate(node.ports):
+            if not mine:  # an idle replica (a fabric built whole)
+                if p.drops:
+                    stood_in[n, i] = p.drops
+                continue
+            if p.down_drop_at is not None:
+                drop_at[n, i] = p.down_drop_at
+            if not isinstance(p.peer, Unwired):
+                links.append((*dataclasses.astuple(sim.link_stat(n, i, p, now)), p.sent_packets))
+    for key, p in sim.ghosts.items():
+        if p.drops:
+            stood_in[key] = p.drops
     s = sim.sampler
     return {
         "flows": flows,
-        "ports": ports,
-        "rtx": rtx,
+        "links": links,
+        "drop_at": drop_at,
+        "stood_in": stood_in,
+        "rtx": sum(h.retransmits() for h in sim.hosts if owned[h.id]),
         "events": sim.sim.events - sim.sim.setup_events,  # every rank runs those: counted once, by this one
         "samples": [] if s is None else [dataclasses.astuple(x) for x in s.samples],
         "pair_bytes": [] if s is None else s.pair_bytes,
@@ -543,8 +641,8 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
 
 
 def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
-    """This rank (``parts[0]``) takes every other rank's share into its own objects (its replicas of the
-    nodes it did not run)."""
+    """This rank (``parts[0]``) takes every rank's share into the whole run's results (`FabricSim.totals`,
+    its flows, events and samples)."""
     own = parts[0]
     for part in parts[1:]:
         for f in sim.flows:
@@ -555,29 +653,37 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
                 f.finish, f.status = got[0], got[1]
             if got[2] is not None:
                 f.recv_finish = got[2]
-        for node, counts in zip(sim.nodes, part["ports"], strict=True):
-            for p, c in zip(node.ports, counts, strict=True):
-                p.sent_bytes += c[0]
-                p.sent_packets += c[1]
-                p.drops += c[2]
-                p.losses += c[3]
-                p.trims += c[4]
-                p.marks += c[5]
-                if c[6] is not None and (p.down_drop_at is None or c[6] > p.down_drop_at):
-                    p.down_drop_at = c[6]
-        for h, n in part["rtx"].items():
-            host = sim.hosts[h]
-            assert isinstance(host, MrcHost)  # ordered runs are MRC only
-            host.nic.stats.retransmits = n
         sim.sim.events += part["events"]
     sim.completed = sum(f.finish is not None for f in sim.flows)
+    stood_in: dict[tuple[int, int], int] = {}
+    drop_at: dict[tuple[int, int], int] = {}
+    for part in parts:
+        for key, n in part["stood_in"].items():
+            stood_in[key] = stood_in.get(key, 0) + n
+        drop_at |= part["drop_at"]
+    rows = sorted(row for part in parts for row in part["links"])  # by (node, port)
+    counts = {"drops": 0, "trims": 0, "ecn_marks": 0, "packet_hops": 0, "losses": 0}
+    links = []
+    for row in rows:
+        vals = list(row[:-1])
+        vals[6] += stood_in.pop((row[0], row[1]), 0)  # drops (a LinkStat's 7th field)
+        link = LinkStat(*vals)
+        links.append(link)
+        counts["drops"] += link.drops
+        counts["trims"] += link.trims
+        counts["ecn_marks"] += link.ecn_marks
+        counts["packet_hops"] += row[-1]
+        counts["losses"] += link.losses
+    counts["drops"] += sum(stood_in.values())  # (a port no link row names: none wired so)
+    counts["retransmits"] = sum(p["rtx"] for p in parts)
+    sim.totals = PortTotals(links, counts, drop_at)
     s = sim.sampler
     if s is None:
         return
     s.samples = _merge_samples([p["samples"] for p in parts])
     s.pair_bytes = [
-        tuple(map(sum, zip(*rows, strict=True)))
-        for rows in zip(*(p["pair_bytes"] for p in parts), strict=True)
+        tuple(map(sum, zip(*per_rank, strict=True)))
+        for per_rank in zip(*(p["pair_bytes"] for p in parts), strict=True)
     ]
     s.ev_log = _merge_ev_log([p["ev_log"] for p in parts], [x[0] for x in own["samples"]], s.ev_log_limit)
 
@@ -663,25 +769,49 @@ def mpi_world() -> MpiExchange | None:
 
 
 def run(
-    sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+    sim: FabricSim | Build, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
 ) -> SimResults:
     """Run ``sim`` on ``ranks`` ranks: over MPI when started by ``mpiexec`` (its size must be ``ranks``),
-    else in processes forked from this one."""
+    else in processes forked from this one. ``sim``: a builder (`Build`; each rank builds its part) or a
+    simulation built whole."""
     ex = mpi_world()
     if ex is None:
         return run_local(sim, ranks, until, progress)
     if ex.size != ranks:
         raise PartitionError(f"--ranks {ranks}, but mpiexec started {ex.size} processes")
-    return run_split(sim, ex, until, progress)
+    return run_split(_built(sim, ex), ex, until, progress)
+
+
+def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
+    """This rank's part of ``sim`` (built here, unless built whole already); if any rank cannot build its
+    part, every rank raises that rank's error (none is left waiting for it)."""
+    if isinstance(sim, FabricSim):
+        return sim
+    got = None
+    problem = ""
+    try:
+        got = sim((ex.rank, ex.size))
+    except ValueError as exc:  # PartitionError, a scenario's errors
+        problem = str(exc)
+    problems = [p for p in ex.alltoall([problem] * ex.size) if p]
+    if problems or got is None:
+        raise PartitionError(problems[0] if problems else "no part built")
+    return got
 
 
 def run_local(
-    sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+    sim: FabricSim | Build, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
 ) -> SimResults:
-    """Run ``sim`` split over ``ranks`` processes forked from this one (this one is rank 0)."""
-    _check(sim, ranks)
+    """Run ``sim`` split over ``ranks`` processes forked from this one (this one is rank 0). A builder
+    (`Build`) is called in each rank's process after the fork, for that rank's part (for the whole
+    fabric on 1 rank); a simulation built whole is forked as it is."""
+    if isinstance(sim, FabricSim):
+        _check(sim, ranks)
     if ranks == 1:
-        return run_split(sim, PipeExchange(0, 1, {}), until, progress)
+        whole = sim if isinstance(sim, FabricSim) else sim(None)
+        return run_split(whole, PipeExchange(0, 1, {}), until, progress)
+    if ranks < 1:
+        raise PartitionError(f"--ranks {ranks}: need at least 1")
     pipes = {(a, b): Pipe() for a in range(ranks) for b in range(a + 1, ranks)}
 
     def conns(rank: int) -> dict[int, Connection]:
@@ -700,13 +830,15 @@ def run_local(
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches rank 0, which stops every rank
             code = 0
             try:
-                run_split(sim, PipeExchange(rank, ranks, conns(rank)), until)
+                ex = PipeExchange(rank, ranks, conns(rank))
+                run_split(_built(sim, ex), ex, until)
             except BaseException:
                 code = 1
             os._exit(code)
         children.append(pid)
     try:
-        result = run_split(sim, PipeExchange(0, ranks, conns(0)), until, progress)
+        ex = PipeExchange(0, ranks, conns(0))
+        result = run_split(_built(sim, ex), ex, until, progress)
     finally:
         failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
     if failed:

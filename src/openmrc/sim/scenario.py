@@ -403,7 +403,7 @@ def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
                     ports = faults.plane_ports(int(f["plane"]))
                     where = f"plane {f['plane']}"
                 elif "node" in f or "t0" in f:
-                    ports = list(faults.link(*_link(faults, f)))
+                    ports = faults.link_ports(*_link(faults, f))
                     where = "link {}:{}".format(*_link(faults, f))
                 else:
                     ports = [p for node in sim.nodes for p in node.ports]
