@@ -789,11 +789,15 @@ def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
         return sim
     got = None
     problem = ""
+    error: BaseException | None = None
     try:
         got = sim((ex.rank, ex.size))
-    except ValueError as exc:  # PartitionError, a scenario's errors
-        problem = str(exc)
+    except BaseException as exc:  # a scenario's errors, a stop asked for: the others hear of it first
+        error = exc
+        problem = str(exc) or f"rank {ex.rank}: {type(exc).__name__}"
     problems = [p for p in ex.alltoall([problem] * ex.size) if p]
+    if error is not None and not isinstance(error, ValueError):
+        raise error
     if problems or got is None:
         raise PartitionError(problems[0] if problems else "no part built")
     return got
