@@ -103,7 +103,12 @@ last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
 of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), the number of windows and of
-packets it received (``crossing``), and its memory (`_memory_mb`)."""
+packets it received (``crossing``), its memory (`_memory_mb`), and what building its part took
+(`build_times`)."""
+build_times: dict[str, float] = {}
+"""What building this process's part of its last split run took: ``build_s`` and ``build_cpu_s`` (the
+builder's whole call) and the peak RSS after it (``build_rss_mb``); a builder may add figures of its own
+phases. They travel with the rank's `last_times`."""
 _TPL_CACHE = 1 << 17
 """Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
 _ZEROS = memoryview(bytes(1 << 16))
@@ -562,6 +567,7 @@ def run_split(
         sim.sampler.sample()
     times["cpu_s"] = time.process_time() - c0
     times |= _memory_mb()
+    times |= build_times
     part = _partial(sim, owned)
     part["times"] = times
     parts = ex.alltoall([part] * ex.size)
@@ -786,12 +792,18 @@ def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
     """This rank's part of ``sim`` (built here, unless built whole already); if any rank cannot build its
     part, every rank raises that rank's error (none is left waiting for it)."""
     if isinstance(sim, FabricSim):
+        build_times.clear()
         return sim
     got = None
     problem = ""
     error: BaseException | None = None
+    build_times.clear()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         got = sim((ex.rank, ex.size))
+        build_times["build_s"] = time.perf_counter() - t0
+        build_times["build_cpu_s"] = time.process_time() - c0
+        build_times["build_rss_mb"] = _memory_mb()["peak_rss_mb"]
     except BaseException as exc:  # a scenario's errors, a stop asked for: the others hear of it first
         error = exc
         problem = str(exc) or f"rank {ex.rank}: {type(exc).__name__}"
