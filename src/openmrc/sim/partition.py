@@ -210,12 +210,40 @@ def assign_ranks(fabric: FabricSim | Topology, ranks: int) -> list[int]:
     return rank
 
 
+_assigned: list[tuple[list[bool], list[int], int]] = []
+"""The last `owned_nodes` answer and the ranks it came of (a fabric built with it needs them again)."""
+
+
 def owned_nodes(topo: Topology, part: tuple[int, int] | None) -> list[bool] | None:
     """Which nodes rank ``part[0]`` of ``part[1]`` runs (`FabricSim`'s ``owned``); None for no part."""
     if part is None:
         return None
     rank, size = part
-    return [r == rank for r in assign_ranks(topo, size)]
+    rank_of = assign_ranks(topo, size)
+    owned = [r == rank for r in rank_of]
+    _assigned[:] = [(owned, rank_of, size)]
+    return owned
+
+
+def _ranks_of(sim: FabricSim, size: int) -> list[int]:
+    """`assign_ranks` of ``sim``'s fabric, not worked out again when it was built with `owned_nodes`."""
+    for owned, rank_of, ranks in _assigned:
+        if owned is sim.owned and sim.partial and ranks == size:
+            return rank_of
+    return assign_ranks(sim, size)
+
+
+def _window(sim: FabricSim, owned: list[bool], ex: Exchange) -> int:
+    """`lookahead_ns`, each rank looking at the links of its own nodes only (every link has a node
+    somewhere)."""
+    topo = sim.topo
+    mine = min(
+        (r.latency_ns for n in range(topo.num_nodes()) if owned[n] for r in topo.ports(n)), default=_NEVER
+    )
+    lat: int = min(ex.alltoall([mine] * ex.size))
+    if lat < 1:
+        raise PartitionError("a split run needs every link to have a latency of at least 1 ns")
+    return lat
 
 
 def lookahead_ns(fabric: FabricSim | Topology) -> int:
@@ -347,32 +375,30 @@ class _Shipper(Crossing):
 
 class _Cut:
     """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
-    (the node's arrival) or ``2 * i + 1`` (the guarded delivery of cut port ``i``, every rank's cut ports
-    numbered alike)."""
+    (the node's arrival) or ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port ``i`` of
+    node ``n`` as ``n << 16 | i``, a name every rank gives it without numbering the others' ports)."""
 
     def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
         self.rank_of = rank_of
         self.rank = rank
         self.nodes = sim.nodes
         self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
-        # the guarded delivery each cut port of every rank would schedule, by its index (shipped as that
-        # index), numbered from the topology: a rank need not have built the port
-        self.delivers: list[Callable[[Transmit], None]] = []
-        topo = sim.topo
-        for n in range(topo.num_nodes()):
-            for ref in topo.ports(n):
-                peer = ref.peer
-                if rank_of[peer] == rank_of[n]:
-                    continue
-                code = 2 * len(self.delivers) + 1
-                if rank_of[n] == rank:
-                    port = sim.nodes[n].ports[ref.port]
-                    port.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, code)
-                if rank_of[peer] == rank:  # the stand-in of a port leading here (or its replica)
-                    ghost = sim.ghosts.get((n, ref.port))
-                    self.delivers.append((sim.nodes[n].ports[ref.port] if ghost is None else ghost)._deliver)
-                else:
-                    self.delivers.append(_elsewhere)
+        # by key, the guarded delivery of each cut port leading here (its stand-in's, or its replica's)
+        self.delivers: dict[int, Callable[[Transmit], None]] = {}
+        for n, node in enumerate(sim.nodes):
+            mine = rank_of[n] == rank
+            if not mine and not sim.partial:  # a replica: its cut ports
+                for i, p in enumerate(node.ports):
+                    if p.peer.id >= 0 and rank_of[p.peer.id] == rank:
+                        self.delivers[n << 16 | i] = p._deliver
+            if not mine:
+                continue
+            for i, p in enumerate(node.ports):
+                peer = p.peer.id
+                if peer >= 0 and rank_of[peer] != rank:
+                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * (n << 16 | i) + 1)
+        for (n, i), ghost in sim.ghosts.items():
+            self.delivers[n << 16 | i] = ghost._deliver
         self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
 
     def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
@@ -420,10 +446,6 @@ class _Cut:
         tx.seg = d[i + 13]
         tx.flow_crc = d[i + 14]
         engine.insert(d[i + 1], 0, d[i + 2], cb, tx)
-
-
-def _elsewhere(p: Transmit) -> None:  # pragma: no cover - a rank decodes only what crosses to it
-    raise AssertionError("a packet for a cut port of another rank")
 
 
 def _head(d: list[int], kind: int, at: int, origin: int, code: int, tx: Transmit) -> None:
@@ -490,7 +512,7 @@ def run_split(
     KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
     try:
         _check(sim, ex.size)
-        rank_of = assign_ranks(sim, ex.size)
+        rank_of = _ranks_of(sim, ex.size)
         owned = [r == ex.rank for r in rank_of]
         if sim.partial and sim.owned != owned:
             raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
@@ -510,7 +532,7 @@ def run_split(
     sim.faults.owned = owned
     cut = _Cut(sim, rank_of, ex.rank, ex.size)
     engine = sim.sim
-    window = lookahead_ns(sim)
+    window = _window(sim, owned, ex)
     mine_src = [f for f in sim.flows if owned[f.src]]
     mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
     with PausedGc():  # packing and unpacking make short-lived objects too: see PausedGc
