@@ -9,6 +9,11 @@ Flows are carried the same way by both: `add_flow` prepares what a flow needs (t
 hosts, made on first use; the RoCE QPs of that flow), `start` posts it, and completions reach the
 simulation through the two callbacks in `HostEnv` (``finished``, ``received``). `HOST_KINDS` maps
 `FabricSimConfig.transport` to the class.
+
+A fabric built in parts (`openmrc.sim.partition`) builds the MRC hosts of its part and a `RemoteHost`
+stand-in for each other host; a flow with one end here sets up only that end's QP (`MrcHost.accept_flow`
+for a receiving end), drawing from its NIC's rng as in one process, and notes it in `HostEnv.cut` until
+the other process tells its peer QP's number.
 """
 
 from __future__ import annotations
