@@ -300,6 +300,7 @@ def _scale_split(cfg: FabricSimConfig, kib: int, ranks: int) -> dict[str, Any]:
         f"scale_wall_s_{key}": wall,
         f"scale_cpu_s_{key}": cpu,
         f"scale_build_s_per_rank_{key}": each("fabric_s"),
+        f"scale_build_cpu_s_per_rank_{key}": each("fabric_cpu_s"),
         f"scale_setup_s_per_rank_{key}": each("setup_s"),
         f"scale_setup_cpu_s_per_rank_{key}": each("setup_cpu_s"),
         f"scale_run_s_per_rank_{key}": [

@@ -473,29 +473,24 @@ class FabricSim:
         if self.totals is not None:
             return self.totals.links
         now = self.sim.now
+        link = self.link_stat
         return [
-            self.link_stat(n, i, p, now)
+            link(now, n, i, p.peer.id, p.nominal_bps, p.sent_bytes, p.drops, p.losses, p.trims, p.marks,
+                 p.pauses, p.paused_total_ns(now))
             for n, node in enumerate(self.nodes)
             for i, p in enumerate(node.ports)
             if not isinstance(p.peer, Unwired)
-        ]
+        ]  # fmt: skip
 
     @staticmethod
-    def link_stat(n: int, i: int, p: Port, now: int) -> LinkStat:
-        """The figures of port ``i`` (``p``) of node ``n`` at ``now``."""
+    def link_stat(
+        now: int, n: int, i: int, peer: int, bps: int, sent_bytes: int, drops: int, losses: int, trims: int,
+        marks: int, pauses: int, paused_ns: int,
+    ) -> LinkStat:  # fmt: skip
+        """The figures of port ``i`` of node ``n`` at ``now``, from its counters."""
+        util = sent_bytes * 8e9 / (bps * max(now, 1))
         return LinkStat(
-            n,
-            i,
-            p.peer.id,
-            p.nominal_bps,
-            p.sent_bytes,
-            p.sent_bytes * 8e9 / (p.nominal_bps * max(now, 1)),
-            p.drops,
-            p.losses,
-            p.trims,
-            p.marks,
-            p.pauses,
-            p.paused_total_ns(now) / 1000,
+            n, i, peer, bps, sent_bytes, util, drops, losses, trims, marks, pauses, paused_ns / 1000
         )
 
     def counters(self) -> dict[str, int]:

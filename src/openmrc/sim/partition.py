@@ -58,6 +58,7 @@ Two transports carry the exchange: `PipeExchange` (processes forked from this on
 
 from __future__ import annotations
 
+import bisect
 import copyreg
 import dataclasses
 import io
@@ -75,7 +76,7 @@ from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.fabric_sim import FabricSim, PortTotals
 from openmrc.sim.hosts import MrcHost, RemoteHost, set_dest_qp
-from openmrc.sim.metrics import LinkStat, Sample, SimResults
+from openmrc.sim.metrics import Sample, SimResults
 from openmrc.sim.network import Crossing, Unwired
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
@@ -649,8 +650,11 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
                 continue
             if p.down_drop_at is not None:
                 drop_at[n, i] = p.down_drop_at
-            if not isinstance(p.peer, Unwired):
-                links.append((*dataclasses.astuple(sim.link_stat(n, i, p, now)), p.sent_packets))
+            if not isinstance(p.peer, Unwired):  # `FabricSim.link_stat`'s counters, then the packets sent
+                links.append((
+                    n, i, p.peer.id, p.nominal_bps, p.sent_bytes, p.drops, p.losses, p.trims, p.marks,
+                    p.pauses, p.paused_total_ns(now), p.sent_packets,
+                ))  # fmt: skip
     for key, p in sim.ghosts.items():
         if p.drops:
             stood_in[key] = p.drops
@@ -689,20 +693,25 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
         for key, n in part["stood_in"].items():
             stood_in[key] = stood_in.get(key, 0) + n
         drop_at |= part["drop_at"]
-    rows = sorted(row for part in parts for row in part["links"])  # by (node, port)
-    counts = {"drops": 0, "trims": 0, "ecn_marks": 0, "packet_hops": 0, "losses": 0}
-    links = []
-    for row in rows:
-        vals = list(row[:-1])
-        vals[6] += stood_in.pop((row[0], row[1]), 0)  # drops (a LinkStat's 7th field)
-        link = LinkStat(*vals)
-        links.append(link)
-        counts["drops"] += link.drops
-        counts["trims"] += link.trims
-        counts["ecn_marks"] += link.ecn_marks
-        counts["packet_hops"] += row[-1]
-        counts["losses"] += link.losses
-    counts["drops"] += sum(stood_in.values())  # (a port no link row names: none wired so)
+    rows = sorted(row for part in parts for row in part["links"])  # by (node, port): runs, merged
+    orphans = 0  # (drops at a stand-in of a port that no row names: none is wired so)
+    for (n, i), extra in stood_in.items():
+        j = bisect.bisect_left(rows, (n, i))
+        if j < len(rows) and rows[j][0] == n and rows[j][1] == i:
+            r = rows[j]
+            rows[j] = (*r[:5], r[5] + extra, *r[6:])
+        else:
+            orphans += extra
+    now = sim.sim.now
+    link = sim.link_stat
+    links = [link(now, *r[:11]) for r in rows]
+    counts = {
+        "drops": sum(r[5] for r in rows) + orphans,
+        "trims": sum(r[7] for r in rows),
+        "ecn_marks": sum(r[8] for r in rows),
+        "packet_hops": sum(r[11] for r in rows),
+        "losses": sum(r[6] for r in rows),
+    }
     counts["retransmits"] = sum(p["rtx"] for p in parts)
     sim.totals = PortTotals(links, counts, drop_at)
     s = sim.sampler
@@ -737,8 +746,6 @@ def _merge_ev_log(
     per_rank: list[list[tuple[int, int, int, int, str]]], ticks: list[int], limit: int
 ) -> list[tuple[int, int, int, int, str]]:
     """The EV log in the one-process order: by the sample that polled an entry, then by host."""
-    import bisect
-
     merged = [e for log in per_rank for e in log]
     merged.sort(key=lambda e: (bisect.bisect_right(ticks, e[0]), e[1]))
     return merged[:limit]
