@@ -818,8 +818,8 @@ def run(
 
 
 def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
-    """This rank's part of ``sim`` (built here, unless built whole already); if any rank cannot build its
-    part, every rank raises that rank's error (none is left waiting for it)."""
+    """This rank's part of ``sim`` (built here, unless built whole already; the whole fabric on 1 rank); if
+    any rank cannot build its part, every rank raises that rank's error (none is left waiting for it)."""
     if isinstance(sim, FabricSim):
         build_times.clear()
         return sim
@@ -829,7 +829,7 @@ def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
     build_times.clear()
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        got = sim((ex.rank, ex.size))
+        got = sim(None if ex.size == 1 else (ex.rank, ex.size))
         build_times["build_s"] = time.perf_counter() - t0
         build_times["build_cpu_s"] = time.process_time() - c0
         build_times["build_rss_mb"] = _memory_mb()["peak_rss_mb"]
@@ -853,8 +853,8 @@ def run_local(
     if isinstance(sim, FabricSim):
         _check(sim, ranks)
     if ranks == 1:
-        whole = sim if isinstance(sim, FabricSim) else sim(None)
-        return run_split(whole, PipeExchange(0, 1, {}), until, progress)
+        one = PipeExchange(0, 1, {})
+        return run_split(_built(sim, one), one, until, progress)
     if ranks < 1:
         raise PartitionError(f"--ranks {ranks}: need at least 1")
     pipes = {(a, b): Pipe() for a in range(ranks) for b in range(a + 1, ranks)}
