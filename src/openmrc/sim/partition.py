@@ -394,6 +394,8 @@ class _Cut:
                         self.delivers[n << 16 | i] = p._deliver
             if not mine:
                 continue
+            if len(node.ports) >> 16:
+                raise PartitionError(f"node {n}: {len(node.ports)} ports, a split run names at most 65,535")
             for i, p in enumerate(node.ports):
                 peer = p.peer.id
                 if peer >= 0 and rank_of[peer] != rank:
