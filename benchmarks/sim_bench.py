@@ -20,9 +20,11 @@ Parts (``--only``):
                    build, after set-up and at the end (``scale_peak_rss_mb``), and per host; with
                    ``--scale-by-kind`` what is not a packet after set-up, KB per host by kind (ports, EV
                    entries, their bytes, EV tables, EV profiles, the NICs' random streams)
-  scale-2ranks     the same in ordered mode split over 2 forked processes: ``scale_wall_s_2ranks``, the CPU
-                   time of both, each rank's run CPU time, peak RSS (``scale_peak_rss_mb_2ranks``: the
-                   larger; a forked rank's counts the pages it shares) and proportional set size
+  scale-2ranks     the same in ordered mode split over 2 forked processes, each building and setting up
+                   only its part (forked before building): ``scale_wall_s_2ranks`` (fork to results) and the
+                   CPU time of both, and per rank its build, set-up and run loop times, its peak RSS after
+                   build, after set-up and at the end (``scale_peak_rss_mb_per_rank_2ranks``) and its
+                   proportional set size at the end
   qp-setup         setting up QP pairs between random hosts of the 8-plane Clos of 64-port switches of
                    `allreduce-hier-1k` (1,024 hosts, 32 EVs): CPU µs per pair (``qp_setup_us_per_pair``), the
                    collector paused as in a run; what an all-reduce pays for each pair at its first use
@@ -43,8 +45,8 @@ Parts (``--only``):
 
 Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
 on a 2-core machine with the compiled core; ``scale`` is most of it). ``allreduce`` at 131,072 GPUs is four
-runs of about 30 minutes and 11 GB each, and ``scale-2ranks`` at 131,072 hosts needs about 20 GB (each
-forked rank holds a whole fabric): they are asked for by name. ``--k 8`` (or 4) runs scenario 1's parts on a
+runs of about 30 minutes and 11 GB each, and ``scale-2ranks`` at 131,072 hosts about half the one-process
+peak per rank: they are asked for by name. ``--k 8`` (or 4) runs scenario 1's parts on a
 smaller fat tree with htsim's matching permutation.
 """
 
@@ -243,6 +245,8 @@ def scale(
     cfg = FabricSimConfig(
         planes=8, hosts=hosts, t0_radix=512, t1_radix=512, evs_per_qp=evs, seed=1, ordered=ranks is not None
     )
+    if ranks is not None:  # each rank builds its own part, after the fork
+        return {"scale_hosts": hosts, "scale_evs_per_qp": evs} | _scale_split(cfg, kib, ranks)
     sim = FabricSim.clos(cfg)
     build = time.perf_counter() - t0
     rss_build = _rss_mb()
@@ -252,8 +256,6 @@ def scale(
     setup_cpu = time.process_time() - c0
     rss_setup = _rss_mb()
     kinds = _kinds_kb_per_host(sim) if by_kind else None  # its bookkeeping would raise the peak RSS
-    if ranks is not None:
-        return {"scale_hosts": hosts, "scale_evs_per_qp": evs} | _scale_split(sim, ranks, build, setup)
     rep, wall = _run(sim)
     peak = _rss_mb()
     return {
@@ -313,24 +315,53 @@ def _kinds_kb_per_host(sim: FabricSim) -> dict[str, float]:
     return {k: round(v / 1024 / len(sim.hosts), 2) for k, v in out.items()}
 
 
-def _scale_split(sim: FabricSim, ranks: int, build: float, setup: float) -> dict[str, Any]:
+def _scale_split(cfg: FabricSimConfig, kib: int, ranks: int) -> dict[str, Any]:
+    """`scale` split over ``ranks`` forked processes, each building and setting up only its part: the whole
+    (fork to results) wall and CPU time, and each rank's build, set-up, run loop and memory."""
+
+    def build(part: tuple[int, int] | None) -> FabricSim:
+        t0, c0 = time.perf_counter(), time.process_time()
+        sim = FabricSim.clos(cfg, owned=partition.owned_nodes(cfg.clos(), part))
+        t1, c1 = time.perf_counter(), time.process_time()
+        permutation(sim, kib << 10, seed=1)
+        partition.build_times |= {
+            "fabric_s": t1 - t0,
+            "fabric_cpu_s": c1 - c0,
+            "fabric_rss_mb": _rss_mb(),
+            "setup_s": time.perf_counter() - t1,
+            "setup_cpu_s": time.process_time() - c1,
+        }
+        return sim
+
     t0, c0, kids0 = time.perf_counter(), time.process_time(), os.times().children_user
-    res = partition.run_local(sim, ranks, 10**10)
+    res = partition.run_local(build, ranks, 10**10)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0 + os.times().children_user - kids0
     rep = res.report()
     per = partition.last_times
+    key = f"{ranks}ranks"
+
+    def each(name: str, digits: int = 2) -> list[float]:
+        return [round(t.get(name, 0.0), digits) for t in per]
+
     return {
-        f"scale_build_s_{ranks}ranks": build,
-        f"scale_setup_s_{ranks}ranks": setup,
-        f"scale_wall_s_{ranks}ranks": wall,
-        f"scale_cpu_s_{ranks}ranks": cpu,
-        f"scale_run_cpu_s_per_rank_{ranks}ranks": [round(t["cpu_s"], 2) for t in per],
-        f"scale_peak_rss_mb_{ranks}ranks": max(t["peak_rss_mb"] for t in per),
-        f"scale_pss_mb_per_rank_{ranks}ranks": [round(t.get("pss_mb", 0.0)) for t in per],
-        f"scale_completed_{ranks}ranks": rep["completed"],
-        f"scale_tail_fct_us_{ranks}ranks": rep.get("max_fct_us"),
-        f"scale_median_fct_us_{ranks}ranks": rep.get("median_fct_us"),
+        f"scale_wall_s_{key}": wall,
+        f"scale_cpu_s_{key}": cpu,
+        f"scale_build_s_per_rank_{key}": each("fabric_s"),
+        f"scale_build_cpu_s_per_rank_{key}": each("fabric_cpu_s"),
+        f"scale_setup_s_per_rank_{key}": each("setup_s"),
+        f"scale_setup_cpu_s_per_rank_{key}": each("setup_cpu_s"),
+        f"scale_run_s_per_rank_{key}": [
+            round(t["run_s"] + t["pack_s"] + t["exchange_s"] + t["unpack_s"], 2) for t in per
+        ],
+        f"scale_run_cpu_s_per_rank_{key}": each("cpu_s"),
+        f"scale_rss_fabric_mb_per_rank_{key}": each("fabric_rss_mb", 0),
+        f"scale_rss_setup_mb_per_rank_{key}": each("build_rss_mb", 0),
+        f"scale_peak_rss_mb_per_rank_{key}": each("peak_rss_mb", 0),
+        f"scale_pss_mb_per_rank_{key}": each("pss_mb", 0),
+        f"scale_completed_{key}": rep["completed"],
+        f"scale_tail_fct_us_{key}": rep.get("max_fct_us"),
+        f"scale_median_fct_us_{key}": rep.get("median_fct_us"),
     }
 
 

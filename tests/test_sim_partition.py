@@ -21,7 +21,9 @@ from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Trigger
+from openmrc.sim.hosts import MrcHost, RemoteHost
 from openmrc.sim.metrics import SimResults
+from openmrc.sim.network import Remote
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import AETH, BTH, Opcode, Packet
@@ -32,11 +34,12 @@ from openmrc.wire.packet import DataTemplate, parse
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="the local backend forks")
 
 
-def _clos() -> FabricSim:
+def _clos(part: tuple[int, int] | None = None) -> FabricSim:
     """A small 2-plane Clos with everything that must not depend on the split: an incast (trims, ECN
     draws), a permutation, random loss on a plane, a link that fails and returns, a NIC port failure,
-    Write-with-Immediate flows (the receiver's completion) and sampling."""
-    sim = FabricSim.clos(FabricSimConfig(hosts=32, planes=2, evs_per_qp=8, ordered=True))
+    Write-with-Immediate flows (the receiver's completion) and sampling. ``part``: only that rank's part."""
+    cfg = FabricSimConfig(hosts=32, planes=2, evs_per_qp=8, ordered=True)
+    sim = FabricSim.clos(cfg, owned=partition.owned_nodes(cfg.clos(), part))
     for i in range(1, 9):
         sim.add_flow(3 * i, 0, 300_000, imm=i % 2 == 0)
     for i in range(32):
@@ -49,12 +52,19 @@ def _clos() -> FabricSim:
     return sim
 
 
-def _fat_tree() -> FabricSim:
-    """A k=4 fat tree, ECMP: pods split across ranks, core switches shared out; a core switch fails."""
-    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", evs_per_qp=16, ordered=True))
+def _fat_tree(part: tuple[int, int] | None = None) -> FabricSim:
+    """A k=4 fat tree, ECMP: pods split across ranks, core switches shared out; a core switch fails, an
+    aggregation link runs degraded and flaps (ECMP reconverges around it)."""
+    topo = FatTree.from_k(4)
+    cfg = FabricSimConfig(routing="ecmp", evs_per_qp=16, ordered=True, ecmp_reconverge_ns=5_000)
+    sim = FabricSim.fat_tree(topo, cfg, owned=partition.owned_nodes(topo, part))
     for i in range(16):
-        sim.add_flow(i, (i + 5) % 16, 200_000)
+        sim.add_flow(i, (i + 5) % 16, 200_000, imm=i % 3 == 0)
+        sim.add_flow((i + 5) % 16, i, 50_000, 2_000)  # both ways between the same hosts
     sim.faults.fail_switch(sim.topo.num_nodes() - 1, 10_000)
+    agg = topo.num_hosts + 8  # an aggregation switch: its links up to the cores cross ranks
+    sim.faults.degrade_link(agg, 2, 3_000, 0.5, 40_000)
+    sim.faults.flap_link(agg, 3, 5_000, 2_000, 6_000, 3)
     return sim
 
 
@@ -78,11 +88,121 @@ def test_same_results_on_1_2_and_3_ranks(build: Any) -> None:
     assert all(f[2] is not None for f in one["flows"])  # every flow finished
     assert one["counters"]["packet_hops"] > 0
     for ranks in (2, 3):
-        assert _view(partition.run_local(build(), ranks, 10**9)) == one, ranks
+        assert _view(partition.run_local(build(), ranks, 10**9)) == one, ranks  # built whole, then split
+        assert _view(partition.run_local(build, ranks, 10**9)) == one, ranks  # each rank builds its part
         times = partition.last_times
         assert len(times) == ranks and len({t["critical_cpu_s"] for t in times}) == 1  # every rank agrees
         # per window the busiest rank's time, summed: at least any one rank's running time in all
         assert all(times[0]["critical_cpu_s"] >= t["run_cpu_s"] for t in times)
+
+
+def test_the_clos_case_loses_trims_and_drops_packets() -> None:
+    """What the equality above covers: trims, random loss, packets lost to the failures, EVs gone bad."""
+    one = _view(partition.run_local(_clos(), 1, 10**9))
+    counters = one["counters"]
+    assert counters["trims"] > 0 and counters["losses"] > 0 and counters["drops"] > 0
+    assert counters["retransmits"] > 0 and any(s.ev_to_bad for s in one["samples"])
+    assert one["outages"] and any(o.last_packet_ns is not None for o in one["outages"])
+
+
+def test_a_rank_builds_only_its_part() -> None:
+    whole = _clos()
+    ports = sum(len(n.ports) for n in whole.nodes)
+    qps = {h.id: list(h.nic.qps) for h in whole.hosts if isinstance(h, MrcHost)}
+    for size in (2, 3):
+        rank_of = partition.assign_ranks(whole.topo, size)
+        built_ports = 0
+        for rank in range(size):
+            part = _clos((rank, size))
+            mine = [n for n in range(whole.topo.num_nodes()) if rank_of[n] == rank]
+            assert [n.id for n in part.nodes if not isinstance(n, Remote)] == mine
+            nics = [h for h in part.hosts if isinstance(h, MrcHost)]
+            assert [h.id for h in nics] == [h for h in mine if h < whole.topo.num_hosts]
+            assert all(isinstance(h, RemoteHost) for h in part.hosts if rank_of[h.id] != rank)
+            built_ports += sum(len(n.ports) for n in part.nodes)
+            ghosts = {
+                (n, r.port)
+                for n in range(whole.topo.num_nodes())
+                for r in whole.topo.ports(n)
+                if rank_of[n] != rank and rank_of[r.peer] == rank
+            }
+            assert set(part.ghosts) == ghosts and ghosts  # a stand-in for each port leading in, no more
+            for h in nics:  # the same QP numbers, made in the same order, as in one process
+                assert list(h.nic.qps) == qps[h.id]
+        assert built_ports == ports  # every port built once, by the rank of its node
+
+
+class _Threads:
+    """An in-process exchange among threads (one per rank)."""
+
+    def __init__(self, size: int) -> None:
+        import threading
+
+        self.size = size
+        self.boxes: list[list[Any]] = [[None] * size for _ in range(size)]
+        self.barrier = threading.Barrier(size)
+
+    def rank(self, rank: int) -> partition.Exchange:
+        outer = self
+
+        class Ex:
+            def __init__(self) -> None:
+                self.rank, self.size = rank, outer.size
+
+            def alltoall(self, out: list[Any]) -> list[Any]:
+                for r in range(outer.size):
+                    outer.boxes[r][rank] = out[r]
+                outer.barrier.wait()
+                got = list(outer.boxes[rank])
+                outer.barrier.wait()
+                return got
+
+        return Ex()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_qps_of_pairs_cut_by_the_split_are_connected_as_in_one_process(size: int) -> None:
+    import threading
+
+    whole = _fat_tree()
+    want = {
+        (h.id, n): (qp.attr.dest_qp_num, qp.attr.peer)
+        for h in whole.hosts
+        if isinstance(h, MrcHost)
+        for n, qp in h.nic.qps.items()
+    }
+    assert len(want) == sum(len(h.nic.qps) for h in whole.hosts if isinstance(h, MrcHost))
+    parts = [_fat_tree((r, size)) for r in range(size)]
+    rank_of = partition.assign_ranks(whole.topo, size)
+    ex = _Threads(size)
+    threads = [
+        threading.Thread(target=partition._connect_parts, args=(parts[r], rank_of, ex.rank(r)))
+        for r in range(size)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = {}
+    for part in parts:
+        assert part.cut_qps  # some pairs are cut
+        for h in part.hosts:
+            if isinstance(h, MrcHost):
+                for n, qp in h.nic.qps.items():
+                    assert qp.requester.dest_qp == qp.attr.dest_qp_num
+                    got[h.id, n] = (qp.attr.dest_qp_num, qp.attr.peer)
+    assert got == want  # each QP number unique on its NIC, each QP pointed at its peer's
+
+
+@fork_only
+def test_a_rank_that_cannot_build_its_part_stops_every_rank() -> None:
+    def build(part: tuple[int, int] | None) -> FabricSim:
+        if part is not None and part[0] == 1:
+            raise ValueError("no such workload")
+        return _clos(part)
+
+    with pytest.raises(partition.PartitionError, match="no such workload"):
+        partition.run_local(build, 2, 10**9)
 
 
 def test_the_split_keeps_t0_groups_and_shares_spines() -> None:

@@ -409,6 +409,8 @@ def run(
     world = partition.mpi_world() if ranks is not None else None
     if world is not None and world.rank != 0:  # one of mpiexec's other ranks: run, show and write nothing
         quiet, json_, out, pcap = True, False, None, None
+    if pcap is not None and ranks is not None and ranks > 1:  # a rank builds only its hosts
+        raise scenario_error(ScenarioError("--pcap captures a run in one process: give no --ranks (or 1)"))
     try:
         doc = load_scenario(scenario, set_)
     except ScenarioError as exc:

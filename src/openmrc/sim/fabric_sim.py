@@ -8,6 +8,10 @@ picks MRC or RoCEv2 hosts once, from `FabricSimConfig.transport`), the switches,
 with an immediate, its receiver's) completion arrives. `run` returns the flows' completion times and the
 fabric's counters (`openmrc.sim.metrics.SimResults`).
 
+A split run (`openmrc.sim.partition`) builds each process's part only: ``owned`` names the nodes it runs;
+the others hold their places as `openmrc.sim.network.Remote` nodes and `openmrc.sim.hosts.RemoteHost`
+hosts, and a port of another process that leads into this part has a stand-in here (``ghosts``).
+
 Applications drive hosts directly as well: ``host(i)`` is host i's `MrcHost` (NIC, QPs, CQs, memory
 registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` device.
 """
@@ -15,6 +19,7 @@ registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` d
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from openmrc.fabric.clos import MultiPlaneClos
@@ -25,27 +30,63 @@ from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow, Trigger
-from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, SimHost
+from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, RemoteHost, SimHost
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
-from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, Switch, Unwired
+from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, Remote, Switch, Unwired
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
-from openmrc.transport import Nic, WcStatus
+from openmrc.transport import Nic, Qp, WcStatus
 
 __all__ = ["FabricSim"]
+
+
+@dataclass(slots=True)
+class PortTotals:
+    """The ports' figures of a split run, gathered from every process (`openmrc.sim.partition`): what
+    `FabricSim.results` reports in place of its own ports' (most of which it did not build or run)."""
+
+    links: list[LinkStat]
+    counts: dict[str, int]
+    """drops, trims, ecn_marks, packet_hops, losses over every port; retransmits over every host."""
+    down_drop_at: dict[tuple[int, int], int]
+    """(node, port) -> when it last dropped a data packet because it was down."""
 
 
 class FabricSim:
     """Build once, add flows, run. Works on any topology with ECMP routing; SRv6 needs a MultiPlaneClos."""
 
-    def __init__(self, topo: Topology, config: FabricSimConfig, *, longest_path_links: int) -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        config: FabricSimConfig,
+        *,
+        longest_path_links: int,
+        owned: list[bool] | None = None,
+    ) -> None:
+        """``owned``: build only these nodes (by id), one part of a split run (needs an ordered MRC
+        fabric); None: the whole fabric."""
         self.config = config
         self.topo = topo
         self.sim = Simulator()
         if config.ordered:
             self.sim.order_by_origin(topo.num_nodes() + 1)
-        self.owned: list[bool] | None = None
+        if owned is not None:
+            if len(owned) != topo.num_nodes():
+                raise ValueError(f"owned: {len(owned)} flags for {topo.num_nodes()} nodes")
+            if not config.ordered or config.transport != "mrc" or config.pfc:
+                raise ValueError("a fabric built in parts needs ordered mode and MRC hosts without PFC")
+        self.owned: list[bool] | None = owned
         """Nodes this process runs when the fabric is split (`openmrc.sim.partition`); None: all."""
+        self.partial = owned is not None
+        """Only the ``owned`` nodes were built (else all are; a split run leaves the others idle)."""
+        self.ghosts: dict[tuple[int, int], Port] = {}
+        """Built in parts: (node, port) -> a stand-in for that port of another process's node whose link
+        leads into this part: it delivers what the port ships here (through its epoch check once guarded)
+        and fails with the link."""
+        self.cut_qps: list[tuple[int, int, Qp]] = []
+        """Built in parts: the QPs whose peer QP another process makes (`HostEnv.cut`)."""
+        self.totals: PortTotals | None = None
+        """The whole run's port figures, when the run was split (set by `openmrc.sim.partition`)."""
         self.rng = random.Random(config.seed)
         self.flows: list[Flow] = []
         self.completed = 0
@@ -63,26 +104,31 @@ class FabricSim:
             self.hosts = self._build_hosts()
             self.nodes: list[Node] = [h.node for h in self.hosts]
             self.nodes.extend(
-                Switch(self.sim, n, self.routing) for n in range(topo.num_hosts, topo.num_nodes())
+                Switch(self.sim, n, self.routing) if owned is None or owned[n] else Remote(n)
+                for n in range(topo.num_hosts, topo.num_nodes())
             )
             self._wire()
-        self.faults = FailureInjector(self.sim, topo, self.nodes, self.routing, config.ecmp_reconverge_ns)
+        self.faults = FailureInjector(
+            self.sim, topo, self.nodes, self.routing, config.ecmp_reconverge_ns, self.ghosts
+        )
         """Links, switches and NIC ports failing on schedule."""
 
     @classmethod
-    def clos(cls, config: FabricSimConfig | None = None) -> FabricSim:
-        """A simulation of the `MultiPlaneClos` that ``config`` describes."""
+    def clos(cls, config: FabricSimConfig | None = None, *, owned: list[bool] | None = None) -> FabricSim:
+        """A simulation of the `MultiPlaneClos` that ``config`` describes (only the ``owned`` nodes)."""
         cfg = config or FabricSimConfig()
-        return cls(cfg.clos(), cfg, longest_path_links=4)
+        return cls(cfg.clos(), cfg, longest_path_links=4, owned=owned)
 
     @classmethod
-    def fat_tree(cls, topo: FoldedClos, config: FabricSimConfig | None = None) -> FabricSim:
+    def fat_tree(
+        cls, topo: FoldedClos, config: FabricSimConfig | None = None, *, owned: list[bool] | None = None
+    ) -> FabricSim:
         """A simulation of a fat tree or leaf-spine (`openmrc.fabric.FatTree`): one plane, ECMP routing, MRC
         EVs are UDP source ports that every switch hashes."""
         cfg = config or FabricSimConfig(routing="ecmp")
         if cfg.routing != "ecmp":
             raise ValueError("FabricSimConfig.routing: a fat tree routes by ECMP")
-        return cls(topo, cfg, longest_path_links=2 * topo.tiers)
+        return cls(topo, cfg, longest_path_links=2 * topo.tiers, owned=owned)
 
     # -- construction steps ----------------------------------------------------------------------------------
     def _build_routing(self) -> tuple[UsidPlan | None, Routing]:
@@ -116,6 +162,8 @@ class FabricSim:
             flows=self.flows,
             finished=self._finished,
             received=self._received,
+            owned=None if self.owned is None else self.owned[: self.topo.num_hosts],
+            cut=self.cut_qps,
         )
         return HOST_KINDS[self.config.transport](env)
 
@@ -135,9 +183,18 @@ class FabricSim:
         rng = None if ordered else port_rng
         colds: dict[tuple[int, ...], PortCold] = {}  # ports built alike share what they seldom change
         unwired = Unwired(-1)
+        owned = self.owned
         for n, node in enumerate(self.nodes):
+            if owned is not None and not owned[n]:
+                continue
             is_host = n < hosts
             for ref in topo.ports(n):
+                if owned is not None and not owned[ref.peer]:  # the way back: a stand-in (only its epoch,
+                    # guard and drops count: it never sends)
+                    self.ghosts[ref.peer, ref.peer_port] = Port(
+                        self.sim, node, ref.bps, ref.latency_ns, buffer=buffer, ecn=None, trimming=False,
+                        last_hop=False, rng=None, shared=colds, origin=ref.peer + 1,
+                    )  # fmt: skip
                 while len(node.ports) < ref.port:  # a partly filled T0's ports toward hosts it lacks
                     node.ports.append(
                         Port(
@@ -195,6 +252,8 @@ class FabricSim:
         but lets go of its QP and triggers. Call before adding flows."""
         if self.flows:
             raise ValueError("transient_connections: call it before adding flows")
+        if self.partial:
+            raise ValueError("transient connections: 1 rank only")
         self._transient = True
         for h in self.hosts:
             h.transient = True
@@ -239,7 +298,13 @@ class FabricSim:
             recv_done=recv_done,
         )
         self.flows.append(f)
-        self.hosts[src].add_flow(f, self.hosts[dst])
+        owned = self.owned
+        if not self.partial or owned is None or owned[src]:
+            self.hosts[src].add_flow(f, self.hosts[dst])
+        elif owned[dst]:  # the sender is another process's: only the receiving end here
+            receiver, sender = self.hosts[dst], self.hosts[src]
+            assert isinstance(receiver, MrcHost) and isinstance(sender, RemoteHost)  # built in parts: MRC
+            receiver.accept_flow(f, sender)
         if trigger is not None:
             trigger.flows.append(f)
         else:
@@ -320,22 +385,29 @@ class FabricSim:
         """The transport connections a failure can touch, each watched for its recovery: those of each
         (src, dst) pair with a path through the failed element (MRC sprays one QP pair over every plane;
         RoCEv2 has QPs per flow)."""
-        index = {id(p): (n, i) for n, node in enumerate(self.nodes) for i, p in enumerate(node.ports)}
         by_pair: dict[tuple[int, int], list[Flow]] = {}
         for f in self.flows:
             by_pair.setdefault((f.src, f.dst), []).append(f)
         conns = sorted(by_pair)
-        watched: dict[int, int] = {}  # id(connection) -> its index
+        watched: dict[object, int] = {}  # the connection (its id; built in parts: its hosts) -> its index
         self._watched, self._outage_pairs = [], []
-        for _at, _what, ports, _host in self.faults.outages:
+        owned = self.owned
+        for _at, _what, refs, _host in self.faults.outages:
             got = []
-            for s, d in sorted(crossing_pairs(self.topo, {index[id(p)] for p in ports}, conns)):
+            for s, d in sorted(crossing_pairs(self.topo, set(refs), conns)):
                 host, flows = self.hosts[s], by_pair[(s, d)]
-                for c in host.carriers(d, flows):
-                    if id(c) not in watched:
-                        watched[id(c)] = len(self._watched)
+                if not self.partial or owned is None or owned[s] or not owned[d]:
+                    carriers = host.carriers(d, flows)
+                else:  # the receiving end is this process's: it counts what the connection carries
+                    receiver = self.hosts[d]
+                    assert isinstance(receiver, MrcHost)  # built in parts: MRC hosts
+                    host, carriers = receiver, receiver.carriers_from(s)
+                for c in carriers:
+                    key: object = (s, d) if self.partial else id(c)  # one connection per pair (MRC)
+                    if key not in watched:
+                        watched[key] = len(self._watched)
                         self._watched.append((host, c, flows))
-                    got.append(watched[id(c)])
+                    got.append(watched[key])
             self._outage_pairs.append(tuple(got))
 
     def _pair_bytes(self) -> tuple[int, ...]:
@@ -350,9 +422,11 @@ class FabricSim:
 
     def delivered_bytes(self, src: int | None = None) -> int:
         """Bytes the receivers have accepted so far, each once (only from host ``src`` if given)."""
-        if src is not None:
-            return self.hosts[src].delivered_bytes()
-        return sum(h.delivered_bytes() for h in self.hosts)
+        hosts = self.hosts
+        got = sum(h.delivered_bytes() for h in hosts) if src is None else hosts[src].delivered_bytes()
+        if self.partial:  # and what this process's hosts accepted from hosts of another one
+            got += sum(h.received_from(src) for h in hosts if isinstance(h, MrcHost))
+        return got
 
     def _watched_bytes(self) -> int:
         watched = self.faults.watched
@@ -385,46 +459,60 @@ class FabricSim:
             pair_bytes=[] if self.sampler is None else self.sampler.pair_bytes,
         )
 
-    def _outage(self, i: int, at: int, what: str, ports: list[Port], host: int | None) -> Outage:
-        drops = [p.down_drop_at for p in ports if p.down_drop_at is not None and p.down_drop_at >= at]
+    def _outage(self, i: int, at: int, what: str, refs: list[tuple[int, int]], host: int | None) -> Outage:
+        totals = self.totals
+        if totals is None:
+            ats = [self.nodes[n].ports[p].down_drop_at for n, p in refs]
+        else:
+            ats = [totals.down_drop_at.get(r) for r in refs]
+        drops = [t for t in ats if t is not None and t >= at]
         pairs = self._outage_pairs[i] if i < len(self._outage_pairs) else ()
         return Outage(at, what, max(drops) - at if drops else None, host, pairs)
 
     def link_stats(self) -> list[LinkStat]:
-        now = max(self.sim.now, 1)
-        out = []
-        for n, node in enumerate(self.nodes):
-            for i, p in enumerate(node.ports):
-                if isinstance(p.peer, Unwired):
-                    continue
-                out.append(
-                    LinkStat(
-                        n,
-                        i,
-                        p.peer.id,
-                        p.nominal_bps,
-                        p.sent_bytes,
-                        p.sent_bytes * 8e9 / (p.nominal_bps * now),
-                        p.drops,
-                        p.losses,
-                        p.trims,
-                        p.marks,
-                        p.pauses,
-                        p.paused_total_ns(self.sim.now) / 1000,
-                    )
-                )
-        return out
+        if self.totals is not None:
+            return self.totals.links
+        now = self.sim.now
+        link = self.link_stat
+        return [
+            link(now, n, i, p.peer.id, p.nominal_bps, p.sent_bytes, p.drops, p.losses, p.trims, p.marks,
+                 p.pauses, p.paused_total_ns(now))
+            for n, node in enumerate(self.nodes)
+            for i, p in enumerate(node.ports)
+            if not isinstance(p.peer, Unwired)
+        ]  # fmt: skip
+
+    @staticmethod
+    def link_stat(
+        now: int, n: int, i: int, peer: int, bps: int, sent_bytes: int, drops: int, losses: int, trims: int,
+        marks: int, pauses: int, paused_ns: int,
+    ) -> LinkStat:  # fmt: skip
+        """The figures of port ``i`` of node ``n`` at ``now``, from its counters."""
+        util = sent_bytes * 8e9 / (bps * max(now, 1))
+        return LinkStat(
+            n, i, peer, bps, sent_bytes, util, drops, losses, trims, marks, pauses, paused_ns / 1000
+        )
 
     def counters(self) -> dict[str, int]:
-        drops = trims = marks = hops = losses = 0
-        for node in self.nodes:
-            for p in node.ports:
-                drops += p.drops
-                trims += p.trims
-                marks += p.marks
-                hops += p.sent_packets
-                losses += p.losses
-        rtx = sum(h.retransmits() for h in self.hosts)
+        if self.totals is not None:
+            t = self.totals.counts
+            drops, trims, marks, hops, losses = (
+                t["drops"], t["trims"], t["ecn_marks"], t["packet_hops"], t["losses"]
+            )  # fmt: skip
+        else:
+            drops = trims = marks = hops = losses = 0
+            for node in self.nodes:
+                for p in node.ports:
+                    drops += p.drops
+                    trims += p.trims
+                    marks += p.marks
+                    hops += p.sent_packets
+                    losses += p.losses
+        rtx = (
+            sum(h.retransmits() for h in self.hosts)
+            if self.totals is None
+            else self.totals.counts["retransmits"]
+        )
         out = {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
         if losses:
             out["losses"] = losses

@@ -9,6 +9,11 @@ Flows are carried the same way by both: `add_flow` prepares what a flow needs (t
 hosts, made on first use; the RoCE QPs of that flow), `start` posts it, and completions reach the
 simulation through the two callbacks in `HostEnv` (``finished``, ``received``). `HOST_KINDS` maps
 `FabricSimConfig.transport` to the class.
+
+A fabric built in parts (`openmrc.sim.partition`) builds the MRC hosts of its part and a `RemoteHost`
+stand-in for each other host; a flow with one end here sets up only that end's QP (`MrcHost.accept_flow`
+for a receiving end), drawing from its NIC's rng as in one process, and notes it in `HostEnv.cut` until
+the other process tells its peer QP's number.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from openmrc.fabric.srv6 import SRV6_EV_MODE, UsidPlan, ev_min_active
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import Simulator
 from openmrc.sim.flows import Flow
-from openmrc.sim.network import Host, Node, ZeroBuffer
+from openmrc.sim.network import Host, Node, Remote, ZeroBuffer
 from openmrc.sim.roce import DcqcnConfig, RoceConfig, RoceHost, RoceQp, new_qpn
 from openmrc.transport import (
     Access,
@@ -43,7 +48,7 @@ from openmrc.transport import (
     WrOpcode,
 )
 
-__all__ = ["HOST_KINDS", "HostEnv", "MrcHost", "RoceV2Host", "SimHost"]
+__all__ = ["HOST_KINDS", "HostEnv", "MrcHost", "RemoteHost", "RoceV2Host", "SimHost"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -69,6 +74,13 @@ class HostEnv:
     """A flow's sender saw it complete (flow, now, status)."""
     received: Callable[[Flow, int], None]
     """A flow's receiver saw it complete (flow, now)."""
+    owned: list[bool] | None = None
+    """The hosts this process builds (a split run's share, `openmrc.sim.partition`; the others are
+    `RemoteHost` stand-ins); None: every host."""
+    cut: list[tuple[int, int, Qp]] | None = None
+    """Where a partly built fabric notes, in the order it makes them, the QPs whose peer QP another process
+    makes: (this host, the peer host, the QP), each connected towards QP 0 until that process tells the
+    number (`set_dest_qp`)."""
 
 
 class SimHost:
@@ -130,6 +142,45 @@ class SimHost:
     ) -> bool:  # pragma: no cover - every kind overrides
         """``carrier`` delivered everything it was given (``flows``: the flows it carries)."""
         raise NotImplementedError
+
+
+def _never(_: None) -> None:  # pragma: no cover - a remote host's ports are not built here
+    raise RuntimeError("a host of another process")
+
+
+class RemoteHost(SimHost):
+    """A host another process runs, in a partly built fabric: its place and id, and what this process's
+    hosts need of it, its flows' memory (address and R_Key, told before the run)."""
+
+    last_hop_apart = True  # a fabric is built in parts only with MRC hosts
+
+    def __init__(self, node: Remote) -> None:
+        self.node = node
+        self.resumed = _never
+        self.transient = False
+        self.flow_mr: tuple[int, int] | None = None
+        """(address, R_Key) of the buffer the host's flows write into, as its own process registered it."""
+
+    def delivered_bytes(self) -> int:
+        return 0  # counted where the receivers run
+
+    def retransmits(self) -> int:
+        return 0
+
+    def carriers(self, dst: int, flows: list[Flow]) -> list[Any]:
+        return [None]  # the receiving side runs elsewhere: it carries nothing here
+
+    def carried_bytes(self, carrier: Any) -> int:
+        return 0
+
+    def carrier_done(self, carrier: Any, flows: list[Flow]) -> bool:
+        return all(f.finish is not None for f in flows)
+
+
+def set_dest_qp(qp: Qp, dest: int) -> None:
+    """Point ``qp``, connected towards QP 0 (`HostEnv.cut`), at its peer's QP ``dest`` before any packet."""
+    qp.attr.dest_qp_num = dest
+    qp.requester.dest_qp = dest
 
 
 class _SimCq(CompletionQueue):
@@ -196,6 +247,7 @@ class MrcHost(SimHost):
         self.transient = False
         self._open: dict[int, int] = {}  # transient: peer -> unfinished flows on the pair, either way
         self._released_bytes = 0  # transient: what destroyed QPs' peers had accepted from this host
+        self._cut: dict[int, Qp] | None = None  # QPs whose peer QP another process runs (see `_cut_qp`)
 
     @classmethod
     def build_all(cls, env: HostEnv) -> list[SimHost]:
@@ -210,8 +262,13 @@ class MrcHost(SimHost):
         )
         shared = _MrcShared(env)
         out: list[SimHost] = []
+        owned = env.owned
         for n in range(env.hosts):
-            nic = Nic(env.planes, rng=random.Random(env.rng.getrandbits(64)), config=nic_cfg)
+            seed = env.rng.getrandbits(64)  # drawn for every host, built or not: the same NIC seeds anywhere
+            if owned is not None and not owned[n]:
+                out.append(RemoteHost(Remote(n)))
+                continue
+            nic = Nic(env.planes, rng=random.Random(seed), config=nic_cfg)
             node = Host(env.engine, n, nic)
             node.on_pump = shared.after_pump
             node.zeros = shared.zeros
@@ -311,6 +368,40 @@ class MrcHost(SimHost):
                 self._open[peer._node.id] = peer._open[self._node.id] = 0
         return pair
 
+    def _cut_qp(self, peer: int, sending: bool) -> Qp:
+        """This host's QP of the pair carrying flows to (``sending``) or from host ``peer`` of another
+        process: made on first use, as `_flow_pair` makes it here (the same draws of this NIC's rng, in the
+        same order), and connected towards QP 0 until ``peer``'s process tells its QP's number
+        (`HostEnv.cut`)."""
+        cut = self._cut
+        if cut is None:
+            cut = self._cut = {}
+        key = peer if sending else ~peer
+        qp = cut.get(key)
+        if qp is None:
+            cqs = self._flow_cqs()
+            qp = cut[key] = self.nic.create_qp(QpInitAttr(send_cq=cqs[0], recv_cq=cqs[1]))
+            self.connect(qp, peer, 0)
+            noted = self._shared.env.cut
+            assert noted is not None  # a fabric built in parts notes them
+            noted.append((self._node.id, peer, qp))
+        return qp
+
+    def accept_flow(self, f: Flow, peer: RemoteHost) -> None:
+        """Prepare the receiving end of flow ``f`` from ``peer``, a host of another process."""
+        self._grow(f)
+        self._cut_qp(peer.id, False)
+
+    def received_from(self, src: int | None) -> int:
+        """Bytes this host accepted from host ``src`` of another process (None: from any), each once."""
+        cut = self._cut
+        if cut is None:
+            return 0
+        if src is None:
+            return sum(qp.responder.rcvd_bytes for k, qp in cut.items() if k < 0)
+        qp = cut.get(~src)
+        return 0 if qp is None else qp.responder.rcvd_bytes
+
     def release(self, f: Flow, peer: MrcHost) -> None:
         f.qp = None  # the flow must not keep a destroyed QP (and its EV table) alive
         me, other = self._node.id, peer._node.id
@@ -344,40 +435,55 @@ class MrcHost(SimHost):
             mr = self._flow_mr = self.nic.register(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
         return mr
 
-    def add_flow(self, f: Flow, peer: MrcHost) -> None:
+    def _grow(self, f: Flow) -> None:
         shared = self._shared
         if len(shared.buf) < f.size:
             shared.buf = shared.zeros.buf = bytearray(f.size)
+
+    def add_flow(self, f: Flow, peer: MrcHost | RemoteHost) -> None:
+        self._grow(f)
+        if isinstance(peer, RemoteHost):
+            f.qp = self._cut_qp(peer.id, True)
+            return
         f.qp = self._flow_pair(peer)[0]
         if self.transient:
             self._open[peer._node.id] += 1
             peer._open[self._node.id] = self._open[peer._node.id]
 
-    def start(self, f: Flow, peer: MrcHost, now: int) -> None:
-        smr, dmr = self._memory(), peer._memory()
-        a, b = self._flow_pair(peer)
-        if f.imm:
-            b.post_recv(RecvWR(f.id))
+    def start(self, f: Flow, peer: MrcHost | RemoteHost, now: int) -> None:
+        smr = self._memory()
+        if isinstance(peer, RemoteHost):  # its process posts the receive (`expect`)
+            a = self._cut_qp(peer.id, True)
+            assert peer.flow_mr is not None  # told before the run
+            addr, rkey = peer.flow_mr
+        else:
+            dmr = peer._memory()
+            addr, rkey = dmr.addr, dmr.rkey
+            a, b = self._flow_pair(peer)
+            if f.imm:
+                b.post_recv(RecvWR(f.id))
         a.post_send(
             SendWR(
                 f.id,
                 WrOpcode.RDMA_WRITE_WITH_IMM if f.imm else WrOpcode.RDMA_WRITE,
                 [Sge(smr.addr, f.size, smr.lkey)],
-                dmr.addr,
-                dmr.rkey,
+                addr,
+                rkey,
                 imm_data=f.id & 0xFFFFFFFF if f.imm else None,
             ),
             now=now,
         )
         self._node.pump(now)
 
-    def expect(self, f: Flow, peer: MrcHost) -> None:
-        peer._flow_pair(self)[1].post_recv(RecvWR(f.id))
+    def expect(self, f: Flow, peer: MrcHost | RemoteHost) -> None:
+        qp = self._cut_qp(peer.id, False) if isinstance(peer, RemoteHost) else peer._flow_pair(self)[1]
+        qp.post_recv(RecvWR(f.id))
 
-    def register_flow_memory(self) -> None:
+    def register_flow_memory(self) -> tuple[int, int]:
         """Register the flows' buffer now rather than at the first flow's start (a split run registers
-        every host's in the same order in every process, so memory keys match)."""
-        self._memory()
+        every host's before running, so memory keys match those of one process); its (address, R_Key)."""
+        mr = self._memory()
+        return mr.addr, mr.rkey
 
     def delivered_bytes(self) -> int:
         return self._released_bytes + sum(b.responder.rcvd_bytes for _a, b in self._flow_pairs.values())
@@ -387,9 +493,17 @@ class MrcHost(SimHost):
 
     def carriers(self, dst: int, flows: list[Flow]) -> list[Any]:
         pair = self._flow_pairs.get(dst)  # one QP pair carries them all: its responder (none: released)
+        if pair is None and self._cut is not None and dst in self._cut:
+            return [None]  # its responder runs in another process, which counts it
         return [] if pair is None else [pair[1]]
 
+    def carriers_from(self, src: int) -> list[Any]:
+        """The connection that carries flows from ``src``, a host of another process, to this one."""
+        return [] if self._cut is None or ~src not in self._cut else [self._cut[~src]]
+
     def carried_bytes(self, carrier: Any) -> int:
+        if carrier is None:
+            return 0
         qp: Qp = carrier
         return qp.responder.rcvd_bytes
 

@@ -51,6 +51,7 @@ __all__ = [
     "Pfc",
     "Port",
     "PortCold",
+    "Remote",
     "SimNic",
     "Switch",
     "Unwired",
@@ -682,6 +683,16 @@ class Unwired(Node):
 
     def arrive(self, p: Transmit) -> None:
         self.arrivals += 1
+
+
+class Remote(Node):
+    """A node another process runs (`openmrc.sim.partition`): it holds a place in a partly built fabric,
+    no ports, and nothing reaches it (a port leading there ships its packets through its `Crossing`)."""
+
+    __slots__ = ()
+
+    def arrive(self, p: Transmit) -> None:
+        raise RuntimeError(f"node {self.id} runs in another process")
 
 
 class Switch(Node):

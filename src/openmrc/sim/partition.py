@@ -2,11 +2,34 @@
 
 Theory of operation
 -------------------
-Every rank builds the whole `FabricSim` (same configuration, same seeds, so the same objects in the same
-state) and then runs only its share of the nodes (`assign_ranks`: hosts in contiguous blocks with their
-T0s, a switch with the rank of its lower neighbours when they agree, the rest, the spines, shared out in
-turn). The other nodes stay idle replicas: a packet crossing to another rank is shipped there, and
-failures, which only change link state, run on every rank.
+Every rank runs only its share of the nodes (`assign_ranks`, from the topology alone: hosts in contiguous
+blocks with their T0s, a switch with the rank of its lower neighbours when they agree, the rest, the
+spines, shared out in turn), and builds only that share (`FabricSim` with ``owned``): its hosts (NICs,
+QPs), its switches and their ports. `run` and `run_local` take a builder, called with ``(rank, size)``
+in each rank's own process (forked before building, or started by ``mpiexec``); a whole fabric built
+beforehand still runs, its other nodes idle replicas. A packet crossing to another rank is shipped there.
+
+Building in parts keeps every value the results depend on the same as in one process:
+
+- *Seeds.* Each NIC's rng is seeded from the simulation's rng in host order; every rank draws all the
+  seeds (cheap) and builds the NICs of its hosts only, so each NIC has its one-process seed. Ports of an
+  ordered fabric draw from streams seeded by (seed, node, port): no shared draw order at all.
+- *QPs and memory.* A NIC draws its QP numbers, memory keys and EV table shuffles from its own rng, in
+  the order its flows are set up. Every rank holds the whole flow list and sets up, in flow order, the
+  QPs of flows with a local end: a host's draws are then those of one process, in the same order (its
+  QP towards a host of another rank is made and connected, towards QP 0, when its pair would be made).
+  Only two things cross, once, before the run (`_connect_parts`): the QP numbers of the pairs cut by the
+  split (both ranks noted them in flow order, so the lists line up) and each host's flow buffer address
+  and R_Key. Nothing changes for a run in one process.
+- *The cut.* A port whose peer is on another rank ships what it sends (`_Shipper`). The port of another
+  rank's node that leads into this rank has a stand-in here (`FabricSim.ghosts`): it delivers what that
+  port ships (through its epoch check once failures may hit it) and fails with its link.
+- *Failures* are scheduled on every rank, as the same events, and change only the ports a rank has (its
+  own and the stand-ins); which switch ports are down, all ECMP reconvergence needs, is kept by
+  (node, port) everywhere (`openmrc.sim.failures`).
+- *Results.* Each rank reports its flows' ends, its ports' figures (a stand-in's drops count for the
+  port it stands for), its hosts' retransmissions and samples; every rank merges them (`_merge`) into
+  the whole run's results (`FabricSim.totals`).
 
 Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators: the
 lookahead ``W`` is the shortest link latency of the fabric, so a packet sent in the window ``[t, t + W)``
@@ -36,6 +59,7 @@ Two transports carry the exchange: `PipeExchange` (processes forked from this on
 
 from __future__ import annotations
 
+import bisect
 import copyreg
 import dataclasses
 import io
@@ -50,11 +74,12 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Final, Protocol, cast
 
+from openmrc.fabric.topology import Topology
 from openmrc.sim.engine import PausedGc, Simulator
-from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.hosts import MrcHost
+from openmrc.sim.fabric_sim import FabricSim, PortTotals
+from openmrc.sim.hosts import MrcHost, RemoteHost, set_dest_qp
 from openmrc.sim.metrics import Sample, SimResults
-from openmrc.sim.network import Crossing, Port
+from openmrc.sim.network import Crossing, Unwired
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
@@ -69,6 +94,7 @@ __all__ = [
     "assign_ranks",
     "lookahead_ns",
     "mpi_world",
+    "owned_nodes",
     "run",
     "run_local",
     "run_split",
@@ -80,9 +106,14 @@ last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
 of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), the number of windows and of
-packets it received (``crossing``), and its memory (`_memory_mb`). ``critical_cpu_s`` (the same on every
+packets it received (``crossing``), and its memory (`_memory_mb`), what building its part took
+(`build_times`). ``critical_cpu_s`` (the same on every
 rank): per window, the CPU time of the rank that took the most to run it, pack and unpack, summed: how long
 the loop would take on idle cores with a free exchange (a figure a loaded machine does not blur)."""
+build_times: dict[str, float] = {}
+"""What building this process's part of its last split run took: ``build_s`` and ``build_cpu_s`` (the
+builder's whole call) and the peak RSS after it (``build_rss_mb``); a builder may add figures of its own
+phases. They travel with the rank's `last_times`."""
 _TPL_CACHE = 1 << 17
 """Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
 _ZEROS = memoryview(bytes(1 << 16))
@@ -143,11 +174,16 @@ class Exchange(Protocol):
         ...  # pragma: no cover - a protocol
 
 
+Build = Callable[[tuple[int, int] | None], FabricSim]
+"""Builds a simulation, flows and failures included: only the part ``(rank, size)`` runs (`owned_nodes`),
+or the whole fabric (None)."""
+
+
 # -- the split -----------------------------------------------------------------------------------------------
-def assign_ranks(sim: FabricSim, ranks: int) -> list[int]:
+def assign_ranks(fabric: FabricSim | Topology, ranks: int) -> list[int]:
     """The rank of every node: hosts in contiguous blocks of whole T0 groups, each switch with its lower
     neighbours' rank when they agree, the others (spines) shared out in turn."""
-    topo = sim.topo
+    topo = fabric.topo if isinstance(fabric, FabricSim) else fabric
     hosts, nodes = topo.num_hosts, topo.num_nodes()
     if not 1 <= ranks <= hosts:
         raise PartitionError(f"--ranks {ranks}: need 1..{hosts} (the fabric has {hosts} hosts)")
@@ -186,10 +222,47 @@ def assign_ranks(sim: FabricSim, ranks: int) -> list[int]:
     return rank
 
 
-def lookahead_ns(sim: FabricSim) -> int:
+_assigned: list[tuple[list[bool], list[int], int]] = []
+"""The last `owned_nodes` answer and the ranks it came of (a fabric built with it needs them again)."""
+
+
+def owned_nodes(topo: Topology, part: tuple[int, int] | None) -> list[bool] | None:
+    """Which nodes rank ``part[0]`` of ``part[1]`` runs (`FabricSim`'s ``owned``); None for no part."""
+    if part is None:
+        return None
+    rank, size = part
+    rank_of = assign_ranks(topo, size)
+    owned = [r == rank for r in rank_of]
+    _assigned[:] = [(owned, rank_of, size)]
+    return owned
+
+
+def _ranks_of(sim: FabricSim, size: int) -> list[int]:
+    """`assign_ranks` of ``sim``'s fabric, not worked out again when it was built with `owned_nodes`."""
+    for owned, rank_of, ranks in _assigned:
+        if owned is sim.owned and sim.partial and ranks == size:
+            return rank_of
+    return assign_ranks(sim, size)
+
+
+def _window(sim: FabricSim, owned: list[bool], ex: Exchange) -> int:
+    """`lookahead_ns`, each rank looking at the links of its own nodes only (every link has a node
+    somewhere)."""
+    topo = sim.topo
+    mine = min(
+        (r.latency_ns for n in range(topo.num_nodes()) if owned[n] for r in topo.ports(n)), default=_NEVER
+    )
+    lat: int = min(ex.alltoall([mine] * ex.size))
+    if lat < 1:
+        raise PartitionError("a split run needs every link to have a latency of at least 1 ns")
+    return lat
+
+
+def lookahead_ns(fabric: FabricSim | Topology) -> int:
     """The exchange window: the shortest link latency anywhere (not only across ranks, so that the window
     grid, and with it where a run ends, is the same for every split)."""
-    lat = min(r.latency_ns for n in range(sim.topo.num_nodes()) for r in sim.topo.ports(n))
+    topo = fabric.topo if isinstance(fabric, FabricSim) else fabric
+    lat = min(r.latency_ns for n in range(topo.num_nodes()) for r in topo.ports(n))
     if lat < 1:
         raise PartitionError("a split run needs every link to have a latency of at least 1 ns")
     return lat
@@ -197,6 +270,8 @@ def lookahead_ns(sim: FabricSim) -> int:
 
 def _check(sim: FabricSim, ranks: int) -> None:
     cfg = sim.config
+    if sim.partial and ranks == 1:
+        raise PartitionError("a fabric built in parts runs on the ranks it was built for")
     if not cfg.ordered:
         raise PartitionError("a split run needs FabricSimConfig.ordered (set by --ranks)")
     if ranks > 1:
@@ -359,24 +434,32 @@ class _Shipper(Crossing):
 
 class _Cut:
     """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
-    (the node's arrival) or ``2 * i + 1`` (the guarded delivery of cut port ``i``, every rank's cut ports
-    numbered alike)."""
+    (the node's arrival) or ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port ``i`` of
+    node ``n`` as ``n << 16 | i``, a name every rank gives it without numbering the others' ports)."""
 
     def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
         self.rank_of = rank_of
         self.rank = rank
         self.nodes = sim.nodes
         self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
-        self.ports: list[Port] = []  # the cut ports of every rank, by index (shipped as that index)
+        # by key, the guarded delivery of each cut port leading here (its stand-in's, or its replica's)
+        self.delivers: dict[int, Callable[[Transmit], None]] = {}
         for n, node in enumerate(sim.nodes):
-            for p in node.ports:
+            mine = rank_of[n] == rank
+            if not mine and not sim.partial:  # a replica: its cut ports
+                for i, p in enumerate(node.ports):
+                    if p.peer.id >= 0 and rank_of[p.peer.id] == rank:
+                        self.delivers[n << 16 | i] = p._deliver
+            if not mine:
+                continue
+            if len(node.ports) >> 16:
+                raise PartitionError(f"node {n}: {len(node.ports)} ports, a split run names at most 65,535")
+            for i, p in enumerate(node.ports):
                 peer = p.peer.id
-                if peer < 0 or rank_of[peer] == rank_of[n]:
-                    continue
-                if rank_of[n] == rank:
-                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * len(self.ports) + 1)
-                self.ports.append(p)
-        self.delivers = [p._deliver for p in self.ports]  # the guarded delivery a cut port would schedule
+                if peer >= 0 and rank_of[peer] != rank:
+                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * (n << 16 | i) + 1)
+        for (n, i), ghost in sim.ghosts.items():
+            self.delivers[n << 16 | i] = ghost._deliver
         self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
 
     def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
@@ -468,17 +551,29 @@ def run_split(
     """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
     results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds; a
     KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
-    _check(sim, ex.size)
-    rank_of = assign_ranks(sim, ex.size)
-    cut = _Cut(sim, rank_of, ex.rank, ex.size)
-    owned = [r == ex.rank for r in rank_of]
-    sim.owned = owned
+    try:
+        _check(sim, ex.size)
+        rank_of = _ranks_of(sim, ex.size)
+        owned = [r == ex.rank for r in rank_of]
+        if sim.partial and sim.owned != owned:
+            raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
+        problem = ""
+    except PartitionError as exc:
+        problem = str(exc)
+    problems = [p for p in ex.alltoall([problem] * ex.size) if p]  # every rank stops, or none
+    if problems:
+        raise PartitionError(problems[0])
+    if sim.partial:
+        _connect_parts(sim, rank_of, ex)
+    else:  # every node built: the others stay idle replicas
+        sim.owned = owned
+        for h in sim.hosts:  # the same memory keys on every rank
+            if isinstance(h, MrcHost):
+                h.register_flow_memory()
     sim.faults.owned = owned
-    for h in sim.hosts:  # the same memory keys on every rank
-        if isinstance(h, MrcHost):
-            h.register_flow_memory()
+    cut = _Cut(sim, rank_of, ex.rank, ex.size)
     engine = sim.sim
-    window = lookahead_ns(sim)
+    window = _window(sim, owned, ex)
     mine_src = [f for f in sim.flows if owned[f.src]]
     mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
     with PausedGc():  # packing and unpacking make short-lived objects too: see PausedGc
@@ -540,12 +635,33 @@ def run_split(
         sim.sampler.sample()
     times["cpu_s"] = time.process_time() - c0
     times |= _memory_mb()
+    times |= build_times
     part = _partial(sim, owned)
     part["times"] = times
     parts = ex.alltoall([part] * ex.size)
     _merge(sim, parts[ex.rank :] + parts[: ex.rank])
     last_times[:] = [p["times"] for p in parts]
     return sim.results()
+
+
+def _connect_parts(sim: FabricSim, rank_of: list[int], ex: Exchange) -> None:
+    """Before a run built in parts: every rank registers its hosts' flow buffers and tells the others
+    their addresses and R_Keys, and the numbers of its QPs whose peers another rank made (each pair of
+    ranks noted those QPs in the same order: that of the flows), which it then connects them to."""
+    mrs = [(h.id, *h.register_flow_memory()) for h in sim.hosts if isinstance(h, MrcHost)]
+    towards: list[list[Any]] = [[] for _ in range(ex.size)]  # by the peer's rank: its QPs here
+    for _host, peer, qp in sim.cut_qps:
+        towards[rank_of[peer]].append(qp)
+    got = ex.alltoall([(mrs, [qp.qp_num for qp in qps]) for qps in towards])
+    for r, (their_mrs, qpns) in enumerate(got):
+        if r == ex.rank:
+            continue
+        for h, addr, rkey in their_mrs:
+            host = sim.hosts[h]
+            assert isinstance(host, RemoteHost)
+            host.flow_mr = (addr, rkey)
+        for qp, qpn in zip(towards[r], qpns, strict=True):
+            set_dest_qp(qp, qpn)
 
 
 def _memory_mb() -> dict[str, float]:
@@ -563,21 +679,37 @@ def _memory_mb() -> dict[str, float]:
 
 
 def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
-    """What this rank knows that the others do not: its flows' ends, its ports' counters, its samples."""
+    """What this rank knows that the others do not: its flows' ends, its ports' figures (and those of the
+    stand-ins of other ranks' ports: their drops), its hosts' retransmissions, its samples."""
     flows = {f.id: (f.finish, f.status, f.recv_finish) for f in sim.flows if owned[f.src] or owned[f.dst]}
-    ports = [
-        [
-            (p.sent_bytes, p.sent_packets, p.drops, p.losses, p.trims, p.marks, p.down_drop_at)
-            for p in node.ports
-        ]
-        for node in sim.nodes
-    ]
-    rtx = {h.id: h.retransmits() for h in sim.hosts if owned[h.id]}
+    links: list[tuple[Any, ...]] = []
+    drop_at: dict[tuple[int, int], int] = {}
+    stood_in: dict[tuple[int, int], int] = {}  # (node, port) of another rank -> drops on delivery here
+    now = sim.sim.now
+    for n, node in enumerate(sim.nodes):
+        mine = owned[n]
+        for i, p in enumerate(node.ports):
+            if not mine:  # an idle replica (a fabric built whole)
+                if p.drops:
+                    stood_in[n, i] = p.drops
+                continue
+            if p.down_drop_at is not None:
+                drop_at[n, i] = p.down_drop_at
+            if not isinstance(p.peer, Unwired):  # `FabricSim.link_stat`'s counters, then the packets sent
+                links.append((
+                    n, i, p.peer.id, p.nominal_bps, p.sent_bytes, p.drops, p.losses, p.trims, p.marks,
+                    p.pauses, p.paused_total_ns(now), p.sent_packets,
+                ))  # fmt: skip
+    for key, p in sim.ghosts.items():
+        if p.drops:
+            stood_in[key] = p.drops
     s = sim.sampler
     return {
         "flows": flows,
-        "ports": ports,
-        "rtx": rtx,
+        "links": links,
+        "drop_at": drop_at,
+        "stood_in": stood_in,
+        "rtx": sum(h.retransmits() for h in sim.hosts if owned[h.id]),
         "events": sim.sim.events - sim.sim.setup_events,  # every rank runs those: counted once, by this one
         "samples": [] if s is None else [dataclasses.astuple(x) for x in s.samples],
         "pair_bytes": [] if s is None else s.pair_bytes,
@@ -586,8 +718,8 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
 
 
 def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
-    """This rank (``parts[0]``) takes every other rank's share into its own objects (its replicas of the
-    nodes it did not run)."""
+    """This rank (``parts[0]``) takes every rank's share into the whole run's results (`FabricSim.totals`,
+    its flows, events and samples)."""
     own = parts[0]
     for part in parts[1:]:
         for f in sim.flows:
@@ -598,29 +730,42 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
                 f.finish, f.status = got[0], got[1]
             if got[2] is not None:
                 f.recv_finish = got[2]
-        for node, counts in zip(sim.nodes, part["ports"], strict=True):
-            for p, c in zip(node.ports, counts, strict=True):
-                p.sent_bytes += c[0]
-                p.sent_packets += c[1]
-                p.drops += c[2]
-                p.losses += c[3]
-                p.trims += c[4]
-                p.marks += c[5]
-                if c[6] is not None and (p.down_drop_at is None or c[6] > p.down_drop_at):
-                    p.down_drop_at = c[6]
-        for h, n in part["rtx"].items():
-            host = sim.hosts[h]
-            assert isinstance(host, MrcHost)  # ordered runs are MRC only
-            host.nic.stats.retransmits = n
         sim.sim.events += part["events"]
     sim.completed = sum(f.finish is not None for f in sim.flows)
+    stood_in: dict[tuple[int, int], int] = {}
+    drop_at: dict[tuple[int, int], int] = {}
+    for part in parts:
+        for key, n in part["stood_in"].items():
+            stood_in[key] = stood_in.get(key, 0) + n
+        drop_at |= part["drop_at"]
+    rows = sorted(row for part in parts for row in part["links"])  # by (node, port): runs, merged
+    orphans = 0  # (drops at a stand-in of a port that no row names: none is wired so)
+    for (n, i), extra in stood_in.items():
+        j = bisect.bisect_left(rows, (n, i))
+        if j < len(rows) and rows[j][0] == n and rows[j][1] == i:
+            r = rows[j]
+            rows[j] = (*r[:5], r[5] + extra, *r[6:])
+        else:
+            orphans += extra
+    now = sim.sim.now
+    link = sim.link_stat
+    links = [link(now, *r[:11]) for r in rows]
+    counts = {
+        "drops": sum(r[5] for r in rows) + orphans,
+        "trims": sum(r[7] for r in rows),
+        "ecn_marks": sum(r[8] for r in rows),
+        "packet_hops": sum(r[11] for r in rows),
+        "losses": sum(r[6] for r in rows),
+    }
+    counts["retransmits"] = sum(p["rtx"] for p in parts)
+    sim.totals = PortTotals(links, counts, drop_at)
     s = sim.sampler
     if s is None:
         return
     s.samples = _merge_samples([p["samples"] for p in parts])
     s.pair_bytes = [
-        tuple(map(sum, zip(*rows, strict=True)))
-        for rows in zip(*(p["pair_bytes"] for p in parts), strict=True)
+        tuple(map(sum, zip(*per_rank, strict=True)))
+        for per_rank in zip(*(p["pair_bytes"] for p in parts), strict=True)
     ]
     s.ev_log = _merge_ev_log([p["ev_log"] for p in parts], [x[0] for x in own["samples"]], s.ev_log_limit)
 
@@ -646,8 +791,6 @@ def _merge_ev_log(
     per_rank: list[list[tuple[int, int, int, int, str]]], ticks: list[int], limit: int
 ) -> list[tuple[int, int, int, int, str]]:
     """The EV log in the one-process order: by the sample that polled an entry, then by host."""
-    import bisect
-
     merged = [e for log in per_rank for e in log]
     merged.sort(key=lambda e: (bisect.bisect_right(ticks, e[0]), e[1]))
     return merged[:limit]
@@ -706,25 +849,59 @@ def mpi_world() -> MpiExchange | None:
 
 
 def run(
-    sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+    sim: FabricSim | Build, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
 ) -> SimResults:
     """Run ``sim`` on ``ranks`` ranks: over MPI when started by ``mpiexec`` (its size must be ``ranks``),
-    else in processes forked from this one."""
+    else in processes forked from this one. ``sim``: a builder (`Build`; each rank builds its part) or a
+    simulation built whole."""
     ex = mpi_world()
     if ex is None:
         return run_local(sim, ranks, until, progress)
     if ex.size != ranks:
         raise PartitionError(f"--ranks {ranks}, but mpiexec started {ex.size} processes")
-    return run_split(sim, ex, until, progress)
+    return run_split(_built(sim, ex), ex, until, progress)
+
+
+def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
+    """This rank's part of ``sim`` (built here, unless built whole already; the whole fabric on 1 rank); if
+    any rank cannot build its part, every rank raises that rank's error (none is left waiting for it)."""
+    if isinstance(sim, FabricSim):
+        build_times.clear()
+        return sim
+    got = None
+    problem = ""
+    error: BaseException | None = None
+    build_times.clear()
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        got = sim(None if ex.size == 1 else (ex.rank, ex.size))
+        build_times["build_s"] = time.perf_counter() - t0
+        build_times["build_cpu_s"] = time.process_time() - c0
+        build_times["build_rss_mb"] = _memory_mb()["peak_rss_mb"]
+    except BaseException as exc:  # a scenario's errors, a stop asked for: the others hear of it first
+        error = exc
+        problem = str(exc) or f"rank {ex.rank}: {type(exc).__name__}"
+    problems = [p for p in ex.alltoall([problem] * ex.size) if p]
+    if error is not None and not isinstance(error, ValueError):
+        raise error
+    if problems or got is None:
+        raise PartitionError(problems[0] if problems else "no part built")
+    return got
 
 
 def run_local(
-    sim: FabricSim, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+    sim: FabricSim | Build, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
 ) -> SimResults:
-    """Run ``sim`` split over ``ranks`` processes forked from this one (this one is rank 0)."""
-    _check(sim, ranks)
+    """Run ``sim`` split over ``ranks`` processes forked from this one (this one is rank 0). A builder
+    (`Build`) is called in each rank's process after the fork, for that rank's part (for the whole
+    fabric on 1 rank); a simulation built whole is forked as it is."""
+    if isinstance(sim, FabricSim):
+        _check(sim, ranks)
     if ranks == 1:
-        return run_split(sim, PipeExchange(0, 1, {}), until, progress)
+        one = PipeExchange(0, 1, {})
+        return run_split(_built(sim, one), one, until, progress)
+    if ranks < 1:
+        raise PartitionError(f"--ranks {ranks}: need at least 1")
     pipes = {(a, b): Pipe() for a in range(ranks) for b in range(a + 1, ranks)}
 
     def conns(rank: int) -> dict[int, Connection]:
@@ -743,13 +920,15 @@ def run_local(
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches rank 0, which stops every rank
             code = 0
             try:
-                run_split(sim, PipeExchange(rank, ranks, conns(rank)), until)
+                ex = PipeExchange(rank, ranks, conns(rank))
+                run_split(_built(sim, ex), ex, until)
             except BaseException:
                 code = 1
             os._exit(code)
         children.append(pid)
     try:
-        result = run_split(sim, PipeExchange(0, ranks, conns(0)), until, progress)
+        ex = PipeExchange(0, ranks, conns(0))
+        result = run_split(_built(sim, ex), ex, until, progress)
     finally:
         failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
     if failed:

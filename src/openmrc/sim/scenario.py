@@ -258,10 +258,13 @@ def _config(doc: dict[str, Any]) -> tuple[FabricSimConfig, dict[str, Any]]:
         raise ScenarioError(f"fabric: {exc}") from exc
 
 
-def build_run(doc: dict[str, Any], phase: Callable[[str], None] | None = None) -> FabricSim:
+def build_run(
+    doc: dict[str, Any], phase: Callable[[str], None] | None = None, part: tuple[int, int] | None = None
+) -> FabricSim:
     """The fabric, workload and failures of one resolved scenario document, ready to run; ``phase("set-up")``
-    is called once the fabric is built, before the flows are added."""
-    sim = build_fabric(doc)
+    is called once the fabric is built, before the flows are added. ``part``: build only the part
+    ``(rank, size)`` of a split run runs (`openmrc.sim.partition.owned_nodes`)."""
+    sim = build_fabric(doc, part)
     if phase is not None:
         phase("set-up")
     base = Path(doc.get("_dir", "."))
@@ -273,8 +276,8 @@ def build_run(doc: dict[str, Any], phase: Callable[[str], None] | None = None) -
     return sim
 
 
-def build_fabric(doc: dict[str, Any]) -> FabricSim:
-    """The fabric of one resolved scenario document, without traffic."""
+def build_fabric(doc: dict[str, Any], part: tuple[int, int] | None = None) -> FabricSim:
+    """The fabric of one resolved scenario document, without traffic (only ``part``, see `build_run`)."""
     cfg, topo = _config(doc)
     base = Path(doc.get("_dir", "."))
     try:
@@ -283,9 +286,10 @@ def build_fabric(doc: dict[str, Any]) -> FabricSim:
                 tree = FatTree.from_topo_file(data_file(str(topo["topo_file"]), base))
             else:
                 tree = FatTree.from_k(int(topo.get("k", 4)))
-            sim: FabricSim = FabricSim.fat_tree(tree, cfg)
+            sim: FabricSim = FabricSim.fat_tree(tree, cfg, owned=partition.owned_nodes(tree, part))
         else:
-            sim = FabricSim.clos(cfg)
+            owned = None if part is None else partition.owned_nodes(cfg.clos(), part)
+            sim = FabricSim.clos(cfg, owned=owned)
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"fabric: {exc}") from exc
     return sim
@@ -403,7 +407,7 @@ def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
                     ports = faults.plane_ports(int(f["plane"]))
                     where = f"plane {f['plane']}"
                 elif "node" in f or "t0" in f:
-                    ports = list(faults.link(*_link(faults, f)))
+                    ports = faults.link_ports(*_link(faults, f))
                     where = "link {}:{}".format(*_link(faults, f))
                 else:
                     ports = [p for node in sim.nodes for p in node.ports]
@@ -461,16 +465,14 @@ def iter_runs(
         t0 = time.perf_counter()
         if phase is not None:
             phase(r, "build")
-        sim = r.sim = build_run(r.doc, None if phase is None else functools.partial(phase, r))
-        if prepare is not None:
-            prepare(r, sim)
         until = int(r.doc.get("until_us", 100_000) * 1000)
         tick = None if progress is None else functools.partial(progress, r)
+        build = functools.partial(_build_part, r, phase, prepare)
         if ranks is None:
-            r.results = _advance(sim, until, tick)
+            r.results = _advance(build(None), until, tick)
         else:
-            try:
-                r.results = partition.run(sim, ranks, until, tick)
+            try:  # each rank builds its part in its own process
+                r.results = partition.run(build, ranks, until, tick)
             except (partition.PartitionError, ValueError) as exc:
                 raise ScenarioError(f"variant {r.label!r}: {exc}") from None
         victim = [f for f in r.results.flows if f.tag == "victim" and f.fct_ns is not None]
@@ -478,6 +480,23 @@ def iter_runs(
             r.extra |= victim_alone(r.doc, victim[0])
         r.wall_s = time.perf_counter() - t0
         yield r
+
+
+def _build_part(
+    r: Run,
+    phase: Callable[[Run, str], None] | None,
+    prepare: Callable[[Run, FabricSim], None] | None,
+    part: tuple[int, int] | None,
+) -> FabricSim:
+    """Run ``r``'s simulation (only ``part`` of it, see `build_run`); the first rank's is ``r.sim``, and
+    only it reports its phases."""
+    first = part is None or part[0] == 0
+    sim = build_run(r.doc, functools.partial(phase, r) if phase is not None and first else None, part)
+    if first:
+        r.sim = sim
+        if prepare is not None:
+            prepare(r, sim)
+    return sim
 
 
 PROGRESS_S = 0.2
