@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from openmrc.ev import EVState
 
 __all__ = ["EvEntry", "EvEvent", "EvStatus", "EvTable"]
@@ -78,6 +80,7 @@ def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
         x[i], x[j] = x[j], x[i]
 
 
+@mypyc_attr(acyclic=True)
 class _Probing:
     """An EV's probe state, made when it is first probed or marked bad (most EVs never are: a QP's table
     is 32 EVs or more, and a fabric has millions of them)."""
@@ -90,6 +93,8 @@ class _Probing:
         self.out = False
 
 
+# acyclic: no cyclic-GC header (16 bytes an EV, millions of them); an EV refers to nothing that refers back
+@mypyc_attr(acyclic=True)
 class EvEntry:
     """One EV of a QP: the expanded value, its port (plane), the 32-bit echo, and its state."""
 

@@ -170,6 +170,9 @@ class WorkCompletion:
     qp_num: int = 0
 
 
+# acyclic: no cyclic-GC header (16 bytes a packet in flight, millions of them); a Transmit refers to
+# nothing that refers back to it (a PFC queue's packet can keep a fabric it outlives from the collector)
+@mypyc_attr(acyclic=True)
 class Transmit:
     """One packet the driver must send: on NIC ``port`` (1-based plane), towards ``peer`` along ``ev``.
 
@@ -323,6 +326,7 @@ def data_transmit(
     return t
 
 
+@mypyc_attr(acyclic=True)
 class SackTransmit(Transmit):
     """A SACK leaving the core as its fields (SETH and CC_STATE values, 24-bit QP numbers): the simulator
     carries them to the peer's `Nic.receive_transmit`, which hands them to `Requester.on_sack_fields`, so
