@@ -543,3 +543,16 @@ def test_port_down_stops_all_traffic_on_it_and_tells_the_peer() -> None:
     assert p.b.peer_ports["a"] != 0b1111  # the update is still in flight
     p.run(max_steps=10_000)
     assert p.b.peer_ports["a"] == 0b1111
+
+
+def test_an_ev_keeps_port_slot_and_skip_epoch_apart() -> None:
+    e = EvEntry(bytes(32), 255, 0xFFFFFFFF)
+    assert (e.port, e.slot, e.skip_epoch) == (255, -1, -1)
+    e.slot, e.skip_epoch = 0xFFFD, 10**12
+    assert (e.port, e.slot, e.skip_epoch, e.entropy) == (255, 0xFFFD, 10**12, 0xFFFFFFFF)
+    e.slot = -1
+    assert (e.port, e.slot, e.skip_epoch) == (255, -1, 10**12)
+    e.skip_epoch = 3
+    assert (e.port, e.slot, e.skip_epoch) == (255, -1, 3)
+    with pytest.raises(ValueError, match="port 256"):
+        EvEntry(bytes(32), 256, 0)

@@ -4,6 +4,7 @@ and the same requester state whether the SACK arrives by its fields or as a pars
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import pytest
@@ -144,3 +145,53 @@ def test_a_transfer_completes_with_sacks_from_either_entry_point(via: str) -> No
     run_checked(p, 1)
     assert statuses(p.completions()) == [(1, WcStatus.SUCCESS)] and p.dst == p.src
     assert (sacks > 0) == (via == "fields")
+
+
+_NAMES = (
+    "qp_num",
+    "dest_qp",
+    "cack_psn",
+    "ack_psn_offset",
+    "sack_offset",
+    "bitmap",
+    "echo",
+    "m",
+    "pr",
+    "mpr",
+    "ts_echo",
+    "ooo_count",
+    "rcvd_256b",
+)
+
+
+@given(_FIELDS)
+def test_a_sack_keeps_every_field_at_its_full_width(f: tuple[Any, ...]) -> None:
+    s = SackTransmit(*f)
+    assert tuple(getattr(s, name) for name in _NAMES) == f
+    assert s.size == 0 and s.tpl is None and not s.is_data  # still a control packet to the fabric
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("dest_qp", 1 << 24),
+        ("cack_psn", -1),
+        ("ack_psn_offset", 0x8000),
+        ("echo", 1 << 32),
+        ("mpr", 256),
+        ("ts_echo", 1 << 16),
+        ("ooo_count", 0x8000),
+        ("rcvd_256b", 1 << 24),
+        ("m", 4),
+    ],
+)
+def test_a_sack_field_beyond_its_width_is_refused(field: str, value: int) -> None:
+    f = dict.fromkeys(_NAMES, 0) | {"pr": False, field: value}
+    with pytest.raises(ValueError, match="outside its width"):
+        SackTransmit(*(f[name] for name in _NAMES))
+
+
+def test_a_sack_in_flight_is_at_most_two_slots_more_than_a_data_packet() -> None:
+    sack = SackTransmit(1, 2, 3, 4, 5, 6, 7, 0, False, 64, 0, 0, 0)
+    data = Transmit(1, 2, bytes(32), 0, None, 1, 0)
+    assert sys.getsizeof(sack) <= sys.getsizeof(data) + 16

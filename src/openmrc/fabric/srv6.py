@@ -38,6 +38,12 @@ from openmrc.fabric.topology import Role
 __all__ = ["SRV6_EV_MODE", "Route", "UsidPlan", "ev_min_active"]
 
 KIND_T0, KIND_T1, KIND_HOST = 1, 2, 3
+_KIND_T0: Final = 1
+_KIND_T1: Final = 2
+_KIND_HOST: Final = 3
+_USIDS: Final = (1 << 96) - 1
+"""The uSID list of an address (below its locator)."""
+_ABOVE_USIDS: Final = ~_USIDS
 _FMT: Final = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
 SRV6_EV_MODE: Final = _FMT.mode
 _EXPANDED: Final = struct.Struct(">IQ20x")
@@ -70,6 +76,8 @@ class UsidPlan:
         self.locator = locator
         self.plane_bits = max(topo.planes - 1, 0).bit_length()
         self.index_bits = 16 - 2 - self.plane_bits
+        self._owns: list[int] = []
+        """Each switch's own uSID by its id less the hosts' count (`forward`)."""
         biggest = max(topo.t0_per_plane, topo.t1_per_plane, topo.hosts_per_t0)
         if biggest > 1 << self.index_bits:
             raise ValueError(
@@ -157,26 +165,32 @@ class UsidPlan:
         if addr >> 96 != self.locator:
             raise ValueError(f"address 0x{addr:032x} is outside locator 0x{self.locator:08x}")
         t = self.topo
-        role, plane, index = t.switch_info(switch)
+        owns = self._owns
+        if not owns:  # every switch's own uSID, made once (this runs at every hop of every packet)
+            owns = self._owns = [self.switch_usid(s) for s in range(t.num_hosts, t.num_nodes())]
+        k = switch - t.num_hosts
+        if not 0 <= k < len(owns):
+            t.switch_info(switch)  # raises: not a switch
+        own = owns[k]
         active = (addr >> 80) & 0xFFFF
-        if active == self.switch_usid(switch):
-            addr = (addr & ~((1 << 96) - 1)) | ((addr << 16) & ((1 << 96) - 1))  # NEXT-CSID shift
+        if active == own:
+            addr = (addr & _ABOVE_USIDS) | ((addr << 16) & _USIDS)  # NEXT-CSID shift
             active = (addr >> 80) & 0xFFFF
-        p, kind, i = self.decode(active)
-        if p != plane:
+        ib = self.index_bits
+        if (active ^ own) >> (ib + 2):  # the plane bits (above kind and index) differ
+            p, plane = self.decode(active)[0], self.decode(own)[0]
             raise ValueError(
                 f"uSID 0x{active:04x} is on plane {p}, switch {t.node_name(switch)} on plane {plane}"
             )
-        if (
-            role is Role.T0
-            and kind == KIND_HOST
-            and index * t.hosts_per_t0 + i < t.num_hosts
-            and i < t.hosts_per_t0
-        ):
-            return i, addr
-        if role is Role.T0 and kind == KIND_T1 and i < t.uplinks:
-            return t.hosts_per_t0 + i, addr
-        if role is Role.T1 and kind == KIND_T0 and i < t.t0_per_plane:
+        kind = (active >> ib) & 3
+        i = active & ((1 << ib) - 1)
+        if (own >> ib) & 3 == _KIND_T0:
+            hpt = t.hosts_per_t0
+            if kind == _KIND_HOST and (own & ((1 << ib) - 1)) * hpt + i < t.num_hosts and i < hpt:
+                return i, addr
+            if kind == _KIND_T1 and i < t.uplinks:
+                return hpt + i, addr
+        elif kind == _KIND_T0 and i < t.t0_per_plane:
             return i, addr
         raise ValueError(f"no route for uSID 0x{active:04x} on {t.node_name(switch)}")
 

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from openmrc.ev import EVState
 
 __all__ = ["EvEntry", "EvEvent", "EvStatus", "EvTable"]
@@ -78,6 +80,7 @@ def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
         x[i], x[j] = x[j], x[i]
 
 
+@mypyc_attr(acyclic=True)
 class _Probing:
     """An EV's probe state, made when it is first probed or marked bad (most EVs never are: a QP's table
     is 32 EVs or more, and a fabric has millions of them)."""
@@ -90,19 +93,46 @@ class _Probing:
         self.out = False
 
 
+# acyclic: no cyclic-GC header (16 bytes an EV, millions of them); an EV refers to nothing that refers back
+@mypyc_attr(acyclic=True)
 class EvEntry:
-    """One EV of a QP: the expanded value, its port (plane), the 32-bit echo, and its state."""
+    """One EV of a QP: the expanded value, its port (plane), the 32-bit echo, and its state.
 
-    __slots__ = ("_probing", "entropy", "expanded", "port", "skip_epoch", "slot", "state")
+    Its port, rotation slot and skip epoch share one integer (a fabric has millions of EVs: five fields
+    are 64 bytes an EV in the compiled build, seven were 80)."""
+
+    __slots__ = ("_packed", "_probing", "entropy", "expanded", "state")
 
     def __init__(self, expanded: bytes, port: int, entropy: int) -> None:
+        if not 0 <= port <= 0xFF:
+            raise ValueError(f"EV port {port} outside 0..255")
         self.expanded = expanded
-        self.port = port
         self.entropy = entropy
         self.state = _GOOD
-        self.skip_epoch = -1
-        self.slot = -1  # index in the rotation, -1 for a backup
+        self._packed = port  # port 8 | slot + 1 16 | skip_epoch + 1: slot -1 (a backup), skip_epoch -1
         self._probing: _Probing | None = None
+
+    @property
+    def port(self) -> int:
+        return self._packed & 0xFF
+
+    @property
+    def slot(self) -> int:
+        """Index in the rotation, -1 for a backup."""
+        return ((self._packed >> 8) & 0xFFFF) - 1
+
+    @slot.setter
+    def slot(self, slot: int) -> None:
+        self._packed = (self._packed & ~0xFFFF00) | (slot + 1) << 8
+
+    @property
+    def skip_epoch(self) -> int:
+        """The rotation in which the EV was last skipped (-1: never)."""
+        return (self._packed >> 24) - 1
+
+    @skip_epoch.setter
+    def skip_epoch(self, epoch: int) -> None:
+        self._packed = (self._packed & 0xFFFFFF) | (epoch + 1) << 24
 
     def _probe_state(self) -> _Probing:
         p = self._probing

@@ -67,6 +67,8 @@ from collections import deque
 from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Final
 
+from mypy_extensions import mypyc_attr
+
 from openmrc.transport.cc import CongestionControl
 from openmrc.transport.evtable import EvEntry
 from openmrc.transport.types import (
@@ -124,6 +126,7 @@ _TRIMMED_LASTHOP: Final = NackReason.TRIMMED_LASTHOP
 _UNEXP_EVENT: Final = NackReason.UNEXP_EVENT
 
 
+@mypyc_attr(acyclic=True)
 class _Wr:
     """A posted Write while it is being sent and acknowledged."""
 
@@ -190,6 +193,8 @@ _NONE_POSTED: Final[deque[_Wr]] = deque()
 is 600 bytes, and a large simulation's receiving QPs never post)."""
 
 
+# acyclic: no cyclic-GC header (16 bytes an outstanding packet); neither refers to anything that refers back
+@mypyc_attr(acyclic=True)
 class _Tx:
     """One outstanding (unacknowledged) packet: ``seq`` its unwrapped PSN, ``size`` its payload bytes.
     Each transmission of it is a `Transmit` of its own (`_transmit`), which lives only while in flight
