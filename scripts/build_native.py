@@ -67,6 +67,7 @@ MODULES = [
     "openmrc/sim/metrics.py",
     "openmrc/sim/workloads.py",
     "openmrc/sim/partition.py",
+    "openmrc/sim/crossing.py",
 ]
 
 

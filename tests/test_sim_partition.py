@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from openmrc.cli.main import app
 from openmrc.fabric.fattree import FatTree
-from openmrc.sim import partition
+from openmrc.sim import crossing, partition
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
@@ -326,10 +326,10 @@ def test_mpi_ranks_give_the_single_process_results(tmp_path: Path) -> None:
 
 def test_a_control_packet_crosses_as_its_wire_bytes_or_else_as_itself() -> None:
     ack = Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77), aeth=AETH(0, 5))
-    got = partition._wire(ack)
+    got = crossing._wire(ack)
     assert isinstance(got, bytes) and parse(got) == ack
     bad = Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77))  # no AETH: does not encode
-    assert partition._wire(bad) is bad
+    assert crossing._wire(bad) is bad
 
 
 @with_mpi
@@ -427,8 +427,8 @@ def _crossing(pkt: Packet | str | None) -> Transmit:
 def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
     sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
     rank_of = partition.assign_ranks(sim, 2)
-    cut = partition._Cut(sim, rank_of, 1, 2)
-    lane = partition._Lane()
+    cut = crossing._Cut(sim, rank_of, 1, 2)
+    lane = crossing._Lane()
     sent = [_crossing(pkt), _crossing(pkt)]
     sent[1].epoch = 1 << 70  # beyond its packed format: crosses as a tuple of its fields, in its turn
     target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
@@ -439,7 +439,7 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
     assert len(msg[4]) == 1  # the one packet shipped wide
     engine = Simulator()
     engine.order_by_origin()
-    assert cut.decode(0, pickle.loads(partition._dumps(msg)), engine) == 2
+    assert cut.decode(0, pickle.loads(crossing._dumps(msg)), engine) == 2
     for i, p in enumerate(sent):
         key, cb, got = engine.wheel[100 + i]
         assert cb == sim.nodes[target].arrive_cb and key == 7 << 28

@@ -21,9 +21,9 @@ Building in parts keeps every value the results depend on the same as in one pro
   Only two things cross, once, before the run (`_connect_parts`): the QP numbers of the pairs cut by the
   split (both ranks noted them in flow order, so the lists line up) and each host's flow buffer address
   and R_Key. Nothing changes for a run in one process.
-- *The cut.* A port whose peer is on another rank ships what it sends (`_Shipper`). The port of another
-  rank's node that leads into this rank has a stand-in here (`FabricSim.ghosts`): it delivers what that
-  port ships (through its epoch check once failures may hit it) and fails with its link.
+- *The cut.* A port whose peer is on another rank ships what it sends (`crossing._Shipper`). The port of
+  another rank's node that leads into this rank has a stand-in here (`FabricSim.ghosts`): it delivers what
+  that port ships (through its epoch check once failures may hit it) and fails with its link.
 - *Failures* are scheduled on every rank, as the same events, and change only the ports a rank has (its
   own and the stand-ins); which switch ports are down, all ECMP reconvergence needs, is kept by
   (node, port) everywhere (`openmrc.sim.failures`).
@@ -38,13 +38,9 @@ packets that cross to it, its next event time and its unfinished flows; the next
 window starts at the later of ``t + W`` and the earliest event anywhere. The run ends at the end of the
 window in which the last flow finished (or at ``until``), the same window whatever the split.
 
-A port whose peer runs on another rank (a cut port) hands each packet it delivers to that rank's lane
-(`network.Crossing`, `_Shipper`) instead of scheduling its arrival, and the lane packs it at once, while
-it is still in the cache: one byte string per window (`struct`), each packet its kind's fields in a row
-(a data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
-bytes), which crosses as it is and is read back straight into the engine's wheel. The loop runs with
-the garbage collector paused, like the engine: the objects packing and unpacking make would otherwise
-have it rescan the whole fabric again and again.
+What crosses, and how it is packed and read back, is `openmrc.sim.crossing`. The loop runs with the
+garbage collector paused, like the engine: the objects packing and unpacking make would otherwise have it
+rescan the whole fabric again and again.
 
 The results do not depend on the split because the engine runs in ordered mode
 (`FabricSimConfig.ordered`, `Simulator.order_by_origin`): ties are broken by who scheduled an event and
@@ -60,31 +56,24 @@ Two transports carry the exchange: `PipeExchange` (processes forked from this on
 from __future__ import annotations
 
 import bisect
-import copyreg
 import dataclasses
-import io
 import os
 import pickle
 import resource
 import signal
-import struct
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
-from typing import Any, Final, Protocol, cast
+from typing import Any, Protocol
 
 from openmrc.fabric.topology import Topology
-from openmrc.sim.engine import PausedGc, Simulator
+from openmrc.sim.crossing import _NEVER, _Cut, _dumps
+from openmrc.sim.engine import PausedGc
 from openmrc.sim.fabric_sim import FabricSim, PortTotals
 from openmrc.sim.hosts import MrcHost, RemoteHost, set_dest_qp
-from openmrc.sim.metrics import Sample, SimResults
-from openmrc.sim.network import Crossing, Unwired
-from openmrc.transport import SackTransmit, Transmit, TrimMark
-from openmrc.transport.types import data_transmit
-from openmrc.wire import headers
-from openmrc.wire.buffer import WireError
-from openmrc.wire.packet import DataTemplate, Packet, parse
+from openmrc.sim.metrics import LinkStat, Sample, SimResults
+from openmrc.sim.network import Unwired
 
 __all__ = [
     "Exchange",
@@ -100,63 +89,21 @@ __all__ = [
     "run_split",
 ]
 
-_NEVER = 1 << 62
 PROGRESS_S = 0.2
 last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
 of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all (``cpu_s``), the number of windows and of
 packets it received (``crossing``), and its memory (`_memory_mb`), what building its part took
-(`build_times`). ``critical_cpu_s`` (the same on every
+(`build_times`), the seconds before the loop (``start_s``: connecting the cut QP pairs, the cut) and after
+it (``partial_s``: its share of the results; this process's own entry only: ``gather_s``, until every
+share was here, and ``merge_s``, merging them into the results). ``critical_cpu_s`` (the same on every
 rank): per window, the CPU time of the rank that took the most to run it, pack and unpack, summed: how long
 the loop would take on idle cores with a free exchange (a figure a loaded machine does not blur)."""
 build_times: dict[str, float] = {}
 """What building this process's part of its last split run took: ``build_s`` and ``build_cpu_s`` (the
 builder's whole call) and the peak RSS after it (``build_rss_mb``); a builder may add figures of its own
 phases. They travel with the rank's `last_times`."""
-_TPL_CACHE = 1 << 17
-"""Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
-_ZEROS = memoryview(bytes(1 << 16))
-"""The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
-with anything else), so only their number crosses."""
-
-
-_ZERO_VIEWS: Final[dict[int, memoryview]] = {}
-
-
-def _zeros(n: int) -> memoryview:
-    """``n`` bytes of `_ZEROS`, one view per length."""
-    z = _ZERO_VIEWS.get(n)
-    if z is None:
-        z = _ZERO_VIEWS[n] = _ZEROS[:n]
-    return z
-
-
-def _zeros_reduce(m: memoryview) -> tuple[Callable[[int], memoryview], tuple[int]]:
-    return _zeros, (len(m),)
-
-
-def _fields_reduce(o: Any) -> tuple[type, tuple[Any, ...]]:
-    """A compiled dataclass (a packet, a header) rebuilt by its constructor: compiled classes do not
-    unpickle field by field."""
-    return type(o), tuple(getattr(o, f.name) for f in dataclasses.fields(o))
-
-
-_DISPATCH = copyreg.dispatch_table.copy()
-_DISPATCH[memoryview] = _zeros_reduce
-_DISPATCH[Packet] = _fields_reduce
-for _cls in vars(headers).values():
-    if isinstance(_cls, type) and dataclasses.is_dataclass(_cls):
-        _DISPATCH[_cls] = _fields_reduce
-
-
-def _dumps(obj: Any) -> bytes:
-    """Pickle what crosses to another rank; a payload (a memoryview) crosses as its length."""
-    buf = io.BytesIO()
-    p = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
-    p.dispatch_table = _DISPATCH
-    p.dump(obj)
-    return buf.getvalue()
 
 
 class PartitionError(ValueError):
@@ -281,267 +228,9 @@ def _check(sim: FabricSim, ranks: int) -> None:
             )
         if cfg.validate_wire:
             raise PartitionError("validate_wire: 1 rank only")
-
-
-_HEAD: Final = 19
-"""Fields every crossing packet ships first: its kind, flags (ECN, and a data packet's AckReq and
-retransmission bits), trim, plane, time, origin, target, and the `Transmit`'s fabric and common fields but
-its EV (only a sender reads a packet's EV: it has made the packet's addresses of it); an address or segment
-(an IPv6 one is 128 bits) as two 64-bit halves."""
-_HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
-_HEAD_S: Final = struct.Struct(_HEAD_FMT)
-_DATA: Final = 0
-_DATA_TAIL: Final = struct.Struct("<IBIQI")
-_DATA_S: Final = struct.Struct(_HEAD_FMT + _DATA_TAIL.format[1:])
-"""A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
-_SACK: Final = 1
-_SACK_TAIL: Final = struct.Struct("<IIqqQQBqqqq")
-_SACK_S: Final = struct.Struct(_HEAD_FMT + _SACK_TAIL.format[1:])
-"""A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
-12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
-_OTHER: Final = 2
-_OTHER_TAIL: Final = struct.Struct("<I")
-_OTHER_S: Final = struct.Struct(_HEAD_FMT + _OTHER_TAIL.format[1:])
-"""Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
-_WIDE: Final = 3
-_WIDE_S: Final = struct.Struct("<BI")
-"""A packet with a field its kind's format cannot hold (a value beyond 64 bits): the index of its fields,
-shipped as a tuple."""
-_STRUCTS: Final = (_DATA_S, _SACK_S, _OTHER_S, _WIDE_S)
-_M64: Final = (1 << 64) - 1
-
-
-class _Lane:
-    """What one rank ships to one other in a window: its packets packed into one byte string as they are
-    sent, each its kind's fields in a row (`struct`, so no int object outlives the packing, and the bytes
-    cross as they are; per-packet tuples pickled cost about 3 µs a packet, a flat list of ints pickled
-    about 1.5), in the order they were sent. A data packet's Write template crosses once and is named by
-    its index afterwards (both ends keep the same table: one lane's messages arrive in order)."""
-
-    __slots__ = ("blobs", "buf", "new_tpls", "reset", "soonest", "tpls", "wide")
-
-    def __init__(self) -> None:
-        self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
-        self.reset = False
-        self.buf = bytearray()
-        self.blobs: list[bytes | Packet] = []
-        self.wide: list[tuple[Any, ...]] = []
-        self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
-        self.soonest = _NEVER
-        """The earliest arrival packed since the last message."""
-
-    def pack(self, at: int, origin: int, code: int, tx: Transmit) -> None:
-        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
-        if at < self.soonest:
-            self.soonest = at
-        tpl = tx.tpl
-        ecn = int(tx.ecn)
-        try:
-            if tpl is not None:
-                kind, flags = _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2
-                tail = _DATA_TAIL.pack(self.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
-            elif type(tx) is SackTransmit and not tx.has_packet():
-                kind, flags = _SACK, ecn | int(tx.pr) << 3
-                tail = _SACK_TAIL.pack(
-                    tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
-                    int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b,
-                )  # fmt: skip
-            else:
-                kind, flags = _OTHER, ecn
-                tail = _OTHER_TAIL.pack(len(self.blobs))
-            addr, seg = tx.addr, tx.seg
-            head = _HEAD_S.pack(
-                kind, flags, int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64, addr >> 64,
-                tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64, tx.flow_crc,
-                tx.qp_num, tx.size,
-            )  # fmt: skip
-        except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
-            self.buf += _WIDE_S.pack(_WIDE, len(self.wide))
-            self.wide.append(_fields(at, origin, code, tx, self))
-            return
-        if kind == _OTHER:
-            self.blobs.append(_wire(tx.packet))
-        self.buf += head
-        self.buf += tail
-
-    def message(self) -> tuple[Any, ...] | None:
-        """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
-        if not self.buf:
-            return None
-        msg = (self.reset, self.new_tpls, bytes(self.buf), self.blobs, self.wide)
-        self.reset = False
-        self.buf.clear()
-        self.blobs, self.new_tpls, self.wide = [], [], []
-        self.soonest = _NEVER
-        if len(self.tpls) > _TPL_CACHE:
-            self.tpls.clear()
-            self.reset = True  # the receiving end starts its table over with the next message
-        return msg
-
-    def tpl_index(self, tpl: DataTemplate) -> int:
-        got = self.tpls.get(id(tpl))
-        if got is None or got[0] is not tpl:
-            imm = tpl.immdt
-            got = self.tpls[id(tpl)] = (tpl, len(self.tpls))
-            meth = tpl.meth
-            key = (
-                tpl.dest_qp,
-                meth.rqmsn,
-                meth.msn,
-                tpl.rkey,
-                tpl.dma_len,
-                None if imm is None else imm.imm_data,
-            )
-            self.new_tpls.append(key)
-        return got[1]
-
-
-def _fields(at: int, origin: int, code: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
-    """What `_Lane.pack` packs of ``tx``, as a tuple (the rare packet its formats cannot hold)."""
-    tail: tuple[Any, ...]
-    tpl = tx.tpl
-    if tpl is not None:
-        kind, flags = _DATA, int(tx.ack_req) << 1 | int(tx.rtx) << 2
-        tail = (lane.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
-    elif type(tx) is SackTransmit and not tx.has_packet():
-        kind, flags = _SACK, int(tx.pr) << 3
-        tail = (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
-        tail += (tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
-    else:
-        kind, flags = _OTHER, 0
-        tail = (len(lane.blobs),)
-        lane.blobs.append(_wire(tx.packet))
-    addr, seg = tx.addr, tx.seg
-    return (
-        kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64,
-        addr >> 64, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64,
-        tx.flow_crc, tx.qp_num, tx.size, *tail,
-    )  # fmt: skip
-
-
-class _Shipper(Crossing):
-    """A cut port of this rank: what it sends is packed straight into the lane towards its peer's rank."""
-
-    def __init__(self, lane: _Lane, origin: int, arrive: int, deliver: int) -> None:
-        self.lane = lane
-        self.origin = origin
-        self.arrive = arrive
-        self.deliver = deliver
-
-    def ship(self, at: int, p: Transmit, guarded: bool) -> None:
-        self.lane.pack(at, self.origin, self.deliver if guarded else self.arrive, p)
-
-
-class _Cut:
-    """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
-    (the node's arrival) or ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port ``i`` of
-    node ``n`` as ``n << 16 | i``, a name every rank gives it without numbering the others' ports)."""
-
-    def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
-        self.rank_of = rank_of
-        self.rank = rank
-        self.nodes = sim.nodes
-        self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
-        # by key, the guarded delivery of each cut port leading here (its stand-in's, or its replica's)
-        self.delivers: dict[int, Callable[[Transmit], None]] = {}
-        for n, node in enumerate(sim.nodes):
-            mine = rank_of[n] == rank
-            if not mine and not sim.partial:  # a replica: its cut ports
-                for i, p in enumerate(node.ports):
-                    if p.peer.id >= 0 and rank_of[p.peer.id] == rank:
-                        self.delivers[n << 16 | i] = p._deliver
-            if not mine:
-                continue
+        for n, node in enumerate(sim.nodes):  # a cut port is named node << 16 | port (`crossing._Cut`)
             if len(node.ports) >> 16:
                 raise PartitionError(f"node {n}: {len(node.ports)} ports, a split run names at most 65,535")
-            for i, p in enumerate(node.ports):
-                peer = p.peer.id
-                if peer >= 0 and rank_of[peer] != rank:
-                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * (n << 16 | i) + 1)
-        for (n, i), ghost in sim.ghosts.items():
-            self.delivers[n << 16 | i] = ghost._deliver
-        self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
-
-    def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
-        """Schedule the packets of rank ``src``'s message here, in the order they were sent; how many."""
-        reset, new_tpls, buf, blobs, wide = msg
-        tpls = self.tpls_in[src]
-        if reset:
-            tpls.clear()
-        for key in new_tpls:
-            tpls.append(DataTemplate(*key))
-        data: bytes = buf
-        off, n, got = 0, len(data), 0
-        while off < n:
-            got += 1
-            fmt = _STRUCTS[data[off]]
-            f: tuple[Any, ...] = fmt.unpack_from(data, off)
-            off += fmt.size
-            if f[0] == _WIDE:
-                f = wide[f[1]]
-            kind = f[0]
-            tx: Transmit
-            if kind == _DATA:
-                tx = _data_tx(f, tpls)
-            elif kind == _SACK:
-                tx = _sack_tx(f)
-            else:
-                blob = blobs[f[_HEAD]]
-                tx = Transmit(f[3], f[11], b"", f[12], blob if isinstance(blob, Packet) else parse(blob))
-                tx.qp_num, tx.size = f[17], f[18]
-            self._arrive(f, tx, engine)
-        return got
-
-    def _arrive(self, f: tuple[Any, ...], tx: Transmit, engine: Simulator) -> None:
-        """``tx``, given the fabric fields of the head ``f``, scheduled where its head says."""
-        code: int = f[6]
-        cb: Callable[[Transmit], None]
-        if code & 1:
-            cb = self.delivers[code >> 1]
-        else:
-            arrive = self.nodes[code >> 1].arrive_cb
-            assert arrive is not None  # bound when the ports leading there were made
-            cb = arrive
-        tx.ecn = f[1] & 1 != 0
-        tx.trim = _TRIMS[f[2]]
-        tx.wire_size = f[7]
-        tx.addr = f[8] | f[9] << 64
-        tx.src = f[10]
-        tx.epoch = f[13]
-        tx.seg = f[14] | f[15] << 64
-        tx.flow_crc = f[16]
-        engine.insert(f[4], 0, f[5], cb, tx)
-
-
-def _data_tx(f: tuple[Any, ...], tpls: list[DataTemplate]) -> Transmit:
-    flags: int = f[1]
-    return data_transmit(
-        f[3], f[11], b"", f[12], f[17], tpls[f[_HEAD]], f[_HEAD + 1],
-        flags & 2 != 0, flags & 4 != 0, f[_HEAD + 2], f[_HEAD + 3], _zeros(f[_HEAD + 4]),
-    )  # fmt: skip
-
-
-def _sack_tx(f: tuple[Any, ...]) -> SackTransmit:
-    j = _HEAD
-    flags: int = f[1]
-    t = SackTransmit(
-        f[17], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], f[j + 5], f[j + 6], flags & 8 != 0,
-        f[j + 7], f[j + 8], f[j + 9], f[j + 10],
-    )  # fmt: skip
-    t.port, t.peer, t.entropy = f[3], f[11], f[12]
-    return t
-
-
-def _wire(pkt: Packet) -> bytes | Packet:
-    """A control packet as its wire bytes (what `parse` makes the same packet of again), or itself (then
-    pickled) when it does not encode."""
-    try:
-        return pkt.encode()
-    except WireError:
-        return pkt
-
-
-_TRIMS: Final = tuple(TrimMark)
 
 
 # -- running -------------------------------------------------------------------------------------------------
@@ -551,6 +240,13 @@ def run_split(
     """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
     results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds; a
     KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
+    with PausedGc():  # the set-up, the loop, and the results' millions of rows: see PausedGc
+        return _run_split(sim, ex, until, progress)
+
+
+def _run_split(
+    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None
+) -> SimResults:
     try:
         _check(sim, ex.size)
         rank_of = _ranks_of(sim, ex.size)
@@ -563,6 +259,7 @@ def run_split(
     problems = [p for p in ex.alltoall([problem] * ex.size) if p]  # every rank stops, or none
     if problems:
         raise PartitionError(problems[0])
+    w_start = time.perf_counter()
     if sim.partial:
         _connect_parts(sim, rank_of, ex)
     else:  # every node built: the others stay idle replicas
@@ -576,6 +273,7 @@ def run_split(
     window = _window(sim, owned, ex)
     mine_src = [f for f in sim.flows if owned[f.src]]
     mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
+    start_s = time.perf_counter() - w_start
     with PausedGc():  # packing and unpacking make short-lived objects too: see PausedGc
         t = engine.now
         shown = time.perf_counter()
@@ -636,12 +334,19 @@ def run_split(
     times["cpu_s"] = time.process_time() - c0
     times |= _memory_mb()
     times |= build_times
+    times["start_s"] = start_s
+    w_end = time.perf_counter()
     part = _partial(sim, owned)
+    times["partial_s"] = time.perf_counter() - w_end
     part["times"] = times
     parts = ex.alltoall([part] * ex.size)
+    w_merge = time.perf_counter()
     _merge(sim, parts[ex.rank :] + parts[: ex.rank])
+    results = sim.results()
     last_times[:] = [p["times"] for p in parts]
-    return sim.results()
+    last_times[ex.rank]["gather_s"] = w_merge - w_end
+    last_times[ex.rank]["merge_s"] = time.perf_counter() - w_merge
+    return results
 
 
 def _connect_parts(sim: FabricSim, rank_of: list[int], ex: Exchange) -> None:
@@ -749,14 +454,16 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
             orphans += extra
     now = sim.sim.now
     link = sim.link_stat
-    links = [link(now, *r[:11]) for r in rows]
-    counts = {
-        "drops": sum(r[5] for r in rows) + orphans,
-        "trims": sum(r[7] for r in rows),
-        "ecn_marks": sum(r[8] for r in rows),
-        "packet_hops": sum(r[11] for r in rows),
-        "losses": sum(r[6] for r in rows),
-    }
+    links: list[LinkStat] = []
+    drops, losses, trims, marks, hops = orphans, 0, 0, 0, 0
+    for n, i, peer, bps, sent, dropped, lost, trimmed, marked, pauses, paused, packets in rows:
+        links.append(link(now, n, i, peer, bps, sent, dropped, lost, trimmed, marked, pauses, paused))
+        drops += dropped
+        losses += lost
+        trims += trimmed
+        marks += marked
+        hops += packets
+    counts = {"drops": drops, "trims": trims, "ecn_marks": marks, "packet_hops": hops, "losses": losses}
     counts["retransmits"] = sum(p["rtx"] for p in parts)
     sim.totals = PortTotals(links, counts, drop_at)
     s = sim.sampler

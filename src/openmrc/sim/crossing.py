@@ -1,0 +1,335 @@
+"""What crosses between the ranks of a split run (`openmrc.sim.partition`), and how.
+
+A port whose peer runs on another rank (a cut port) hands each packet it delivers to that rank's lane
+(`network.Crossing`, `_Shipper`) instead of scheduling its arrival, and the lane packs it at once, while
+it is still in the cache: one byte string per window (`struct`), each packet its kind's fields in a row
+(a data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
+bytes), which crosses as it is and is read back (`_Cut.decode`) straight into the engine's wheel. What
+does not fit a row (a template the receiver has not seen, wire bytes, a field beyond 64 bits) travels
+beside it in the window's message, pickled (`_dumps`) with payloads as their lengths: a flow's bytes are
+zeros.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import io
+import pickle
+import struct
+from collections.abc import Callable
+from typing import Any, Final, cast
+
+from openmrc.sim.engine import Simulator
+from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.network import Crossing
+from openmrc.transport import SackTransmit, Transmit, TrimMark
+from openmrc.transport.types import data_transmit
+from openmrc.wire import headers
+from openmrc.wire.buffer import WireError
+from openmrc.wire.packet import DataTemplate, Packet, parse
+
+_NEVER: Final = 1 << 62
+"""No event: later than any time a run reaches."""
+_TPL_CACHE = 1 << 17
+"""Templates remembered per pair of ranks (a Write's packets share one) before the tables start over."""
+_ZEROS = memoryview(bytes(1 << 16))
+"""The payload a shipped data packet carries: a flow's bytes are zeros (one shared buffer, never written
+with anything else), so only their number crosses."""
+
+
+_ZERO_VIEWS: Final[dict[int, memoryview]] = {}
+
+
+def _zeros(n: int) -> memoryview:
+    """``n`` bytes of `_ZEROS`, one view per length."""
+    z = _ZERO_VIEWS.get(n)
+    if z is None:
+        z = _ZERO_VIEWS[n] = _ZEROS[:n]
+    return z
+
+
+def _zeros_reduce(m: memoryview) -> tuple[Callable[[int], memoryview], tuple[int]]:
+    return _zeros, (len(m),)
+
+
+def _fields_reduce(o: Any) -> tuple[type, tuple[Any, ...]]:
+    """A compiled dataclass (a packet, a header) rebuilt by its constructor: compiled classes do not
+    unpickle field by field."""
+    return type(o), tuple(getattr(o, f.name) for f in dataclasses.fields(o))
+
+
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[memoryview] = _zeros_reduce
+_DISPATCH[Packet] = _fields_reduce
+for _cls in vars(headers).values():
+    if isinstance(_cls, type) and dataclasses.is_dataclass(_cls):
+        _DISPATCH[_cls] = _fields_reduce
+
+
+def _dumps(obj: Any) -> bytes:
+    """Pickle what crosses to another rank; a payload (a memoryview) crosses as its length."""
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
+    p.dispatch_table = _DISPATCH
+    p.dump(obj)
+    return buf.getvalue()
+
+
+_HEAD: Final = 19
+"""Fields every crossing packet ships first: its kind, flags (ECN, and a data packet's AckReq and
+retransmission bits), trim, plane, time, origin, target, and the `Transmit`'s fabric and common fields but
+its EV (only a sender reads a packet's EV: it has made the packet's addresses of it); an address or segment
+(an IPv6 one is 128 bits) as two 64-bit halves."""
+_HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
+_HEAD_S: Final = struct.Struct(_HEAD_FMT)
+_DATA: Final = 0
+_DATA_TAIL: Final = struct.Struct("<IBIQI")
+_DATA_S: Final = struct.Struct(_HEAD_FMT + _DATA_TAIL.format[1:])
+"""A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
+_SACK: Final = 1
+_SACK_TAIL: Final = struct.Struct("<IIqqQQBqqqq")
+_SACK_S: Final = struct.Struct(_HEAD_FMT + _SACK_TAIL.format[1:])
+"""A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
+12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
+_OTHER: Final = 2
+_OTHER_TAIL: Final = struct.Struct("<I")
+_OTHER_S: Final = struct.Struct(_HEAD_FMT + _OTHER_TAIL.format[1:])
+"""Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
+_WIDE: Final = 3
+_WIDE_S: Final = struct.Struct("<BI")
+"""A packet with a field its kind's format cannot hold (a value beyond 64 bits): the index of its fields,
+shipped as a tuple."""
+_STRUCTS: Final = (_DATA_S, _SACK_S, _OTHER_S, _WIDE_S)
+_M64: Final = (1 << 64) - 1
+
+
+class _Lane:
+    """What one rank ships to one other in a window: its packets packed into one byte string as they are
+    sent, each its kind's fields in a row (`struct`, so no int object outlives the packing, and the bytes
+    cross as they are; per-packet tuples pickled cost about 3 µs a packet, a flat list of ints pickled
+    about 1.5), in the order they were sent. A data packet's Write template crosses once and is named by
+    its index afterwards (both ends keep the same table: one lane's messages arrive in order)."""
+
+    __slots__ = ("blobs", "buf", "new_tpls", "reset", "soonest", "tpls", "wide")
+
+    def __init__(self) -> None:
+        self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
+        self.reset = False
+        self.buf = bytearray()
+        self.blobs: list[bytes | Packet] = []
+        self.wide: list[tuple[Any, ...]] = []
+        self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
+        self.soonest = _NEVER
+        """The earliest arrival packed since the last message."""
+
+    def pack(self, at: int, origin: int, code: int, tx: Transmit) -> None:
+        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
+        if at < self.soonest:
+            self.soonest = at
+        tpl = tx.tpl
+        ecn = int(tx.ecn)
+        try:
+            if tpl is not None:
+                kind, flags = _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2
+                tail = _DATA_TAIL.pack(self.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
+            elif type(tx) is SackTransmit and not tx.has_packet():
+                kind, flags = _SACK, ecn | int(tx.pr) << 3
+                tail = _SACK_TAIL.pack(
+                    tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
+                    int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b,
+                )  # fmt: skip
+            else:
+                kind, flags = _OTHER, ecn
+                tail = _OTHER_TAIL.pack(len(self.blobs))
+            addr, seg = tx.addr, tx.seg
+            head = _HEAD_S.pack(
+                kind, flags, int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64, addr >> 64,
+                tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64, tx.flow_crc,
+                tx.qp_num, tx.size,
+            )  # fmt: skip
+        except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
+            self.buf += _WIDE_S.pack(_WIDE, len(self.wide))
+            self.wide.append(_fields(at, origin, code, tx, self))
+            return
+        if kind == _OTHER:
+            self.blobs.append(_wire(tx.packet))
+        self.buf += head
+        self.buf += tail
+
+    def message(self) -> tuple[Any, ...] | None:
+        """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
+        if not self.buf:
+            return None
+        msg = (self.reset, self.new_tpls, bytes(self.buf), self.blobs, self.wide)
+        self.reset = False
+        self.buf.clear()
+        self.blobs, self.new_tpls, self.wide = [], [], []
+        self.soonest = _NEVER
+        if len(self.tpls) > _TPL_CACHE:
+            self.tpls.clear()
+            self.reset = True  # the receiving end starts its table over with the next message
+        return msg
+
+    def tpl_index(self, tpl: DataTemplate) -> int:
+        got = self.tpls.get(id(tpl))
+        if got is None or got[0] is not tpl:
+            imm = tpl.immdt
+            got = self.tpls[id(tpl)] = (tpl, len(self.tpls))
+            meth = tpl.meth
+            key = (
+                tpl.dest_qp,
+                meth.rqmsn,
+                meth.msn,
+                tpl.rkey,
+                tpl.dma_len,
+                None if imm is None else imm.imm_data,
+            )
+            self.new_tpls.append(key)
+        return got[1]
+
+
+def _fields(at: int, origin: int, code: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
+    """What `_Lane.pack` packs of ``tx``, as a tuple (the rare packet its formats cannot hold)."""
+    tail: tuple[Any, ...]
+    tpl = tx.tpl
+    if tpl is not None:
+        kind, flags = _DATA, int(tx.ack_req) << 1 | int(tx.rtx) << 2
+        tail = (lane.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
+    elif type(tx) is SackTransmit and not tx.has_packet():
+        kind, flags = _SACK, int(tx.pr) << 3
+        tail = (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
+        tail += (tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
+    else:
+        kind, flags = _OTHER, 0
+        tail = (len(lane.blobs),)
+        lane.blobs.append(_wire(tx.packet))
+    addr, seg = tx.addr, tx.seg
+    return (
+        kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64,
+        addr >> 64, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64,
+        tx.flow_crc, tx.qp_num, tx.size, *tail,
+    )  # fmt: skip
+
+
+class _Shipper(Crossing):
+    """A cut port of this rank: what it sends is packed straight into the lane towards its peer's rank."""
+
+    def __init__(self, lane: _Lane, origin: int, arrive: int, deliver: int) -> None:
+        self.lane = lane
+        self.origin = origin
+        self.arrive = arrive
+        self.deliver = deliver
+
+    def ship(self, at: int, p: Transmit, guarded: bool) -> None:
+        self.lane.pack(at, self.origin, self.deliver if guarded else self.arrive, p)
+
+
+class _Cut:
+    """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
+    (the node's arrival) or ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port ``i`` of
+    node ``n`` as ``n << 16 | i``, a name every rank gives it without numbering the others' ports)."""
+
+    def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
+        self.rank_of = rank_of
+        self.rank = rank
+        self.nodes = sim.nodes
+        self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
+        # by key, the guarded delivery of each cut port leading here (its stand-in's, or its replica's)
+        self.delivers: dict[int, Callable[[Transmit], None]] = {}
+        for n, node in enumerate(sim.nodes):
+            mine = rank_of[n] == rank
+            if not mine and not sim.partial:  # a replica: its cut ports
+                for i, p in enumerate(node.ports):
+                    if p.peer.id >= 0 and rank_of[p.peer.id] == rank:
+                        self.delivers[n << 16 | i] = p._deliver
+            if not mine:
+                continue
+            for i, p in enumerate(node.ports):
+                peer = p.peer.id
+                if peer >= 0 and rank_of[peer] != rank:
+                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * (n << 16 | i) + 1)
+        for (n, i), ghost in sim.ghosts.items():
+            self.delivers[n << 16 | i] = ghost._deliver
+        self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
+
+    def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
+        """Schedule the packets of rank ``src``'s message here, in the order they were sent; how many."""
+        reset, new_tpls, buf, blobs, wide = msg
+        tpls = self.tpls_in[src]
+        if reset:
+            tpls.clear()
+        for key in new_tpls:
+            tpls.append(DataTemplate(*key))
+        data: bytes = buf
+        off, n, got = 0, len(data), 0
+        while off < n:
+            got += 1
+            fmt = _STRUCTS[data[off]]
+            f: tuple[Any, ...] = fmt.unpack_from(data, off)
+            off += fmt.size
+            if f[0] == _WIDE:
+                f = wide[f[1]]
+            kind = f[0]
+            tx: Transmit
+            if kind == _DATA:
+                tx = _data_tx(f, tpls)
+            elif kind == _SACK:
+                tx = _sack_tx(f)
+            else:
+                blob = blobs[f[_HEAD]]
+                tx = Transmit(f[3], f[11], b"", f[12], blob if isinstance(blob, Packet) else parse(blob))
+                tx.qp_num, tx.size = f[17], f[18]
+            self._arrive(f, tx, engine)
+        return got
+
+    def _arrive(self, f: tuple[Any, ...], tx: Transmit, engine: Simulator) -> None:
+        """``tx``, given the fabric fields of the head ``f``, scheduled where its head says."""
+        code: int = f[6]
+        cb: Callable[[Transmit], None]
+        if code & 1:
+            cb = self.delivers[code >> 1]
+        else:
+            arrive = self.nodes[code >> 1].arrive_cb
+            assert arrive is not None  # bound when the ports leading there were made
+            cb = arrive
+        tx.ecn = f[1] & 1 != 0
+        tx.trim = _TRIMS[f[2]]
+        tx.wire_size = f[7]
+        tx.addr = f[8] | f[9] << 64
+        tx.src = f[10]
+        tx.epoch = f[13]
+        tx.seg = f[14] | f[15] << 64
+        tx.flow_crc = f[16]
+        engine.insert(f[4], 0, f[5], cb, tx)
+
+
+def _data_tx(f: tuple[Any, ...], tpls: list[DataTemplate]) -> Transmit:
+    flags: int = f[1]
+    return data_transmit(
+        f[3], f[11], b"", f[12], f[17], tpls[f[_HEAD]], f[_HEAD + 1],
+        flags & 2 != 0, flags & 4 != 0, f[_HEAD + 2], f[_HEAD + 3], _zeros(f[_HEAD + 4]),
+    )  # fmt: skip
+
+
+def _sack_tx(f: tuple[Any, ...]) -> SackTransmit:
+    j = _HEAD
+    flags: int = f[1]
+    t = SackTransmit(
+        f[17], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], f[j + 5], f[j + 6], flags & 8 != 0,
+        f[j + 7], f[j + 8], f[j + 9], f[j + 10],
+    )  # fmt: skip
+    t.port, t.peer, t.entropy = f[3], f[11], f[12]
+    return t
+
+
+def _wire(pkt: Packet) -> bytes | Packet:
+    """A control packet as its wire bytes (what `parse` makes the same packet of again), or itself (then
+    pickled) when it does not encode."""
+    try:
+        return pkt.encode()
+    except WireError:
+        return pkt
+
+
+_TRIMS: Final = tuple(TrimMark)
