@@ -23,8 +23,9 @@ Parts (``--only``):
   scale-2ranks     the same in ordered mode split over 2 forked processes, each building and setting up
                    only its part (forked before building): ``scale_wall_s_2ranks`` (fork to results) and the
                    CPU time of both, and per rank its build, set-up and run loop times, its peak RSS after
-                   build, after set-up and at the end (``scale_peak_rss_mb_per_rank_2ranks``) and its
-                   proportional set size at the end
+                   build, after set-up and at the end (``scale_peak_rss_mb_per_rank_2ranks``), its
+                   proportional set size at the end, the seconds before its loop (``scale_start_s_*``)
+                   and for its share of the results, and rank 0's gathering and merging of the results
   qp-setup         setting up QP pairs between random hosts of the 8-plane Clos of 64-port switches of
                    `allreduce-hier-1k` (1,024 hosts, 32 EVs): CPU µs per pair (``qp_setup_us_per_pair``), the
                    collector paused as in a run; what an all-reduce pays for each pair at its first use
@@ -45,7 +46,7 @@ Parts (``--only``):
 
 Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
 on a 2-core machine with the compiled core; ``scale`` is most of it). ``allreduce`` at 131,072 GPUs is four
-runs of about 30 minutes and 11 GB each, and ``scale-2ranks`` at 131,072 hosts about half the one-process
+runs of about 11–14 minutes and 4–6.5 GB each, and ``scale-2ranks`` at 131,072 hosts about half the one-process
 peak per rank: they are asked for by name. ``--k 8`` (or 4) runs scenario 1's parts on a
 smaller fat tree with htsim's matching permutation.
 """

@@ -57,9 +57,10 @@ class Sample:
     """Cumulative bytes of the watched host's outgoing flows (a host that lost a NIC port)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LinkStat:
-    """One direction of one link over the whole run."""
+    """One direction of one link over the whole run. (Not frozen: a frozen class sets each field through
+    ``object.__setattr__``, and a 131,072-host run's results make 4.2 million of them.)"""
 
     node: int
     port: int
