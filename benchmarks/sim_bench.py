@@ -46,9 +46,9 @@ Parts (``--only``):
 
 Without ``--only`` every part but ``clos-perm``, ``scale-2ranks`` and ``allreduce`` runs (about 12 minutes
 on a 2-core machine with the compiled core; ``scale`` is most of it). ``allreduce`` at 131,072 GPUs is four
-runs of about 11–14 minutes and 4–6.5 GB each, and ``scale-2ranks`` at 131,072 hosts about half the one-process
-peak per rank: they are asked for by name. ``--k 8`` (or 4) runs scenario 1's parts on a
-smaller fat tree with htsim's matching permutation.
+runs of about 11–14 minutes and 4–6.5 GB each, and ``scale-2ranks`` at 131,072 hosts about 3.5 minutes and
+5.7 GB per rank: they are asked for by name. ``--k 8`` (or 4) runs scenario 1's parts on a smaller fat tree
+with htsim's matching permutation.
 """
 
 from __future__ import annotations
