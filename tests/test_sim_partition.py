@@ -462,3 +462,11 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
         assert (got.qp_num, got.size, got.tpl is None) == (p.qp_num, p.size, pkt is not None)
     if pkt is None:  # the template crossed once: both packets share the one made of it
         assert engine.wheel[100][2].tpl is engine.wheel[101][2].tpl
+
+
+def test_more_forked_ranks_than_pipes_can_connect_is_refused_before_any_fork() -> None:
+    def build(part: tuple[int, int] | None) -> FabricSim:
+        raise AssertionError("no rank may be built")
+
+    with pytest.raises(partition.PartitionError, match="file descriptors"):
+        partition.run_local(build, 100_000, 10**9)

@@ -65,7 +65,7 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from openmrc.fabric.topology import Topology
 from openmrc.sim.crossing import _NEVER, _Cut, _dumps
@@ -90,6 +90,8 @@ __all__ = [
 ]
 
 PROGRESS_S = 0.2
+_SPARE_FDS: Final = 64
+"""File descriptors left for everything but the forked ranks' pipes (`run_local`)."""
 last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
@@ -609,6 +611,13 @@ def run_local(
         return run_split(_built(sim, one), one, until, progress)
     if ranks < 1:
         raise PartitionError(f"--ranks {ranks}: need at least 1")
+    fds = ranks * (ranks - 1)  # a pipe (two ends) between every two ranks, all made before the forks
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit != resource.RLIM_INFINITY and fds + _SPARE_FDS > limit:
+        raise PartitionError(
+            f"--ranks {ranks}: forked ranks need {fds} file descriptors for their pipes, over this "
+            f"process's limit of {limit} (fewer ranks, or mpiexec)"
+        )
     pipes = {(a, b): Pipe() for a in range(ranks) for b in range(a + 1, ranks)}
 
     def conns(rank: int) -> dict[int, Connection]:
