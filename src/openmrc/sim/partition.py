@@ -197,21 +197,24 @@ def _ranks_of(sim: FabricSim, size: int) -> list[int]:
 def _window(sim: FabricSim, owned: list[bool], ex: Exchange) -> int:
     """`lookahead_ns`, each rank looking at the links of its own nodes only (every link has a node
     somewhere)."""
-    topo = sim.topo
-    mine = min(
-        (r.latency_ns for n in range(topo.num_nodes()) if owned[n] for r in topo.ports(n)), default=_NEVER
-    )
-    lat: int = min(ex.alltoall([mine] * ex.size))
-    if lat < 1:
-        raise PartitionError("a split run needs every link to have a latency of at least 1 ns")
-    return lat
+    return _usable(min(ex.alltoall([_shortest_link(sim.topo, owned)] * ex.size)))
 
 
 def lookahead_ns(fabric: FabricSim | Topology) -> int:
     """The exchange window: the shortest link latency anywhere (not only across ranks, so that the window
     grid, and with it where a run ends, is the same for every split)."""
-    topo = fabric.topo if isinstance(fabric, FabricSim) else fabric
-    lat = min(r.latency_ns for n in range(topo.num_nodes()) for r in topo.ports(n))
+    return _usable(_shortest_link(fabric.topo if isinstance(fabric, FabricSim) else fabric, None))
+
+
+def _shortest_link(topo: Topology, owned: list[bool] | None) -> int:
+    """The shortest latency of the links of the ``owned`` nodes (None: of every node)."""
+    nodes = range(topo.num_nodes())
+    return min(
+        (r.latency_ns for n in nodes if owned is None or owned[n] for r in topo.ports(n)), default=_NEVER
+    )
+
+
+def _usable(lat: int) -> int:
     if lat < 1:
         raise PartitionError("a split run needs every link to have a latency of at least 1 ns")
     return lat
