@@ -49,6 +49,52 @@ def test_fat_tree_ecmp_follows_shortest_paths_and_spreads() -> None:
     assert walk(topo, r, 0, 15, 7) == walk(topo, r, 0, 15, 7)  # one flow, one path
 
 
+def _next_hops(topo: FatTree, dst: int, dead: set[tuple[int, int]]) -> dict[int, tuple[int, ...]]:
+    """Each switch's ports on a shortest path to host ``dst`` through live links (hosts do not forward)."""
+    dist = {dst: 0}
+    todo = [dst]
+    while todo:
+        later = []
+        for v in todo:
+            if v != dst and v < topo.num_hosts:
+                continue
+            for r in topo.ports(v):
+                if r.peer not in dist and (r.peer, r.peer_port) not in dead:
+                    dist[r.peer] = dist[v] + 1
+                    later.append(r.peer)
+        todo = later
+    out = {}
+    for v in range(topo.num_hosts, topo.num_nodes()):
+        if dist.get(v, 0) > 0:
+            hops = tuple(
+                r.port for r in topo.ports(v) if dist.get(r.peer) == dist[v] - 1 and (v, r.port) not in dead
+            )
+            out[v] = hops
+    return out
+
+
+@pytest.mark.parametrize("topo", [FatTree.from_k(4), FatTree.from_k(6, tiers=2), FatTree.from_k(8)])
+def test_fat_tree_tables_are_each_hosts_shortest_paths(topo: FatTree) -> None:
+    """Hosts under one edge switch share a search; each still gets its own last hop, every switch its
+    own table in a part (``only``), and a dead link gives every host its own search."""
+    rng = random.Random(7)
+    n = topo.num_nodes()
+    only = [rng.random() < 0.5 for _ in range(n)]
+    whole, part = EcmpRouting(topo), EcmpRouting(topo, only=only)
+    dead: set[tuple[int, int]] = set()
+    for _ in range(3):
+        for dst in range(topo.num_hosts):
+            for v, hops in _next_hops(topo, dst, dead).items():
+                assert whole.candidates(v, dst) == hops
+                if only[v]:
+                    assert part.candidates(v, dst) == hops
+        v = rng.randrange(topo.num_hosts, n)  # a link dies: from the switch, then back from a host
+        dead.add((v, rng.choice(topo.ports(v)).port))
+        whole.withdraw(dead)
+        part.withdraw(dead)
+    assert all(not part._next[v] for v in range(topo.num_hosts, n) if not only[v])  # not built
+
+
 def test_clos_ecmp_candidates() -> None:
     c = MultiPlaneClos(2, 32, 8, 8)
     r = EcmpRouting(c)

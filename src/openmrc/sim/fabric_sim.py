@@ -138,7 +138,7 @@ class FabricSim:
                 raise ValueError("FabricSimConfig.routing: srv6 needs a MultiPlaneClos fabric")
             plan = UsidPlan(topo)
             return plan, SrRouting(plan)
-        return None, EcmpRouting(topo, cfg.seed)
+        return None, EcmpRouting(topo, cfg.seed, self.owned)
 
     def _base_rtt(self, hops: int) -> int:
         """Round trip of a full packet over the longest path, unloaded."""

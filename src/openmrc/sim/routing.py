@@ -63,8 +63,10 @@ class SrRouting(Routing):
 
 
 class EcmpRouting(Routing):
-    def __init__(self, topo: Topology, seed: int = 0) -> None:
+    def __init__(self, topo: Topology, seed: int = 0, only: list[bool] | None = None) -> None:
+        """``only``: the switches that route here (a part of a split run; None: all of them)."""
         self.topo = topo
+        self._only = only
         self.hash = EcmpHash(seed)
         self._clos = topo if isinstance(topo, MultiPlaneClos) else None
         self._next: list[list[tuple[int, ...]]] = []
@@ -84,32 +86,51 @@ class EcmpRouting(Routing):
             self._build_tables(self.topo)
 
     def _build_tables(self, topo: Topology) -> None:
+        """One breadth-first search per group of hosts with the same neighbours (all of a fat tree's hosts
+        under one edge switch; each host alone once a link is dead): members' shortest paths differ only
+        in the last hop, so a member's table is the group's but at the switches next to it."""
         n = topo.num_nodes()
         dead = self.dead
         ports = [topo.ports(v) for v in range(n)]
         nh = topo.num_hosts
-        self._next = [[] if v < nh else [()] * nh for v in range(n)]
+        only = self._only
+        switches = [v for v in range(nh, n) if only is None or only[v]]
+        self._next = [[] if v < nh or (only is not None and not only[v]) else [()] * nh for v in range(n)]
         same: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct next-hop set
-        for dst in range(topo.num_hosts):
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for h in range(nh):
+            key = tuple(sorted({r.peer for r in ports[h]})) if not dead else (~h,)
+            groups.setdefault(key, []).append(h)
+        for members in groups.values():
+            dst = members[0]
             dist = [-1] * n
             dist[dst] = 0
             q = deque([dst])
             while q:
                 v = q.popleft()
-                if v != dst and v < topo.num_hosts:
+                if v != dst and v < nh:
                     continue  # hosts do not forward
                 for r in ports[v]:
                     if dist[r.peer] < 0 and (r.peer, r.peer_port) not in dead:
                         dist[r.peer] = dist[v] + 1
                         q.append(r.peer)
-            for v in range(topo.num_hosts, n):
+            for v in switches:
                 d = dist[v]
                 if d > 0:
+                    table = self._next[v]
+                    if d == 1:  # next to the group: each member's own links (no link is dead)
+                        for h in members[1:]:
+                            hops = tuple(r.port for r in ports[v] if r.peer == h)
+                            if hops:
+                                table[h] = same.setdefault(hops, hops)
                     hops = tuple(
                         r.port for r in ports[v] if dist[r.peer] == d - 1 and (v, r.port) not in dead
                     )
                     if hops:
-                        self._next[v][dst] = same.setdefault(hops, hops)
+                        table[dst] = hops = same.setdefault(hops, hops)
+                        if d > 1:
+                            for h in members[1:]:
+                                table[h] = hops
 
     def candidates(self, switch: int, dst: int) -> tuple[int, ...]:
         c = self._clos
