@@ -82,19 +82,15 @@ retransmission bits), trim, plane, time, origin, target, and the `Transmit`'s fa
 its EV (only a sender reads a packet's EV: it has made the packet's addresses of it); an address or segment
 (an IPv6 one is 128 bits) as two 64-bit halves."""
 _HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
-_HEAD_S: Final = struct.Struct(_HEAD_FMT)
 _DATA: Final = 0
-_DATA_TAIL: Final = struct.Struct("<IBIQI")
-_DATA_S: Final = struct.Struct(_HEAD_FMT + _DATA_TAIL.format[1:])
+_DATA_S: Final = struct.Struct(_HEAD_FMT + "IBIQI")
 """A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
 _SACK: Final = 1
-_SACK_TAIL: Final = struct.Struct("<IIqqQQBqqqq")
-_SACK_S: Final = struct.Struct(_HEAD_FMT + _SACK_TAIL.format[1:])
+_SACK_S: Final = struct.Struct(_HEAD_FMT + "IIqqQQBqqqq")
 """A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
 12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
 _OTHER: Final = 2
-_OTHER_TAIL: Final = struct.Struct("<I")
-_OTHER_S: Final = struct.Struct(_HEAD_FMT + _OTHER_TAIL.format[1:])
+_OTHER_S: Final = struct.Struct(_HEAD_FMT + "I")
 """Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
 _WIDE: Final = 3
 _WIDE_S: Final = struct.Struct("<BI")
@@ -102,6 +98,12 @@ _WIDE_S: Final = struct.Struct("<BI")
 shipped as a tuple."""
 _STRUCTS: Final = (_DATA_S, _SACK_S, _OTHER_S, _WIDE_S)
 _M64: Final = (1 << 64) - 1
+# bound once: a compiled call through the Struct looks its method up by name on every packet
+_PACK_DATA: Final = _DATA_S.pack
+_PACK_SACK: Final = _SACK_S.pack
+_PACK_OTHER: Final = _OTHER_S.pack
+_UNPACKS: Final = tuple(s.unpack_from for s in _STRUCTS)
+_SIZES: Final = tuple(s.size for s in _STRUCTS)
 
 
 class _Lane:
@@ -114,7 +116,7 @@ class _Lane:
     __slots__ = ("blobs", "buf", "new_tpls", "reset", "soonest", "tpls", "wide")
 
     def __init__(self) -> None:
-        self.tpls: dict[int, tuple[DataTemplate, int]] = {}  # id -> (template, its index)
+        self.tpls: dict[DataTemplate, int] = {}  # (by identity) -> its index
         self.reset = False
         self.buf = bytearray()
         self.blobs: list[bytes | Packet] = []
@@ -124,38 +126,49 @@ class _Lane:
         """The earliest arrival packed since the last message."""
 
     def pack(self, at: int, origin: int, code: int, tx: Transmit) -> None:
-        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`)."""
+        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`): one
+        `struct` call per packet, its head and its kind's tail together."""
         if at < self.soonest:
             self.soonest = at
         tpl = tx.tpl
         ecn = int(tx.ecn)
+        addr, seg = tx.addr, tx.seg
+        addr_hi, seg_hi = addr >> 64, seg >> 64
+        if addr_hi:  # (a mask of 64 bits is a long integer operation: only on a long address)
+            addr &= _M64
+        if seg_hi:
+            seg &= _M64
         try:
             if tpl is not None:
-                kind, flags = _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2
-                tail = _DATA_TAIL.pack(self.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
+                idx = self.tpls.get(tpl)
+                if idx is None:
+                    idx = self.tpl_index(tpl)
+                row = _PACK_DATA(
+                    _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2, int(tx.trim), tx.port, at, origin,
+                    code, tx.wire_size, addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy,
+                    tx.epoch, seg, seg_hi, tx.flow_crc, tx.qp_num, tx.size,
+                    idx, tx.op, tx.psn, tx.va, len(tx.payload),
+                )  # fmt: skip
             elif type(tx) is SackTransmit and not tx.has_packet():
-                kind, flags = _SACK, ecn | int(tx.pr) << 3
-                tail = _SACK_TAIL.pack(
+                row = _PACK_SACK(
+                    _SACK, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at, origin, code, tx.wire_size,
+                    addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg, seg_hi,
+                    tx.flow_crc, tx.qp_num, tx.size,
                     tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
                     int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b,
                 )  # fmt: skip
             else:
-                kind, flags = _OTHER, ecn
-                tail = _OTHER_TAIL.pack(len(self.blobs))
-            addr, seg = tx.addr, tx.seg
-            head = _HEAD_S.pack(
-                kind, flags, int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64, addr >> 64,
-                tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64, tx.flow_crc,
-                tx.qp_num, tx.size,
-            )  # fmt: skip
+                row = _PACK_OTHER(
+                    _OTHER, ecn, int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr,
+                    addr_hi, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg, seg_hi,
+                    tx.flow_crc, tx.qp_num, tx.size, len(self.blobs),
+                )  # fmt: skip
+                self.blobs.append(_wire(tx.packet))
         except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
             self.buf += _WIDE_S.pack(_WIDE, len(self.wide))
             self.wide.append(_fields(at, origin, code, tx, self))
             return
-        if kind == _OTHER:
-            self.blobs.append(_wire(tx.packet))
-        self.buf += head
-        self.buf += tail
+        self.buf += row
 
     def message(self) -> tuple[Any, ...] | None:
         """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
@@ -172,10 +185,10 @@ class _Lane:
         return msg
 
     def tpl_index(self, tpl: DataTemplate) -> int:
-        got = self.tpls.get(id(tpl))
-        if got is None or got[0] is not tpl:
+        got = self.tpls.get(tpl)
+        if got is None:
             imm = tpl.immdt
-            got = self.tpls[id(tpl)] = (tpl, len(self.tpls))
+            got = self.tpls[tpl] = len(self.tpls)
             meth = tpl.meth
             key = (
                 tpl.dest_qp,
@@ -186,7 +199,7 @@ class _Lane:
                 None if imm is None else imm.imm_data,
             )
             self.new_tpls.append(key)
-        return got[1]
+        return got
 
 
 def _fields(at: int, origin: int, code: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
@@ -265,9 +278,9 @@ class _Cut:
         off, n, got = 0, len(data), 0
         while off < n:
             got += 1
-            fmt = _STRUCTS[data[off]]
-            f: tuple[Any, ...] = fmt.unpack_from(data, off)
-            off += fmt.size
+            kind = data[off]
+            f: tuple[Any, ...] = _UNPACKS[kind](data, off)
+            off += _SIZES[kind]
             if f[0] == _WIDE:
                 f = wide[f[1]]
             kind = f[0]
