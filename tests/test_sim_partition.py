@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from openmrc.cli.main import app
+from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
 from openmrc.sim import crossing, partition
 from openmrc.sim.config import FabricSimConfig
@@ -218,6 +219,23 @@ def test_the_split_keeps_t0_groups_and_shares_spines() -> None:
     ]
     assert {rank[n] for n in cores} == {0, 1}  # shared out
     assert partition.lookahead_ns(sim) == min(r.latency_ns for r in topo.ports(0))
+
+
+@pytest.mark.parametrize(
+    ("planes", "hosts", "t0_radix", "oversubscription"),
+    [(1, 1, 4, 1), (2, 32, 8, 1), (3, 33, 8, 1), (8, 100, 16, 3), (2, 257, 16, 1)],
+)
+def test_a_clos_split_from_its_shape_is_the_walks(
+    planes: int, hosts: int, t0_radix: int, oversubscription: int
+) -> None:
+    """A `MultiPlaneClos` is split and its window found from its shape: as walking its links gives."""
+    for lat, host_lat in ((500, 500), (700, 300), (100, 900)):
+        c = MultiPlaneClos(planes, hosts, t0_radix, 64, oversubscription=oversubscription,
+                           link_latency_ns=lat, host_link_latency_ns=host_lat)  # fmt: skip
+        for ranks in range(1, min(hosts, 5) + 1):
+            assert partition.assign_ranks(c, ranks) == partition._walk_ranks(c, ranks)
+        walked = min(r.latency_ns for n in range(c.num_nodes()) for r in c.ports(n))
+        assert partition.lookahead_ns(c) == walked
 
 
 def test_ordered_engine_breaks_ties_by_origin_then_scheduling_order() -> None:

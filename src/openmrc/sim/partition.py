@@ -67,6 +67,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Final, Protocol
 
+from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.topology import Topology
 from openmrc.sim.crossing import _NEVER, _Cut, _dumps
 from openmrc.sim.engine import PausedGc
@@ -133,9 +134,34 @@ def assign_ranks(fabric: FabricSim | Topology, ranks: int) -> list[int]:
     """The rank of every node: hosts in contiguous blocks of whole T0 groups, each switch with its lower
     neighbours' rank when they agree, the others (spines) shared out in turn."""
     topo = fabric.topo if isinstance(fabric, FabricSim) else fabric
-    hosts, nodes = topo.num_hosts, topo.num_nodes()
+    hosts = topo.num_hosts
     if not 1 <= ranks <= hosts:
         raise PartitionError(f"--ranks {ranks}: need 1..{hosts} (the fabric has {hosts} hosts)")
+    if isinstance(topo, MultiPlaneClos):
+        return _clos_ranks(topo, ranks)
+    return _walk_ranks(topo, ranks)
+
+
+def _clos_ranks(c: MultiPlaneClos, ranks: int) -> list[int]:
+    """`assign_ranks` of a `MultiPlaneClos` from its shape (what the walk gives, without making its
+    millions of port references): a T0 goes with its hosts, a T1 reaches every T0 of its plane."""
+    hpt = c.hosts_per_t0
+    group = [min(ranks - 1, i * hpt * ranks // c.num_hosts) for i in range(c.t0_per_plane)]
+    rank = [group[h // hpt] for h in range(c.num_hosts)]
+    below = set(group)
+    t1s = c.t1_per_plane
+    for p in range(c.planes):  # node ids: each plane's T0s, then its T1s
+        rank.extend(group)
+        if len(below) == 1:
+            rank.extend([group[0]] * t1s)
+        else:
+            rank.extend((p * t1s + j) % ranks for j in range(t1s))
+    return rank
+
+
+def _walk_ranks(topo: Topology, ranks: int) -> list[int]:
+    """`assign_ranks` of any topology, walking its links."""
+    hosts, nodes = topo.num_hosts, topo.num_nodes()
     groups: dict[int, list[int]] = {}  # host groups by the switch behind their first port
     for h in range(hosts):
         groups.setdefault(topo.ports(h)[0].peer, []).append(h)
@@ -207,7 +233,10 @@ def lookahead_ns(fabric: FabricSim | Topology) -> int:
 
 
 def _shortest_link(topo: Topology, owned: list[bool] | None) -> int:
-    """The shortest latency of the links of the ``owned`` nodes (None: of every node)."""
+    """The shortest latency of the links of the ``owned`` nodes (None: of every node; a `MultiPlaneClos`:
+    of its two kinds of link, whatever a rank owns, from its shape)."""
+    if isinstance(topo, MultiPlaneClos):
+        return min(topo.host_link_latency_ns, topo.link_latency_ns if topo.uplinks else _NEVER)
     nodes = range(topo.num_nodes())
     return min(
         (r.latency_ns for n in nodes if owned is None or owned[n] for r in topo.ports(n)), default=_NEVER
