@@ -29,7 +29,8 @@ Building in parts keeps every value the results depend on the same as in one pro
   (node, port) everywhere (`openmrc.sim.failures`).
 - *Results.* Each rank reports its flows' ends, its ports' figures (a stand-in's drops count for the
   port it stands for), its hosts' retransmissions and samples; every rank merges them (`_merge`) into
-  the whole run's results (`FabricSim.totals`).
+  the whole run's results (`FabricSim.totals`), or, among forked ranks (`run_local`), rank 0 alone:
+  the others' results would go unread.
 
 Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators: the
 lookahead ``W`` is the shortest link latency of the fabric, so a packet sent in the window ``[t, t + W)``
@@ -274,13 +275,23 @@ def run_split(
     """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
     results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds; a
     KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
+    results = _run_rank(sim, ex, until, progress, True)
+    assert results is not None  # every rank has them
+    return results
+
+
+def _run_rank(
+    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None, everyone: bool
+) -> SimResults | None:
+    """`run_split`; with ``everyone`` False only rank 0 gathers the shares and merges them into the
+    results (the others return None): what forked ranks, whose results nobody reads, leave out."""
     with PausedGc():  # the set-up, the loop, and the results' millions of rows: see PausedGc
-        return _run_split(sim, ex, until, progress)
+        return _run_split(sim, ex, until, progress, everyone)
 
 
 def _run_split(
-    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None
-) -> SimResults:
+    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None, everyone: bool
+) -> SimResults | None:
     try:
         _check(sim, ex.size)
         rank_of = _ranks_of(sim, ex.size)
@@ -373,7 +384,12 @@ def _run_split(
     part = _partial(sim, owned)
     times["partial_s"] = time.perf_counter() - w_end
     part["times"] = times
-    parts = ex.alltoall([part] * ex.size)
+    if everyone:
+        parts = ex.alltoall([part] * ex.size)
+    else:  # rank 0 alone merges: the others send it their share, and no one sends them anything
+        parts = ex.alltoall([part] + [None] * (ex.size - 1))  # (rank 0's own stays here)
+        if ex.rank:
+            return None
     w_merge = time.perf_counter()
     _merge(sim, parts[ex.rank :] + parts[: ex.rank])
     results = sim.results()
@@ -669,14 +685,15 @@ def run_local(
             code = 0
             try:
                 ex = PipeExchange(rank, ranks, conns(rank))
-                run_split(_built(sim, ex), ex, until)
+                _run_rank(_built(sim, ex), ex, until, None, False)
             except BaseException:
                 code = 1
             os._exit(code)
         children.append(pid)
     try:
         ex = PipeExchange(0, ranks, conns(0))
-        result = run_split(_built(sim, ex), ex, until, progress)
+        result = _run_rank(_built(sim, ex), ex, until, progress, False)
+        assert result is not None  # rank 0 merges
     finally:
         failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
     if failed:
