@@ -309,10 +309,14 @@ class _Cut:
         tx.ecn = f[1] & 1 != 0
         tx.trim = _TRIMS[f[2]]
         tx.wire_size = f[7]
-        tx.addr = f[8] | f[9] << 64
+        addr: int = f[8]
+        hi: int = f[9]
+        tx.addr = addr | hi << 64 if hi else addr  # (an address of 64 bits or less: no long operation)
         tx.src = f[10]
         tx.epoch = f[13]
-        tx.seg = f[14] | f[15] << 64
+        seg: int = f[14]
+        hi = f[15]
+        tx.seg = seg | hi << 64 if hi else seg
         tx.flow_crc = f[16]
         engine.insert(f[4], 0, f[5], cb, tx)
 
