@@ -25,7 +25,9 @@ Parts (``--only``):
                    CPU time of both, and per rank its build, set-up and run loop times, its peak RSS after
                    build, after set-up and at the end (``scale_peak_rss_mb_per_rank_2ranks``), its
                    proportional set size at the end, the seconds before its loop (``scale_start_s_*``)
-                   and for its share of the results, and rank 0's gathering and merging of the results
+                   and for its share of the results, and rank 0's gathering and merging of the results;
+                   the windows, the packets each rank received, and the CPU seconds each spent reading
+                   them back and in the exchange
   qp-setup         setting up QP pairs between random hosts of the 8-plane Clos of 64-port switches of
                    `allreduce-hier-1k` (1,024 hosts, 32 EVs): CPU µs per pair (``qp_setup_us_per_pair``), the
                    collector paused as in a run; what an all-reduce pays for each pair at its first use
@@ -368,6 +370,10 @@ def _scale_split(cfg: FabricSimConfig, kib: int, ranks: int) -> dict[str, Any]:
         f"scale_run_cpu_s_per_rank_{key}": each("cpu_s"),
         f"scale_rss_fabric_mb_per_rank_{key}": each("fabric_rss_mb", 0),
         f"scale_rss_setup_mb_per_rank_{key}": each("build_rss_mb", 0),
+        f"scale_crossing_cpu_s_per_rank_{key}": [  # unpacking (reading back) and the exchange (pickling)
+            [round(t["unpack_cpu_s"], 2), round(t["exchange_cpu_s"], 2)] for t in per
+        ],
+        f"scale_windows_crossing_{key}": [per[0]["windows"], [int(t["crossing"]) for t in per]],
         f"scale_start_s_per_rank_{key}": each("start_s"),
         f"scale_results_s_per_rank_{key}": each("partial_s"),
         f"scale_gather_merge_s_rank0_{key}": [round(per[0]["gather_s"], 2), round(per[0]["merge_s"], 2)],
