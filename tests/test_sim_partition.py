@@ -238,9 +238,16 @@ def test_a_clos_split_from_its_shape_is_the_walks(
         assert partition.lookahead_ns(c) == walked
 
 
-def test_ordered_engine_breaks_ties_by_origin_then_scheduling_order() -> None:
+_ORIGINS = pytest.mark.parametrize(
+    "origins", [0, 100, 1 << 20], ids=["keys-of-28-bits", "small-keys", "float-keys"]
+)
+
+
+@_ORIGINS
+def test_ordered_engine_breaks_ties_by_origin_then_scheduling_order(origins: int) -> None:
     sim = Simulator()
-    sim.order_by_origin()
+    sim.order_by_origin(origins)
+    assert sim.float_keys == (origins == 1 << 20)  # keys beyond 30 bits that a float holds
     ran: list[str] = []
 
     def later(name: str) -> None:
@@ -381,9 +388,10 @@ def test_the_cli_under_mpiexec_writes_the_results_of_the_single_process_run(tmp_
     assert (ranks2 / "flows.csv").read_text() == (ranks1 / "flows.csv").read_text()
 
 
-def test_ordered_slots_merge_heap_events_first_within_each_origin() -> None:
+@_ORIGINS
+def test_ordered_slots_merge_heap_events_first_within_each_origin(origins: int) -> None:
     sim = Simulator()
-    sim.order_by_origin()
+    sim.order_by_origin(origins)
     ran: list[str] = []
     far = WHEEL_NS + 5  # scheduled from time 0: waits in the heap, not the wheel
 
