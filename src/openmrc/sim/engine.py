@@ -28,7 +28,8 @@ slot in their scheduling order (the heap's, scheduled earlier, go first; another
 origin's events in order), so a stable sort of the slot by origin alone gives it. An event scheduled for
 the current time while it runs is merged in by origin (`now_heap`). A slot's order is kept as one plain
 integer per event, stored in the slot before its callback and argument (one list to reach per event, as
-in the default mode), so ordering it is a sort of integers. Two events of different nodes at one
+in the default mode), so ordering it is a sort of integers (of floats once a key may pass 30 bits: they
+compare directly, as small integers do and larger ones do not). Two events of different nodes at one
 time never touch the same state (links have a latency), so each node sees its events in the same order
 in every split. An origin made negative (``~origin``) marks an event for another process: it goes to
 `outbox` instead (the link to that process is longer than the exchange window).

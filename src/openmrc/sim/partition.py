@@ -64,9 +64,7 @@ import resource
 import signal
 import threading
 import time
-from array import array
 from collections.abc import Callable
-from itertools import chain
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Final, Protocol
 
@@ -94,8 +92,6 @@ __all__ = [
 ]
 
 PROGRESS_S = 0.2
-_ROW: Final = 12
-"""The figures a rank reports of one port (`_partial`), in a row."""
 _SPARE_FDS: Final = 64
 """File descriptors left for everything but the forked ranks' pipes (`run_local`)."""
 last_times: list[dict[str, float]] = []
@@ -465,7 +461,7 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
     s = sim.sampler
     return {
         "flows": flows,
-        "links": array("q", chain.from_iterable(links)),  # one buffer: pickled and read back at once
+        "links": links,
         "drop_at": drop_at,
         "stood_in": stood_in,
         "rtx": sum(h.retransmits() for h in sim.hosts if owned[h.id]),
@@ -497,9 +493,7 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
         for key, n in part["stood_in"].items():
             stood_in[key] = stood_in.get(key, 0) + n
         drop_at |= part["drop_at"]
-    rows = sorted(  # by (node, port): runs, merged
-        row for part in parts for row in zip(*[iter(part["links"])] * _ROW, strict=True)
-    )
+    rows = sorted(row for part in parts for row in part["links"])  # by (node, port): runs, merged
     orphans = 0  # (drops at a stand-in of a port that no row names: none is wired so)
     for (n, i), extra in stood_in.items():
         j = bisect.bisect_left(rows, (n, i))
