@@ -825,11 +825,14 @@ class Host(Node):
         # the NIC's packet goes on the fabric itself: its fabric fields are still their defaults (every
         # transmission the core emits is a new object)
         ev = t.ev
-        t.addr = int.from_bytes(ev[:16], "big")
         t.src = self.id
-        if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
-            t.seg = int.from_bytes(ev[16:32], "big")
-            size += SRH_BYTES
+        if len(ev) == 32 and ev[16:32] == _NO_SEGMENT:
+            t.route_by_ev()  # no 128-bit int a packet (48 bytes, a new one at each switch's shift)
+        else:
+            t.addr = int.from_bytes(ev[:16], "big")
+            if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
+                t.seg = int.from_bytes(ev[16:32], "big")
+                size += SRH_BYTES
         t.wire_size = size
         if self.tap is not None:
             self.tap(self, t, True)

@@ -192,18 +192,20 @@ class Transmit:
     The rest are the fields a simulated fabric uses while the packet is in flight, so that a packet in
     flight is this one object (a large simulation has millions; a sans-IO driver ignores them):
     ``wire_size`` the bytes on the wire (headers included; a trim cuts it to the headers), ``src`` the
-    sending node, ``addr`` the destination address (an SRv6 uSID carrier a switch shifts, as an int),
-    ``seg`` the segment of its one SRH entry (0: none), ``flow_crc`` the switch-independent part of the
-    ECMP hash (-1: not computed yet), ``ecn`` its CE mark, ``trim`` how a switch trimmed it, ``epoch``
-    the epoch of the link it travels (a link that went down since loses it), ``hop`` the port that
-    delivered it to the node it is at (lossless fabrics), ``is_data`` whether it is a data packet (no
+    sending node, ``addr`` the destination address (an SRv6 uSID carrier a switch shifts, as an int;
+    held as an offset into ``ev`` after `route_by_ev`), ``seg`` the segment of its one SRH entry (0:
+    none), ``flow_crc`` the switch-independent part of the ECMP hash (-1: not computed yet), ``ecn`` its
+    CE mark, ``trim`` how a switch trimmed it, ``epoch`` the epoch of the link it travels (a link that
+    went down since loses it), ``hop`` the port that delivered it to the node it is at (lossless
+    fabrics), ``is_data`` whether it is a data packet (no
     `Packet` is built to tell). The packet's destination is ``peer``, its plane ``port``.
     """
 
     __slots__ = (
+        "_addr",
         "_packet",
+        "_seg",
         "ack_req",
-        "addr",
         "ecn",
         "entropy",
         "epoch",
@@ -218,7 +220,6 @@ class Transmit:
         "psn",
         "qp_num",
         "rtx",
-        "seg",
         "size",
         "src",
         "tpl",
@@ -256,12 +257,46 @@ class Transmit:
         self.payload = _EMPTY
         self.wire_size = 0
         self.src = 0
-        self.addr = 0
-        self.seg = 0
+        self._addr = 0
+        self._seg = 0
         self.flow_crc = -1
         self.trim: TrimMark = _TRIM_NONE
         self.epoch = 0
         self.hop: object = None
+
+    @property
+    def addr(self) -> int:
+        a = self._addr
+        if a >= 0:
+            return a
+        ev, at = self.ev, self._seg  # the EV's address, its uSIDs shifted left to the one at byte `at`
+        return int.from_bytes(ev[:4], "big") << 96 | int.from_bytes(ev[at:16], "big") << 8 * (at - 4)
+
+    @addr.setter
+    def addr(self, v: int) -> None:
+        if v < 0:
+            raise ValueError(f"address {v} is negative")
+        if self._addr < 0:
+            self._seg = 0
+        self._addr = v
+
+    @property
+    def seg(self) -> int:
+        return 0 if self._addr < 0 else self._seg
+
+    @seg.setter
+    def seg(self, v: int) -> None:
+        if self._addr < 0:
+            self._addr = self.addr
+        self._seg = v
+
+    def route_by_ev(self) -> None:
+        """Make the packet's destination address its EV's (the first 16 of its 32 bytes, no SRH
+        segment) without an int of it: a fabric then reads the active uSID from the EV (`_seg`: its byte
+        offset, `_addr`: -1) and a shift moves that offset on (a 128-bit int is 48 bytes a packet in
+        flight, and a shift made a new one at every hop)."""
+        self._addr = -1
+        self._seg = 4
 
     @property
     def packet(self) -> Packet:
