@@ -13,7 +13,7 @@ from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import sim_packet
 from openmrc.sim.routing import EcmpRouting, SrRouting
-from openmrc.transport import Transmit
+from openmrc.transport import Transmit, TrimMark
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 
 
@@ -196,8 +196,22 @@ def test_transmit_routed_by_ev_becomes_an_int_when_set() -> None:
     whole = int.from_bytes(ev[:16], "big")
     p.seg = 7  # an SRH segment: the address becomes the int it stood for
     assert (p.addr, p.seg) == (whole, 7)
+    p.addr = 9  # the segment stays
+    assert (p.addr, p.seg) == (9, 7)
     p.route_by_ev()
     p.addr = 5
     assert (p.addr, p.seg) == (5, 0)
-    with pytest.raises(ValueError, match="negative"):
+    with pytest.raises(ValueError, match="128-bit"):
         p.addr = -1
+    with pytest.raises(ValueError, match="128-bit"):
+        p.addr = 1 << 128
+
+
+@pytest.mark.parametrize("mark", list(TrimMark))
+def test_transmit_keeps_its_trim_mark(mark: TrimMark) -> None:
+    p = pkt(0, 1, 0)
+    assert p.trim is TrimMark.NONE
+    p.trim = mark
+    assert p.trim is mark
+    p.trim = TrimMark.NONE
+    assert p.trim is TrimMark.NONE

@@ -120,6 +120,10 @@ class TrimMark(IntEnum):
 
 
 _TRIM_NONE: Final = TrimMark.NONE
+_TRIM_TRIMMED: Final = TrimMark.TRIMMED
+_TRIM_LASTHOP: Final = TrimMark.TRIMMED_LASTHOP
+_ADDR_END: Final = 1 << 128
+_ADDR_MASK: Final = _ADDR_END - 1
 
 
 class QpCapFlags(IntFlag):
@@ -202,9 +206,10 @@ class Transmit:
     """
 
     __slots__ = (
-        "_addr",
+        "_lasthop",
         "_packet",
-        "_seg",
+        "_route",
+        "_trimmed",
         "ack_req",
         "ecn",
         "entropy",
@@ -223,7 +228,6 @@ class Transmit:
         "size",
         "src",
         "tpl",
-        "trim",
         "va",
         "wire_size",
     )
@@ -252,51 +256,64 @@ class Transmit:
         self.rtx = False
         self.ecn = False
         self.is_data = packet is not None and is_data_opcode(packet.bth.opcode)
+        self._trimmed = False  # `trim`, as two more flags in their word
+        self._lasthop = False
         self.psn = 0
         self.va = 0
         self.payload = _EMPTY
         self.wire_size = 0
         self.src = 0
-        self._addr = 0
-        self._seg = 0
+        self._route = 0
         self.flow_crc = -1
-        self.trim: TrimMark = _TRIM_NONE
         self.epoch = 0
         self.hop: object = None
 
+    # The address and segment share one slot, ``_route``: at or above 0 the address int, the segment int
+    # above its 128 bits; below 0 the EV's address (`route_by_ev`) with its active uSID at byte -_route.
     @property
     def addr(self) -> int:
-        a = self._addr
-        if a >= 0:
-            return a
-        ev, at = self.ev, self._seg  # the EV's address, its uSIDs shifted left to the one at byte `at`
+        r = self._route
+        if r >= 0:
+            return r if r < _ADDR_END else r & _ADDR_MASK
+        ev, at = self.ev, -r  # the EV's address, its uSIDs shifted left to the one at byte `at`
         return int.from_bytes(ev[:4], "big") << 96 | int.from_bytes(ev[at:16], "big") << 8 * (at - 4)
 
     @addr.setter
     def addr(self, v: int) -> None:
-        if v < 0:
-            raise ValueError(f"address {v} is negative")
-        if self._addr < 0:
-            self._seg = 0
-        self._addr = v
+        if not 0 <= v < _ADDR_END:
+            raise ValueError(f"address {v} is not a 128-bit value")
+        r = self._route
+        self._route = v if r < _ADDR_END else v | r >> 128 << 128  # (r < 0: the EV's, no segment)
 
     @property
     def seg(self) -> int:
-        return 0 if self._addr < 0 else self._seg
+        r = self._route
+        return r >> 128 if r >= 0 else 0
 
     @seg.setter
     def seg(self, v: int) -> None:
-        if self._addr < 0:
-            self._addr = self.addr
-        self._seg = v
+        if v < 0:
+            raise ValueError(f"segment {v} is negative")
+        self._route = self.addr | v << 128
 
     def route_by_ev(self) -> None:
         """Make the packet's destination address its EV's (the first 16 of its 32 bytes, no SRH
-        segment) without an int of it: a fabric then reads the active uSID from the EV (`_seg`: its byte
-        offset, `_addr`: -1) and a shift moves that offset on (a 128-bit int is 48 bytes a packet in
-        flight, and a shift made a new one at every hop)."""
-        self._addr = -1
-        self._seg = 4
+        segment) without an int of it: a fabric then reads the active uSID from the EV at byte
+        ``-_route`` and a shift moves that offset on (a 128-bit int is 48 bytes a packet in flight, and a
+        shift made a new one at every hop)."""
+        self._route = -4
+
+    @property
+    def trim(self) -> TrimMark:
+        if self._lasthop:
+            return _TRIM_LASTHOP
+        return _TRIM_TRIMMED if self._trimmed else _TRIM_NONE
+
+    @trim.setter
+    def trim(self, v: TrimMark) -> None:
+        n = int(v)
+        self._trimmed = n != 0
+        self._lasthop = n == 2
 
     @property
     def packet(self) -> Packet:
