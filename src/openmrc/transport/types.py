@@ -201,8 +201,8 @@ class Transmit:
     none), ``flow_crc`` the switch-independent part of the ECMP hash (-1: not computed yet), ``ecn`` its
     CE mark, ``trim`` how a switch trimmed it, ``epoch`` the epoch of the link it travels (a link that
     went down since loses it), ``hop`` the port that delivered it to the node it is at (lossless
-    fabrics), ``is_data`` whether it is a data packet (no
-    `Packet` is built to tell). The packet's destination is ``peer``, its plane ``port``.
+    fabrics), ``is_data`` whether it is a data packet (no `Packet` is built to tell). The packet's
+    destination is ``peer``, its plane ``port``.
     """
 
     __slots__ = (
