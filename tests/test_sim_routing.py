@@ -13,7 +13,7 @@ from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import sim_packet
 from openmrc.sim.routing import EcmpRouting, SrRouting
-from openmrc.transport import Transmit
+from openmrc.transport import Transmit, TrimMark
 from openmrc.wire import BTH, METH, RETH, Opcode, Packet
 
 
@@ -200,3 +200,64 @@ def test_srv6_with_an_srh_segment_takes_the_same_path(
     lost.addr = plan.address_int(usids[:cut])
     with pytest.raises(ValueError):
         sr_walk(topo, r, lost, src, plane)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 63), st.integers(0, 63), st.integers(0, 31))
+def test_srv6_routed_by_its_ev_matches_the_address_int(src: int, dst: int, i: int) -> None:
+    """A packet whose address stays its EV's (`Transmit.route_by_ev`, no int) takes the hops of one whose
+    address is the int of the EV's first 16 bytes, and reads as that int at every hop."""
+    topo = MultiPlaneClos(4, 64, 16, 16)
+    plan = UsidPlan(topo)
+    r = SrRouting(plan)
+    evs = plan.ev_expanded(src, dst)
+    ev, port = evs[i % len(evs)]
+    by_ev, by_int = pkt(src, dst, 0), pkt(src, dst, 0)
+    by_ev.ev = by_int.ev = ev
+    by_ev.route_by_ev()
+    by_int.addr = int.from_bytes(ev[:16], "big")
+    assert by_ev.addr == by_int.addr and by_ev.seg == 0
+    node = topo.host_t0(src, port - 1)
+    for _ in range(4):
+        hop = r.port(node, by_ev)
+        assert hop == r.port(node, by_int) and by_ev.addr == by_int.addr
+        node = topo.ports(node)[hop].peer
+        if node < topo.num_hosts:
+            break
+    assert node == dst
+    t1 = topo.t1(port - 1, 0)  # a T1 has no route to a host port
+    with pytest.raises(ValueError, match="no route") as by_ev_err:
+        r.port(t1, by_ev)
+    with pytest.raises(ValueError, match="no route") as by_int_err:
+        r.port(t1, by_int)
+    assert str(by_ev_err.value) == str(by_int_err.value)
+
+
+def test_transmit_routed_by_ev_becomes_an_int_when_set() -> None:
+    plan = UsidPlan(MultiPlaneClos(4, 64, 16, 16))
+    ev, _ = plan.ev_expanded(0, 40)[0]
+    p = pkt(0, 40, 0)
+    p.ev = ev
+    p.route_by_ev()
+    whole = int.from_bytes(ev[:16], "big")
+    p.seg = 7  # an SRH segment: the address becomes the int it stood for
+    assert (p.addr, p.seg) == (whole, 7)
+    p.addr = 9  # the segment stays
+    assert (p.addr, p.seg) == (9, 7)
+    p.route_by_ev()
+    p.addr = 5
+    assert (p.addr, p.seg) == (5, 0)
+    with pytest.raises(ValueError, match="128-bit"):
+        p.addr = -1
+    with pytest.raises(ValueError, match="128-bit"):
+        p.addr = 1 << 128
+
+
+@pytest.mark.parametrize("mark", list(TrimMark))
+def test_transmit_keeps_its_trim_mark(mark: TrimMark) -> None:
+    p = pkt(0, 1, 0)
+    assert p.trim is TrimMark.NONE
+    p.trim = mark
+    assert p.trim is mark
+    p.trim = TrimMark.NONE
+    assert p.trim is TrimMark.NONE

@@ -164,18 +164,29 @@ class UsidPlan:
         Raises ValueError when the address does not match the switch's table (a mis-routed packet)."""
         if addr >> 96 != self.locator:
             raise ValueError(f"address 0x{addr:032x} is outside locator 0x{self.locator:08x}")
-        t = self.topo
-        owns = self._owns
-        if not owns:  # every switch's own uSID, made once (this runs at every hop of every packet)
-            owns = self._owns = [self.switch_usid(s) for s in range(t.num_hosts, t.num_nodes())]
-        k = switch - t.num_hosts
-        if not 0 <= k < len(owns):
-            t.switch_info(switch)  # raises: not a switch
-        own = owns[k]
+        own = self.own_usid(switch)
         active = (addr >> 80) & 0xFFFF
         if active == own:
             addr = (addr & _ABOVE_USIDS) | ((addr << 16) & _USIDS)  # NEXT-CSID shift
             active = (addr >> 80) & 0xFFFF
+        return self.route(switch, own, active), addr
+
+    def own_usid(self, switch: int) -> int:
+        """`switch_usid`, made once for every switch (this runs at every hop of every packet); raises
+        ValueError when ``switch`` is not a switch."""
+        t = self.topo
+        owns = self._owns
+        if not owns:
+            owns = self._owns = [self.switch_usid(s) for s in range(t.num_hosts, t.num_nodes())]
+        k = switch - t.num_hosts
+        if not 0 <= k < len(owns):
+            t.switch_info(switch)  # raises: not a switch
+        return owns[k]
+
+    def route(self, switch: int, own: int, active: int) -> int:
+        """The egress port of ``switch`` (whose uSID is ``own``) for the ``active`` uSID of an address it
+        has already shifted past its own (`forward`'s table look-up); ValueError when none matches."""
+        t = self.topo
         ib = self.index_bits
         if (active ^ own) >> (ib + 2):  # the plane bits (above kind and index) differ
             p, plane = self.decode(active)[0], self.decode(own)[0]
@@ -187,11 +198,11 @@ class UsidPlan:
         if (own >> ib) & 3 == _KIND_T0:
             hpt = t.hosts_per_t0
             if kind == _KIND_HOST and (own & ((1 << ib) - 1)) * hpt + i < t.num_hosts and i < hpt:
-                return i, addr
+                return i
             if kind == _KIND_T1 and i < t.uplinks:
-                return hpt + i, addr
+                return hpt + i
         elif kind == _KIND_T0 and i < t.t0_per_plane:
-            return i, addr
+            return i
         raise ValueError(f"no route for uSID 0x{active:04x} on {t.node_name(switch)}")
 
     # -- export ----------------------------------------------------------------------------------------------

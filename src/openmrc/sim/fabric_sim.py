@@ -32,7 +32,7 @@ from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, RemoteHost, SimHost
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
-from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, Remote, Switch, Unwired
+from openmrc.sim.network import HEADER_BYTES, Node, OrderedPort, Port, PortCold, Remote, Switch, Unwired
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import Nic, Qp, WcStatus
@@ -191,10 +191,11 @@ class FabricSim:
             for ref in topo.ports(n):
                 if owned is not None and not owned[ref.peer]:  # the way back: a stand-in (only its epoch,
                     # guard and drops count: it never sends)
-                    self.ghosts[ref.peer, ref.peer_port] = Port(
+                    ghost = self.ghosts[ref.peer, ref.peer_port] = OrderedPort(
                         self.sim, node, ref.bps, ref.latency_ns, buffer=buffer, ecn=None, trimming=False,
-                        last_hop=False, rng=None, shared=colds, origin=ref.peer + 1,
+                        last_hop=False, rng=None, shared=colds,
                     )  # fmt: skip
+                    ghost.place(ref.peer + 1, 0)
                 while len(node.ports) < ref.port:  # a partly filled T0's ports toward hosts it lacks
                     node.ports.append(
                         Port(
@@ -206,7 +207,7 @@ class FabricSim:
                 # trims still marked last-hop with mark_last: the port is built with its thresholds, as a
                 # port that is not a last hop (which ignores none), so it shares them with its kind
                 marked = mark_last is not None and last_hop
-                port = Port(
+                port = (OrderedPort if ordered else Port)(
                     self.sim,
                     self.nodes[ref.peer],
                     ref.bps,
@@ -217,12 +218,11 @@ class FabricSim:
                     last_hop=last_hop and not marked,
                     rng=rng,
                     shared=colds,
-                    origin=n + 1 if ordered else 0,
                 )
                 port.last_hop = last_hop
                 node.ports.append(port)
-                if ordered:
-                    port.seed = (cfg.seed << 40) | (n << 12) | ref.port
+                if isinstance(port, OrderedPort):
+                    port.place(n + 1, (cfg.seed << 40) | (n << 12) | ref.port)
                 if cfg.pfc:
                     xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
                     resumed = self.hosts[n].resumed if is_host else None

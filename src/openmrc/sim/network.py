@@ -48,6 +48,7 @@ __all__ = [
     "PAUSED",
     "Crossing",
     "Host",
+    "OrderedPort",
     "Pfc",
     "Port",
     "PortCold",
@@ -109,13 +110,10 @@ class Port:
         "guarded",
         "last_hop",
         "marks",
-        "origin",
         "peer",
         "pfc",
-        "seed",
         "sent_bytes",
         "sent_packets",
-        "stream",
         "trimming",
         "trims",
         "up",
@@ -134,11 +132,9 @@ class Port:
         last_hop: bool,
         rng: random.Random | None,
         shared: dict[tuple[int, ...], PortCold] | None = None,
-        origin: int = 0,
     ) -> None:
         """``shared``: the `PortCold` of ports built alike so far, by what makes them alike (a fabric's
-        builder passes one dict for all its ports); ``origin``: who schedules the port's deliveries, for
-        an ordered engine (its node's id + 1)."""
+        builder passes one dict for all its ports)."""
         self.peer = peer
         arrive = peer.arrive_cb
         if arrive is None:  # bound once per node, shared by every port leading there (millions of ports)
@@ -162,14 +158,6 @@ class Port:
         self.last_hop = last_hop
         self.up = True  # (the flags side by side: the compiled build packs them into one word)
         self.guarded = False  # True once a failure may hit this port: arrivals then check `epoch`
-        self.seed = 0
-        """Seeds the port's own stream of draws when it has no ``rng``."""
-        self.stream: random.Random | None = None
-        """That stream, made at the first draw (kept here: a port of its own `PortCold` would share it no
-        more, and its hot fields would leave the cache)."""
-        self.origin = origin
-        """Who schedules this port's deliveries, for an ordered engine: its node's id + 1 (kept here, not
-        in the `PortCold`, so that the ports of every node still share a few)."""
         self.cross: Crossing | None = None
         """Set when the peer runs in another process: the packets go there through it."""
         self.free_at = 0
@@ -397,17 +385,25 @@ class Port:
             cb = self._deliver_cb
             if cb is None:
                 cb = self._deliver_cb = self._deliver
-            self.sim.push_from(done + self.latency, cb, p, self.origin)
+            self.sim.push_from(done + self.latency, cb, p, self.origin())
         else:
-            self.sim.push_from(done + self.latency, self._arrive, p, self.origin)
+            self.sim.push_from(done + self.latency, self._arrive, p, self.origin())
+
+    def origin(self) -> int:
+        """Who schedules this port's deliveries, for an ordered engine (`OrderedPort`)."""
+        return 0
 
     def _random(self) -> float:
         rng = self._cold.rng
         if rng is None:
-            rng = self.stream
-            if rng is None:
-                rng = self.stream = random.Random(self.seed)
+            rng = self._stream()
         return rng.random()
+
+    def _stream(self) -> random.Random:
+        """The port's own stream of draws when it has no ``rng``, made at the first draw (seed 0)."""
+        c = self._own()
+        c.rng = random.Random(0)
+        return c.rng
 
     def _red(self, p: Transmit, queued: int) -> None:
         """RED above ``ecn_low`` bytes queued: mark ``p`` with a probability rising to 1 at ``ecn_high``."""
@@ -536,6 +532,32 @@ class Port:
     def pauses(self) -> int:
         """PAUSE frames that stopped this port (0 without PFC; the rest of its PFC state is ``pfc``'s)."""
         return self.pfc.pauses if self.pfc is not None else 0
+
+
+class OrderedPort(Port):
+    """A port of an ordered run (`Simulator.order_by_origin`), with what only such a run reads: who
+    schedules its deliveries and its own stream of draws (a split run's draws must not depend on which
+    other ports a process runs). Three fields a port that other runs do without (a fabric has millions
+    of ports). `place` sets them, after the port is built."""
+
+    __slots__ = ("_origin", "seed", "stream")
+
+    def place(self, origin: int, seed: int) -> None:
+        """``origin``: its node's id + 1; ``seed``: seeds its stream of draws when it has no ``rng``."""
+        self._origin = origin
+        self.seed = seed
+        self.stream: random.Random | None = None
+        """That stream, made at the first draw (kept here: a port of its own `PortCold` would share it no
+        more, and its hot fields would leave the cache)."""
+
+    def origin(self) -> int:
+        return self._origin
+
+    def _stream(self) -> random.Random:
+        rng = self.stream
+        if rng is None:
+            rng = self.stream = random.Random(self.seed)
+        return rng
 
 
 class PortCold:
@@ -825,11 +847,14 @@ class Host(Node):
         # the NIC's packet goes on the fabric itself: its fabric fields are still their defaults (every
         # transmission the core emits is a new object)
         ev = t.ev
-        t.addr = int.from_bytes(ev[:16], "big")
         t.src = self.id
-        if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
-            t.seg = int.from_bytes(ev[16:32], "big")
-            size += SRH_BYTES
+        if len(ev) == 32 and ev[16:32] == _NO_SEGMENT:
+            t.route_by_ev()  # no 128-bit int a packet (48 bytes, a new one at each switch's shift)
+        else:
+            t.addr = int.from_bytes(ev[:16], "big")
+            if len(ev) > 16 and ev[16:32] != _NO_SEGMENT:
+                t.seg = int.from_bytes(ev[16:32], "big")
+                size += SRH_BYTES
         t.wire_size = size
         if self.tap is not None:
             self.tap(self, t, True)

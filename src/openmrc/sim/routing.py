@@ -52,6 +52,20 @@ class SrRouting(Routing):
         self._ecmp = EcmpRouting(plan.topo)
 
     def port(self, switch: int, p: Transmit) -> int:
+        r = p._route
+        if r < 0:  # the EV's address (`Transmit.route_by_ev`), its active uSID at byte -r
+            ev = p.ev
+            if ev[0] << 24 | ev[1] << 16 | ev[2] << 8 | ev[3] != self._locator:
+                return self._ecmp.port(switch, p)
+            plan = self.plan
+            own = plan.own_usid(switch)
+            at = -r
+            active = ev[at] << 8 | ev[at + 1] if at < 16 else 0
+            if active == own:  # NEXT-CSID shift
+                at += 2
+                p._route = -at
+                active = ev[at] << 8 | ev[at + 1] if at < 16 else 0
+            return plan.route(switch, own, active)
         addr = p.addr
         if addr >> 96 != self._locator:
             return self._ecmp.port(switch, p)

@@ -120,6 +120,10 @@ class TrimMark(IntEnum):
 
 
 _TRIM_NONE: Final = TrimMark.NONE
+_TRIM_TRIMMED: Final = TrimMark.TRIMMED
+_TRIM_LASTHOP: Final = TrimMark.TRIMMED_LASTHOP
+_ADDR_END: Final = 1 << 128
+_ADDR_MASK: Final = _ADDR_END - 1
 
 
 class QpCapFlags(IntFlag):
@@ -192,18 +196,21 @@ class Transmit:
     The rest are the fields a simulated fabric uses while the packet is in flight, so that a packet in
     flight is this one object (a large simulation has millions; a sans-IO driver ignores them):
     ``wire_size`` the bytes on the wire (headers included; a trim cuts it to the headers), ``src`` the
-    sending node, ``addr`` the destination address (an SRv6 uSID carrier a switch shifts, as an int),
-    ``seg`` the segment of its one SRH entry (0: none), ``flow_crc`` the switch-independent part of the
-    ECMP hash (-1: not computed yet), ``ecn`` its CE mark, ``trim`` how a switch trimmed it, ``epoch``
-    the epoch of the link it travels (a link that went down since loses it), ``hop`` the port that
-    delivered it to the node it is at (lossless fabrics), ``is_data`` whether it is a data packet (no
-    `Packet` is built to tell). The packet's destination is ``peer``, its plane ``port``.
+    sending node, ``addr`` the destination address (an SRv6 uSID carrier a switch shifts, as an int;
+    held as an offset into ``ev`` after `route_by_ev`), ``seg`` the segment of its one SRH entry (0:
+    none), ``flow_crc`` the switch-independent part of the ECMP hash (-1: not computed yet), ``ecn`` its
+    CE mark, ``trim`` how a switch trimmed it, ``epoch`` the epoch of the link it travels (a link that
+    went down since loses it), ``hop`` the port that delivered it to the node it is at (lossless
+    fabrics), ``is_data`` whether it is a data packet (no `Packet` is built to tell). The packet's
+    destination is ``peer``, its plane ``port``.
     """
 
     __slots__ = (
+        "_lasthop",
         "_packet",
+        "_route",
+        "_trimmed",
         "ack_req",
-        "addr",
         "ecn",
         "entropy",
         "epoch",
@@ -218,11 +225,9 @@ class Transmit:
         "psn",
         "qp_num",
         "rtx",
-        "seg",
         "size",
         "src",
         "tpl",
-        "trim",
         "va",
         "wire_size",
     )
@@ -251,17 +256,64 @@ class Transmit:
         self.rtx = False
         self.ecn = False
         self.is_data = packet is not None and is_data_opcode(packet.bth.opcode)
+        self._trimmed = False  # `trim`, as two more flags in their word
+        self._lasthop = False
         self.psn = 0
         self.va = 0
         self.payload = _EMPTY
         self.wire_size = 0
         self.src = 0
-        self.addr = 0
-        self.seg = 0
+        self._route = 0
         self.flow_crc = -1
-        self.trim: TrimMark = _TRIM_NONE
         self.epoch = 0
         self.hop: object = None
+
+    # The address and segment share one slot, ``_route``: at or above 0 the address int, the segment int
+    # above its 128 bits; below 0 the EV's address (`route_by_ev`) with its active uSID at byte -_route.
+    @property
+    def addr(self) -> int:
+        r = self._route
+        if r >= 0:
+            return r if r < _ADDR_END else r & _ADDR_MASK
+        ev, at = self.ev, -r  # the EV's address, its uSIDs shifted left to the one at byte `at`
+        return int.from_bytes(ev[:4], "big") << 96 | int.from_bytes(ev[at:16], "big") << 8 * (at - 4)
+
+    @addr.setter
+    def addr(self, v: int) -> None:
+        if not 0 <= v < _ADDR_END:
+            raise ValueError(f"address {v} is not a 128-bit value")
+        r = self._route
+        self._route = v if r < _ADDR_END else v | r >> 128 << 128  # (r < 0: the EV's, no segment)
+
+    @property
+    def seg(self) -> int:
+        r = self._route
+        return r >> 128 if r >= 0 else 0
+
+    @seg.setter
+    def seg(self, v: int) -> None:
+        if v < 0:
+            raise ValueError(f"segment {v} is negative")
+        self._route = self.addr | v << 128
+
+    def route_by_ev(self) -> None:
+        """Make the packet's destination address its EV's (the first 16 of its 32 bytes, no SRH
+        segment) without an int of it: a fabric then reads the active uSID from the EV at byte
+        ``-_route`` and a shift moves that offset on (a 128-bit int is 48 bytes a packet in flight, and a
+        shift made a new one at every hop)."""
+        self._route = -4
+
+    @property
+    def trim(self) -> TrimMark:
+        if self._lasthop:
+            return _TRIM_LASTHOP
+        return _TRIM_TRIMMED if self._trimmed else _TRIM_NONE
+
+    @trim.setter
+    def trim(self, v: TrimMark) -> None:
+        n = int(v)
+        self._trimmed = n != 0
+        self._lasthop = n == 2
 
     @property
     def packet(self) -> Packet:
