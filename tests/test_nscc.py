@@ -103,6 +103,16 @@ def test_defaults_reject_non_positive(arg: str) -> None:
         NsccConfig.defaults(**kwargs)
 
 
+def test_defaults_made_once_per_network() -> None:
+    """One config per network (immutable, so shared); each new network's arguments still checked."""
+    a = NsccConfig.defaults(G100, BASE, MTU)
+    assert NsccConfig.defaults(G100, BASE, MTU) is a
+    assert NsccConfig.defaults(G100, BASE, MTU, trimming=False) != a
+    assert NsccConfig.defaults(G100, BASE + 1, MTU).base_rtt == BASE + 1
+    with pytest.raises(ValueError, match="mtu"):
+        NsccConfig.defaults(G100, BASE, 0)  # checked, not looked up
+
+
 def test_nscc_without_config_uses_reference_defaults() -> None:
     cc = Nscc(mtu=MTU)
     assert cc.config == NsccConfig.defaults(G100, 12_000, MTU)

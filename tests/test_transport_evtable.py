@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from openmrc.ev import EVState
 from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, NicConfig, WcStatus
 from openmrc.transport.evtable import shuffle
+from openmrc.transport.profiles import sample_range
 from openmrc.wire import EpOp, Opcode
 
 from .helpers import Impairments, Pair
@@ -40,6 +41,35 @@ def test_rotation_shuffle_draws_what_random_shuffle_draws() -> None:
                 shuffle(a, xs)
                 b.shuffle(ys)
                 assert xs == ys and a.random() == b.random()
+
+
+@given(
+    st.integers(0, 2**32),
+    st.integers(0, 70_000),
+    st.integers(0, 20_000),
+    st.integers(0, 1100),
+    st.booleans(),
+)
+def test_sample_range_draws_what_random_sample_draws(
+    seed: int, start: int, n: int, k: int, subclass: bool
+) -> None:
+    """A NIC's default EVs come from `sample_range`, which must stay interchangeable with
+    `random.Random.sample` of a range (both branches: a pool when the range is small, a set otherwise): the
+    same values, the source left in the same state, the same error when ``k`` does not fit."""
+
+    class Subclass(random.Random):
+        pass
+
+    cls = Subclass if subclass else random.Random
+    a, b = cls(seed), cls(seed)
+    try:
+        want = b.sample(range(start, start + n), k)
+    except ValueError:
+        with pytest.raises(ValueError):
+            sample_range(a, start, start + n, k)
+        return
+    assert sample_range(a, start, start + n, k) == want
+    assert a.getrandbits(64) == b.getrandbits(64)
 
 
 @given(

@@ -207,22 +207,27 @@ class FabricSim:
                 # trims still marked last-hop with mark_last: the port is built with its thresholds, as a
                 # port that is not a last hop (which ignores none), so it shares them with its kind
                 marked = mark_last is not None and last_hop
-                port = (OrderedPort if ordered else Port)(
-                    self.sim,
-                    self.nodes[ref.peer],
-                    ref.bps,
-                    ref.latency_ns,
-                    buffer=1 << 62 if is_host or cfg.pfc else buffer,  # lossless (PFC): see enable_pfc
-                    ecn=mark_last if marked else None if is_host else ecn,
-                    trimming=cfg.trimming and not is_host,
-                    last_hop=last_hop and not marked,
-                    rng=rng,
-                    shared=colds,
-                )
+                peer = self.nodes[ref.peer]
+                size = 1 << 62 if is_host or cfg.pfc else buffer  # lossless (PFC): see enable_pfc
+                marks = mark_last if marked else None if is_host else ecn
+                trims = cfg.trimming and not is_host
+                apart = last_hop and not marked
+                # a direct call of each class (compiled, a class chosen at run time is called through the
+                # interpreter's generic call: a tenth of building a large fabric)
+                port: Port
+                if ordered:
+                    port = OrderedPort(
+                        self.sim, peer, ref.bps, ref.latency_ns, buffer=size, ecn=marks, trimming=trims,
+                        last_hop=apart, rng=rng, shared=colds,
+                    )  # fmt: skip
+                    port.place(n + 1, (cfg.seed << 40) | (n << 12) | ref.port)
+                else:
+                    port = Port(
+                        self.sim, peer, ref.bps, ref.latency_ns, buffer=size, ecn=marks, trimming=trims,
+                        last_hop=apart, rng=rng, shared=colds,
+                    )  # fmt: skip
                 port.last_hop = last_hop
                 node.ports.append(port)
-                if isinstance(port, OrderedPort):
-                    port.place(n + 1, (cfg.seed << 40) | (n << 12) | ref.port)
                 if cfg.pfc:
                     xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
                     resumed = self.hosts[n].resumed if is_host else None

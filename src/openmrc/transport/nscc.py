@@ -113,6 +113,10 @@ _FLOAT_FIELDS: Final = (
 )
 
 
+_DEFAULTS: Final[dict[tuple[object, ...], NsccConfig]] = {}
+"""`NsccConfig.defaults` made so far, by class and arguments."""
+
+
 def _check_uint(name: str, value: object, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
@@ -181,15 +185,20 @@ class NsccConfig:
         BDP = link_bps/8 × base_rtt, a = BDP / 150 000 B; target = 0.75·base_rtt with trimming, else
         base_rtt; eta = 0.15·MTU·a, fi = 5·MTU·a, fi_scale = 0.25·a, gamma 0.8, max_md_jump 0.5,
         max_cwnd = 1.5·BDP, qa_gate 3, qa_threshold = 4·target, adjust thresholds 8·MTU and base_rtt.
-        Fractional byte and ns values are rounded down.
+        Fractional byte and ns values are rounded down. Configs are immutable, so one is made per network
+        and class (a simulated fabric's 100K+ NICs ask for the same one).
         """
+        key = (cls, link_bps, base_rtt_ns, mtu, trimming)
+        made = _DEFAULTS.get(key)
+        if made is not None and type(link_bps) is int and type(base_rtt_ns) is int and type(mtu) is int:
+            return made
         for arg, value in (("link_bps", link_bps), ("base_rtt_ns", base_rtt_ns), ("mtu", mtu)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{arg} must be a positive integer, got {value!r}")
         bdp = link_bps * base_rtt_ns / 8e9
         a = bdp / REFERENCE_BDP_BYTES
         target = base_rtt_ns * 3 // 4 if trimming else base_rtt_ns
-        return cls(
+        made = _DEFAULTS[key] = cls(
             disable_qa=False,
             adjust_bytes_threshold=8 * mtu,
             adjust_period_threshold=base_rtt_ns,
@@ -206,6 +215,7 @@ class NsccConfig:
             qa_threshold=4 * target,
             target_delay=target,
         )
+        return made
 
     @property
     def alpha(self) -> float:

@@ -12,6 +12,7 @@ per packet.
 from __future__ import annotations
 
 import errno
+import math
 import random
 import zlib
 from array import array
@@ -27,10 +28,44 @@ from openmrc.transport.nscc import NsccConfig
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import LocalProtocolError
 
-__all__ = ["EvProfileBinding", "ProfileTable"]
+__all__ = ["EvProfileBinding", "ProfileTable", "sample_range"]
 
 EVENT_QUEUE_DEPTH = 1 << 16
 _SRV6: Final = EVFormatMode.SRV6  # its echo is the CRC-32 of the expanded EV (`ev_echo32`)
+
+
+def sample_range(rng: random.Random, start: int, stop: int, k: int) -> list[int]:
+    """``rng.sample(range(start, stop), k)``: the same values from the same draws, leaving ``rng`` in the
+    same state (a simulated fabric draws one NIC's default EVs 100K+ times, and the library's loop is
+    interpreted). Any other kind of random source gets the library's own."""
+    n = stop - start
+    if type(rng) is not random.Random or not 0 <= k <= n:
+        return rng.sample(range(start, stop), k)
+    bits = rng.getrandbits
+    out = [0] * k
+    setsize = 21  # the library's choice between a pool and a set of the chosen, made the same way
+    if k > 5:
+        setsize += 4 ** math.ceil(math.log(k * 3, 4))
+    if n <= setsize:
+        pool = list(range(start, stop))
+        for i in range(k):
+            m = n - i
+            width = m.bit_length()
+            j = int(bits(width))
+            while j >= m:
+                j = int(bits(width))
+            out[i] = pool[j]
+            pool[j] = pool[m - 1]
+        return out
+    width = n.bit_length()
+    chosen: set[int] = set()
+    for i in range(k):
+        j = int(bits(width))
+        while j >= n or j in chosen:
+            j = int(bits(width))
+        chosen.add(j)
+        out[i] = start + j
+    return out
 
 
 class EvProfileBinding:
@@ -95,7 +130,7 @@ class ProfileTable:
         # The values are drawn now (the rng sequence must not depend on whether profile 0 is used), the
         # profile itself is built on first use: a simulated fabric of 100K+ NICs mostly never needs it.
         self._default_ev_values: array[int] | None = array(
-            "H", rng.sample(range(*config.default_ev_sports), config.default_ev_count)
+            "H", sample_range(rng, *config.default_ev_sports, config.default_ev_count)
         )
         self.cc[0] = (
             "uet-1.0-nscc",
