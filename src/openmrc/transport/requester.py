@@ -113,6 +113,7 @@ _heappop: Final = heapq.heappop
 _heappush: Final = heapq.heappush
 
 _INFINITE_EXP: Final = 25
+_DYNAMIC_MPR: Final = int(QpCapFlags.DYNAMIC_MPR)  # a plain int: see the responder's
 _CONGESTED_RTTS: Final = 8
 """A QP that saw a trim or an ECN echo this many RTTs ago or less is congested (`Requester._loss_wait`)."""
 _EMPTY: Final = memoryview(b"")
@@ -363,7 +364,7 @@ class Requester:
         self.dest_qp = a.dest_qp_num or 0
         self.peer = a.peer
         self.mpr = a.mpr or 1  # fixed from RTS on (RTS -> RTS cannot change it, nor cap)
-        self.dynamic_mpr = bool((a.cap or 0) & QpCapFlags.DYNAMIC_MPR)
+        self.dynamic_mpr = bool(int(a.cap or 0) & _DYNAMIC_MPR)
 
     def rto(self) -> int:
         a = self.qp.attr
