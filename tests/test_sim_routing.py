@@ -203,15 +203,21 @@ def test_srv6_with_an_srh_segment_takes_the_same_path(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 63), st.integers(0, 63), st.integers(0, 31))
-def test_srv6_routed_by_its_ev_matches_the_address_int(src: int, dst: int, i: int) -> None:
+@given(st.integers(0, 63), st.integers(0, 63), st.integers(0, 31), st.none() | st.integers(1, 0xFFFF))
+def test_srv6_routed_by_its_ev_matches_the_address_int(src: int, dst: int, i: int, extra: int | None) -> None:
     """A packet whose address stays its EV's (`Transmit.route_by_ev`, no int) takes the hops of one whose
-    address is the int of the EV's first 16 bytes, and reads as that int at every hop."""
+    address is the int of the EV's first 16 bytes, and reads as that int at every hop: with a Clos path's
+    uSIDs (past the first switch, three at most: it keeps them in the packet) and with one more after
+    them (``extra``, never reached; past the first switch four on a path between T0s: read from the EV at
+    every hop)."""
     topo = MultiPlaneClos(4, 64, 16, 16)
     plan = UsidPlan(topo)
     r = SrRouting(plan)
     evs = plan.ev_expanded(src, dst)
     ev, port = evs[i % len(evs)]
+    if extra is not None:  # after the path's last uSID
+        end = next(b for b in range(4, 16, 2) if ev[b : b + 2] == bytes(2))
+        ev = ev[:end] + extra.to_bytes(2, "big") + ev[end + 2 :]
     by_ev, by_int = pkt(src, dst, 0), pkt(src, dst, 0)
     by_ev.ev = by_int.ev = ev
     by_ev.route_by_ev()

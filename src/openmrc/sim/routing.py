@@ -41,6 +41,30 @@ _CARRIER_TAIL: Final = (1 << 80) - 1
 """The bits of a uSID carrier after its active uSID (all zero: the active uSID is the last)."""
 
 
+_AT_BITS: Final = 5
+_AT_MASK: Final = (1 << _AT_BITS) - 1
+_THREE_USIDS: Final = (1 << 48) - 1
+_COMPACT: Final = 1 << 60
+"""A packet routed by its EV keeps ``-(_COMPACT | usids << 5 | at)`` as its route once a switch has read
+it: the EV's uSIDs from the active one on (three at most: past its first switch, a two-tier Clos path
+names a T1, a T0 and a host) and the active one's byte offset in the EV (what `Transmit.addr` reads), so
+that the switches after the first route it without reaching for its EV (a cache miss a hop at scale)."""
+
+
+def _compact(ev: bytes, at: int) -> int:
+    """The compact route of an EV whose active uSID is at byte ``at``, or ``at`` when its uSIDs from
+    there on are more than three (each switch then reads them from the EV)."""
+    for b in range(at + 6, 16):
+        if ev[b]:
+            return at
+    usids = 0
+    for i in range(3):
+        b = at + 2 * i
+        if b < 16:
+            usids |= (ev[b] << 8 | ev[b + 1]) << 16 * i
+    return _COMPACT | usids << _AT_BITS | at
+
+
 class SrRouting(Routing):
     """SRv6 source routes; packets without a uSID address (endpoint requests such as port status updates,
     which a NIC sends to a peer, not along an EV) are routed by ECMP toward their destination host."""
@@ -53,18 +77,27 @@ class SrRouting(Routing):
 
     def port(self, switch: int, p: Transmit) -> int:
         r = p._route
-        if r < 0:  # the EV's address (`Transmit.route_by_ev`), its active uSID at byte -r
-            ev = p.ev
-            if ev[0] << 24 | ev[1] << 16 | ev[2] << 8 | ev[3] != self._locator:
-                return self._ecmp.port(switch, p)
+        if r < 0:  # the EV's address (`Transmit.route_by_ev`), its active uSID at byte -r & 31
+            k = -r
             plan = self.plan
             own = plan.own_usid(switch)
-            at = -r
-            active = ev[at] << 8 | ev[at + 1] if at < 16 else 0
-            if active == own:  # NEXT-CSID shift
-                at += 2
-                p._route = -at
+            if k < _COMPACT:  # read from the EV (at the first switch), then kept in the packet if it fits
+                ev = p.ev
+                if ev[0] << 24 | ev[1] << 16 | ev[2] << 8 | ev[3] != self._locator:
+                    return self._ecmp.port(switch, p)
+                at = k
                 active = ev[at] << 8 | ev[at + 1] if at < 16 else 0
+                if active == own:  # NEXT-CSID shift
+                    at += 2
+                    active = ev[at] << 8 | ev[at + 1] if at < 16 else 0
+                p._route = -_compact(ev, at)
+                return plan.route(switch, own, active)
+            usids = k >> _AT_BITS & _THREE_USIDS
+            active = usids & 0xFFFF
+            if active == own:  # NEXT-CSID shift
+                usids >>= 16
+                active = usids & 0xFFFF
+                p._route = -(_COMPACT | usids << _AT_BITS | ((k & _AT_MASK) + 2))
             return plan.route(switch, own, active)
         addr = p.addr
         if addr >> 96 != self._locator:

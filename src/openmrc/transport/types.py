@@ -269,13 +269,14 @@ class Transmit:
         self.hop: object = None
 
     # The address and segment share one slot, ``_route``: at or above 0 the address int, the segment int
-    # above its 128 bits; below 0 the EV's address (`route_by_ev`) with its active uSID at byte -_route.
+    # above its 128 bits; below 0 the EV's address (`route_by_ev`) with its active uSID at byte -_route & 31.
     @property
     def addr(self) -> int:
         r = self._route
         if r >= 0:
             return r if r < _ADDR_END else r & _ADDR_MASK
-        ev, at = self.ev, -r  # the EV's address, its uSIDs shifted left to the one at byte `at`
+        ev, at = self.ev, -r & 31  # the EV's address, its uSIDs shifted left to the one at byte `at` (a
+        # fabric may keep more than the offset in the bits above: `openmrc.sim.routing`)
         return int.from_bytes(ev[:4], "big") << 96 | int.from_bytes(ev[at:16], "big") << 8 * (at - 4)
 
     @addr.setter
