@@ -82,26 +82,40 @@ retransmission bits), trim, plane, time, origin, target, and the `Transmit`'s fa
 its EV (only a sender reads a packet's EV: it has made the packet's addresses of it); an address or segment
 (an IPv6 one is 128 bits) as two 64-bit halves."""
 _HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
+_HEAD_EV_FMT: Final = _HEAD_FMT.replace("IQQ", "I16sQ", 1)
+"""The head of a packet routed by its EV (`Transmit.route_by_ev`): the EV's address bytes and the packet's
+route where the address's halves go (kind ``| _BY_EV``): no 128-bit int made at either end, and the
+receiving rank's switches route it as this rank's would."""
+_BY_EV: Final = 4
 _DATA: Final = 0
-_DATA_S: Final = struct.Struct(_HEAD_FMT + "IBIQI")
+_DATA_TAIL: Final = "IBIQI"
 """A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
 _SACK: Final = 1
-_SACK_S: Final = struct.Struct(_HEAD_FMT + "IIqqQQBqqqq")
+_SACK_TAIL: Final = "IIqqQQBqqqq"
 """A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
 12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
 _OTHER: Final = 2
-_OTHER_S: Final = struct.Struct(_HEAD_FMT + "I")
+_OTHER_TAIL: Final = "I"
 """Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
 _WIDE: Final = 3
 _WIDE_S: Final = struct.Struct("<BI")
 """A packet with a field its kind's format cannot hold (a value beyond 64 bits): the index of its fields,
 shipped as a tuple."""
-_STRUCTS: Final = (_DATA_S, _SACK_S, _OTHER_S, _WIDE_S)
+_TAILS: Final = (_DATA_TAIL, _SACK_TAIL, _OTHER_TAIL)
+_STRUCTS: Final = (
+    *(struct.Struct(_HEAD_FMT + t) for t in _TAILS),
+    _WIDE_S,
+    *(struct.Struct(_HEAD_EV_FMT + t) for t in _TAILS),
+)
+"""By kind: each kind's, `_WIDE_S`, then each kind's routed by its EV (``kind | _BY_EV``)."""
 _M64: Final = (1 << 64) - 1
 # bound once: a compiled call through the Struct looks its method up by name on every packet
-_PACK_DATA: Final = _DATA_S.pack
-_PACK_SACK: Final = _SACK_S.pack
-_PACK_OTHER: Final = _OTHER_S.pack
+_PACK_DATA: Final = _STRUCTS[_DATA].pack
+_PACK_SACK: Final = _STRUCTS[_SACK].pack
+_PACK_OTHER: Final = _STRUCTS[_OTHER].pack
+_PACK_DATA_EV: Final = _STRUCTS[_DATA | _BY_EV].pack
+_PACK_SACK_EV: Final = _STRUCTS[_SACK | _BY_EV].pack
+_PACK_OTHER_EV: Final = _STRUCTS[_OTHER | _BY_EV].pack
 _UNPACKS: Final = tuple(s.unpack_from for s in _STRUCTS)
 _SIZES: Final = tuple(s.size for s in _STRUCTS)
 
@@ -132,36 +146,43 @@ class _Lane:
             self.soonest = at
         tpl = tx.tpl
         ecn = int(tx.ecn)
-        addr, seg = tx.addr, tx.seg
-        addr_hi, seg_hi = addr >> 64, seg >> 64
-        if addr_hi:  # (a mask of 64 bits is a long integer operation: only on a long address)
-            addr &= _M64
-        if seg_hi:
-            seg &= _M64
+        r = tx._route
+        addr: object
+        by_ev = r < 0
+        if by_ev:  # its EV's address bytes (the format takes the first 16) and its route
+            addr, addr_hi, seg, seg_hi = tx.ev, -r, 0, 0
+        else:
+            a, seg = tx.addr, tx.seg
+            addr_hi, seg_hi = a >> 64, seg >> 64
+            if addr_hi:  # (a mask of 64 bits is a long integer operation: only on a long address)
+                a &= _M64
+            if seg_hi:
+                seg &= _M64
+            addr = a
         try:
             if tpl is not None:
                 idx = self.tpls.get(tpl)
                 if idx is None:
                     idx = self.tpl_index(tpl)
-                row = _PACK_DATA(
-                    _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2, int(tx.trim), tx.port, at, origin,
-                    code, tx.wire_size, addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy,
-                    tx.epoch, seg, seg_hi, tx.flow_crc, tx.qp_num, tx.size,
+                row = (_PACK_DATA_EV if by_ev else _PACK_DATA)(
+                    _DATA | _BY_EV if by_ev else _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2,
+                    int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr, addr_hi, tx.src,
+                    cast(int, tx.peer), tx.entropy, tx.epoch, seg, seg_hi, tx.flow_crc, tx.qp_num, tx.size,
                     idx, tx.op, tx.psn, tx.va, len(tx.payload),
                 )  # fmt: skip
             elif type(tx) is SackTransmit and not tx.has_packet():
-                row = _PACK_SACK(
-                    _SACK, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at, origin, code, tx.wire_size,
-                    addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg, seg_hi,
-                    tx.flow_crc, tx.qp_num, tx.size,
+                row = (_PACK_SACK_EV if by_ev else _PACK_SACK)(
+                    _SACK | _BY_EV if by_ev else _SACK, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at,
+                    origin, code, tx.wire_size, addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy,
+                    tx.epoch, seg, seg_hi, tx.flow_crc, tx.qp_num, tx.size,
                     tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
                     int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b,
                 )  # fmt: skip
             else:
-                row = _PACK_OTHER(
-                    _OTHER, ecn, int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr,
-                    addr_hi, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg, seg_hi,
-                    tx.flow_crc, tx.qp_num, tx.size, len(self.blobs),
+                row = (_PACK_OTHER_EV if by_ev else _PACK_OTHER)(
+                    _OTHER | _BY_EV if by_ev else _OTHER, ecn, int(tx.trim), tx.port, at, origin, code,
+                    tx.wire_size, addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg,
+                    seg_hi, tx.flow_crc, tx.qp_num, tx.size, len(self.blobs),
                 )  # fmt: skip
                 self.blobs.append(_wire(tx.packet))
         except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
@@ -283,7 +304,7 @@ class _Cut:
             off += _SIZES[kind]
             if f[0] == _WIDE:
                 f = wide[f[1]]
-            kind = f[0]
+            kind = f[0] & ~_BY_EV
             tx: Transmit
             if kind == _DATA:
                 tx = _data_tx(f, tpls)
@@ -309,14 +330,18 @@ class _Cut:
         tx.ecn = f[1] & 1 != 0
         tx.trim = _TRIMS[f[2]]
         tx.wire_size = f[7]
-        addr: int = f[8]
         hi: int = f[9]
-        tx.addr = addr | hi << 64 if hi else addr  # (an address of 64 bits or less: no long operation)
+        if f[0] & _BY_EV:  # its EV's address and its route (`_HEAD_EV_FMT`); no segment
+            tx.ev = f[8]
+            tx._route = -hi
+        else:
+            addr: int = f[8]
+            tx.addr = addr | hi << 64 if hi else addr  # (an address of 64 bits or less: no long operation)
+            seg: int = f[14]
+            hi = f[15]
+            tx.seg = seg | hi << 64 if hi else seg
         tx.src = f[10]
         tx.epoch = f[13]
-        seg: int = f[14]
-        hi = f[15]
-        tx.seg = seg | hi << 64 if hi else seg
         tx.flow_crc = f[16]
         engine.insert(f[4], 0, f[5], cb, tx)
 
