@@ -192,12 +192,14 @@ class _Lane:
         self.buf += row
 
     def message(self) -> tuple[Any, ...] | None:
-        """This window's packets and new templates (None: nothing crosses), the lane then emptied."""
+        """This window's packets and new templates (None: nothing crosses), the lane then emptied: its
+        packed rows (``[2]``) are the lane's buffer itself, handed over (no copy of tens of MB a window at
+        scale), the lane starting a new one."""
         if not self.buf:
             return None
-        msg = (self.reset, self.new_tpls, bytes(self.buf), self.blobs, self.wide)
+        msg = (self.reset, self.new_tpls, self.buf, self.blobs, self.wide)
         self.reset = False
-        self.buf.clear()
+        self.buf = bytearray()
         self.blobs, self.new_tpls, self.wide = [], [], []
         self.soonest = _NEVER
         if len(self.tpls) > _TPL_CACHE:
@@ -295,11 +297,11 @@ class _Cut:
             tpls.clear()
         for key in new_tpls:
             tpls.append(DataTemplate(*key))
-        data: bytes = buf
+        data: Any = buf  # bytes, a bytearray or a view of the receiving end's buffer
         off, n, got = 0, len(data), 0
         while off < n:
             got += 1
-            kind = data[off]
+            kind: int = data[off]
             f: tuple[Any, ...] = _UNPACKS[kind](data, off)
             off += _SIZES[kind]
             if f[0] == _WIDE:
