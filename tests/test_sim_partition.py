@@ -462,10 +462,10 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
         lane.pack(100 + i, 7, 2 * target, p)
     msg = lane.message()
     assert msg is not None and lane.message() is None  # emptied
-    assert len(msg[4]) == 1  # the one packet shipped wide
+    assert len(msg[0][3]) == 1  # the one packet shipped wide
     engine = Simulator()
     engine.order_by_origin()
-    assert cut.decode(0, pickle.loads(crossing._dumps(msg)), engine) == 2
+    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 2
     for i, p in enumerate(sent):
         key, cb, got = engine.wheel[100 + i]
         assert cb == sim.nodes[target].arrive_cb and key == 7 << 28

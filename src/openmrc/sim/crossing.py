@@ -191,13 +191,14 @@ class _Lane:
             return
         self.buf += row
 
-    def message(self) -> tuple[Any, ...] | None:
-        """This window's packets and new templates (None: nothing crosses), the lane then emptied: its
-        packed rows (``[2]``) are the lane's buffer itself, handed over (no copy of tens of MB a window at
-        scale), the lane starting a new one."""
+    def message(self) -> tuple[tuple[Any, ...], bytearray] | None:
+        """This window's packets (None: nothing crosses), the lane then emptied: the head (reset flag, new
+        templates, wire bytes, wide packets: pickled with `_dumps`) and the packed rows, the lane's buffer
+        itself, handed over (no copy of tens of MB a window at scale; they may cross out of band), the lane
+        starting a new one."""
         if not self.buf:
             return None
-        msg = (self.reset, self.new_tpls, self.buf, self.blobs, self.wide)
+        msg = (self.reset, self.new_tpls, self.blobs, self.wide), self.buf
         self.reset = False
         self.buf = bytearray()
         self.blobs, self.new_tpls, self.wide = [], [], []
@@ -289,15 +290,16 @@ class _Cut:
             self.delivers[n << 16 | i] = ghost._deliver
         self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
 
-    def decode(self, src: int, msg: tuple[Any, ...], engine: Simulator) -> int:
-        """Schedule the packets of rank ``src``'s message here, in the order they were sent; how many."""
-        reset, new_tpls, buf, blobs, wide = msg
+    def decode(self, src: int, head: tuple[Any, ...], rows: Any, engine: Simulator) -> int:
+        """Schedule the packets of rank ``src``'s message (`_Lane.message`: its head, and its rows as bytes,
+        a bytearray or a view of the receiving end's buffer) here, in the order they were sent; how many."""
+        reset, new_tpls, blobs, wide = head
         tpls = self.tpls_in[src]
         if reset:
             tpls.clear()
         for key in new_tpls:
             tpls.append(DataTemplate(*key))
-        data: Any = buf  # bytes, a bytearray or a view of the receiving end's buffer
+        data: Any = rows
         off, n, got = 0, len(data), 0
         while off < n:
             got += 1

@@ -344,14 +344,7 @@ def _run_split(
             out = [
                 (local_next, undone, b"", halt, busy, None)
                 if m is None
-                else (
-                    local_next,
-                    undone,
-                    _dumps((m[0], m[1], None, m[3], m[4])),
-                    halt,
-                    busy,
-                    PickleBuffer(m[2]),
-                )
+                else (local_next, undone, _dumps(m[0]), halt, busy, PickleBuffer(m[1]))
                 for m in msgs
             ]
             w2, c2w = time.perf_counter(), time.process_time()
@@ -365,9 +358,9 @@ def _run_split(
                 events = g[2]
                 if r != ex.rank and events:
                     c_load = time.process_time()
-                    reset, tpls, _, blobs, wide = pickle.loads(events)
+                    head = pickle.loads(events)
                     times["loads_cpu_s"] += time.process_time() - c_load
-                    times["crossing"] += cut.decode(r, (reset, tpls, g[5], blobs, wide), engine)
+                    times["crossing"] += cut.decode(r, head, g[5], engine)
             times["run_s"] += w1 - w0
             times["pack_s"] += w2 - w1
             times["exchange_s"] += w3 - w2
