@@ -269,6 +269,36 @@ def test_ordered_engine_breaks_ties_by_origin_then_scheduling_order(origins: int
         sim.order_by_origin()
 
 
+@_ORIGINS
+def test_ordered_slots_hold_the_engines_own_origin_ints_and_count_set_up_events(origins: int) -> None:
+    """A slot keeps its events' origins as the engine's shared int objects (none made per event), however
+    many origins the engine was told of; origin 0's events are counted as set-up wherever they run: alone
+    in their slot, sorted among others, from the heap, or scheduled for the time being run."""
+    sim = Simulator()
+    sim.order_by_origin(origins)
+    ran: list[str] = []
+
+    def rec(name: str) -> None:
+        ran.append(name)
+
+    def spawn(_: None) -> None:
+        ran.append("spawn")
+        sim.schedule(sim.now, rec, "now 0", origin=0)
+
+    big = 70_000  # past any count the engine was told of: its box is made when first met
+    sim.push_from(5, rec, "alone 0", 0)
+    sim.push_from(7, rec, "big", big)
+    sim.push_from(7, spawn, None, 2)
+    sim.push_from(7, rec, "zero", 0)
+    sim.schedule(WHEEL_NS + 9, rec, "heap 0", origin=0)
+    slot = sim.wheel[7]
+    assert [slot[0], slot[3], slot[6]] == [big, 2, 0]
+    assert slot[0] is sim.boxes[big] and slot[3] is sim.boxes[2] and slot[6] is sim.boxes[0]
+    sim.run()
+    assert ran == ["alone 0", "zero", "spawn", "now 0", "big", "heap 0"]
+    assert sim.setup_events == 4 and sim.events == 6
+
+
 def test_a_negative_origin_goes_to_the_outbox() -> None:
     sim = Simulator()
     sim.order_by_origin()
@@ -468,7 +498,7 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
     assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 2
     for i, p in enumerate(sent):
         key, cb, got = engine.wheel[100 + i]
-        assert cb == sim.nodes[target].arrive_cb and key == 7 << 28
+        assert cb == sim.nodes[target].arrive_cb and key == 7  # the origin
         for name in (
             "wire_size",
             "addr",

@@ -26,10 +26,13 @@ and each origin's in the order it scheduled them. A node's events are scheduled 
 that order is the same however the fabric is split. No count is kept for it: each origin's events reach a
 slot in their scheduling order (the heap's, scheduled earlier, go first; another process ships an
 origin's events in order), so a stable sort of the slot by origin alone gives it. An event scheduled for
-the current time while it runs is merged in by origin (`now_heap`). A slot's order is kept as one plain
-integer per event, stored in the slot before its callback and argument (one list to reach per event, as
-in the default mode), so ordering it is a sort of integers (of floats once a key may pass 30 bits: they
-compare directly, as small integers do and larger ones do not). Two events of different nodes at one
+the current time while it runs is merged in by origin (`now_heap`). A slot holds each event's origin
+before its callback and argument (one list to reach per event, as in the default mode), the origin one
+of the engine's own int objects (`Simulator.boxes`: no int made per event, none left to go cold until its
+time comes: an int made when an event is scheduled and read when it runs costs a cache miss of its own),
+and ordering a slot is a sort of plain integers made as it runs, ``origin << pos_bits | place``, while
+they are in the cache (of floats once a key may pass 30 bits: they compare directly, as small integers
+do and larger ones do not); a slot of one event is not sorted at all. Two events of different nodes at one
 time never touch the same state (links have a latency), so each node sees its events in the same order
 in every split. An origin made negative (``~origin``) marks an event for another process: it goes to
 `outbox` instead (the link to that process is longer than the exchange window).
@@ -119,10 +122,13 @@ class Simulator:
         self.halted = False
         """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
         self.ordered = False
-        """Partition-independent ties (`order_by_origin`): each wheel slot then holds key, callback,
-        argument triples, the key ``origin << pos_bits | i`` (``i``: the event's place in the slot): sorting
-        the keys, plain integers, puts the slot in origin order, each origin's events in their scheduling
-        order, with no tuple per event and no key function."""
+        """Partition-independent ties (`order_by_origin`): each wheel slot then holds origin, callback,
+        argument triples (the origin one of `boxes`); the slot runs in the order of the keys
+        ``origin << pos_bits | i`` (``i``: the event's place in the slot), plain integers sorted as it
+        runs: origin order, each origin's events in their scheduling order, with no tuple per event and
+        no key function."""
+        self.boxes: list[object] = []
+        """Ordered mode: the int objects ``0 .. origins`` a slot holds (`_box`)."""
         self.oheap: list[tuple[int, int, int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: (time, priority, origin, sequence, callback, argument) of the events not in the
         wheel."""
@@ -150,6 +156,7 @@ class Simulator:
         if self.seq:
             raise ValueError("order_by_origin: events are already scheduled")
         self.ordered = True
+        self.boxes = list(range(origins + 1))
         small = _SMALL_KEY_BITS - origins.bit_length()
         if origins > 0 and small >= _MIN_POS_BITS:
             self.pos_bits = small
@@ -200,13 +207,21 @@ class Simulator:
         elif prio == 0 and at != self.now and at - self.now < WHEEL_NS:  # `insert`'s common case
             self.seq += 1
             slot = self.wheel[at & _MASK]
-            key = origin << self.pos_bits | len(slot) // 3
-            slot.append(float(key) if self.float_keys else key)
+            boxes = self.boxes
+            slot.append(boxes[origin] if origin < len(boxes) else self._box(origin))
             slot.append(callback)
             slot.append(arg)
             self.in_wheel += 1
         else:
             self.insert(at, prio, origin, callback, arg)
+
+    def _box(self, origin: int) -> object:
+        """Ordered mode: ``origin`` as one of `boxes` (made when first met: `order_by_origin` was not
+        told how many origins there are)."""
+        boxes = self.boxes
+        if origin >= len(boxes):
+            boxes.extend(range(len(boxes), origin + 1))
+        return boxes[origin]
 
     def insert(self, at: int, priority: int, origin: int, callback: Callable[[Any], None], arg: Any) -> None:
         """Ordered mode: schedule an event of ``origin``'s (one another process sent: each origin's events
@@ -216,8 +231,7 @@ class Simulator:
             _heappush(self.now_heap, (origin, seq, callback, arg))
         elif priority == 0 and at - self.now < WHEEL_NS:
             slot = self.wheel[at & _MASK]
-            key = origin << self.pos_bits | len(slot) // 3
-            slot.append(float(key) if self.float_keys else key)
+            slot.append(self._box(origin))
             slot.append(callback)
             slot.append(arg)
             self.in_wheel += 1
@@ -319,49 +333,52 @@ class Simulator:
         floats = self.float_keys
         n = 0
         t = self.now
-        spare: list[Any] = []  # the slot list run last time, emptied: the next one run takes its place
         while True:
             t = self._next_time(t, limit)
             if t < 0:
                 break
-            i = t & _MASK
-            slot = wheel[i]
-            wheel[i] = spare
-            self.in_wheel -= len(slot) // 3
+            slot = wheel[t & _MASK]
+            m = len(slot) // 3
+            self.in_wheel -= m
             if heap and heap[0][0] == t and heap[0][1] == 0:  # scheduled before the wheel's: first
                 early: list[Any] = []
                 while heap and heap[0][0] == t and heap[0][1] == 0:
                     e = _heappop(heap)
-                    key = e[2] << pos_bits | len(early) // 3
-                    early.append(float(key) if floats else key)
+                    early.append(self._box(e[2]))
                     early.append(e[4])
                     early.append(e[5])
-                m = len(early) // 3
-                for x in range(0, len(slot), 3):
-                    early.append(slot[x] + m)
-                    early.append(slot[x + 1])
-                    early.append(slot[x + 2])
+                early.extend(slot)
                 slot.clear()
                 slot = early
+                m = len(slot) // 3
                 self.heap_next = heap[0][0] if heap else _NEVER
-            if len(slot) > 3 * pos_mask:
+            if m > pos_mask:
                 raise OverflowError(f"more than {pos_mask} events at {t} ns (see order_by_origin)")
-            keys: list[Any] = slot[::3]
-            if len(keys) > 1:
-                keys.sort()  # origin first; each origin's events stay in their scheduling order
             self.in_now = True
-            for key_ in keys:  # with what this time's events schedule for it merged in
-                k = int(cast(float, key_)) if floats else cast(int, key_)
-                origin = k >> pos_bits
-                while nowh and nowh[0][0] < origin:
-                    e0 = _heappop(nowh)
-                    n += self._run_one(e0[0], e0[2], e0[3])
-                j = (k & pos_mask) * 3
-                cb = slot[j + 1]
-                cb(slot[j + 2])
+            if m == 1:  # nothing to order (this time's own events come later: none is scheduled yet)
+                origin = cast(int, slot[0])
+                slot[1](slot[2])
                 n += 1
                 if not origin:
                     self.setup_events += 1
+            elif m:
+                keys: list[Any] = []
+                for i in range(m):  # made here, sorted and read while in the cache
+                    k = cast(int, slot[3 * i]) << pos_bits | i
+                    keys.append(float(k) if floats else k)
+                keys.sort()  # origin first; each origin's events stay in their scheduling order
+                for key_ in keys:  # with what this time's events schedule for it merged in
+                    k = int(cast(float, key_)) if floats else cast(int, key_)
+                    origin = k >> pos_bits
+                    while nowh and nowh[0][0] < origin:
+                        e0 = _heappop(nowh)
+                        n += self._run_one(e0[0], e0[2], e0[3])
+                    j = (k & pos_mask) * 3
+                    cb = slot[j + 1]
+                    cb(slot[j + 2])
+                    n += 1
+                    if not origin:
+                        self.setup_events += 1
             while True:
                 if nowh:
                     e0 = _heappop(nowh)
@@ -374,7 +391,6 @@ class Simulator:
                     break
             self.in_now = False
             slot.clear()
-            spare = slot
             t += 1
         self.events += n
         return n
