@@ -6,7 +6,12 @@ each in a process of its own, timed from spawn to exit (interpreter start-up and
 peak RSS the kernel reports for it. Pairing the rounds and taking the median of the per-round ratios keeps
 the comparison fair on a shared, noisy machine.
 
-    python benchmarks/htsim_pair.py --htsim PATH/TO/htsim_uec [--rounds 3] [--json]
+    python benchmarks/htsim_pair.py --htsim PATH/TO/htsim_uec [--rounds 3] [--ranks 2] [--json]
+
+With ``--ranks N`` each round also runs scenario 1 split over N forked ranks (ordered mode, each rank
+building its part after the fork: ``sim_bench.py --process-ranks N``), start to exit, right after the
+other two: ``ranks_ratio_vs_htsim`` and ``speedup_ranks_vs_one_process`` (the one-process run of the same
+round over the split one), each the median of the rounds' ratios.
 
 htsim is not a dependency: build it from UEC's uet-htsim sources (``cmake -S htsim/sim -B build
 -DCMAKE_BUILD_TYPE=Release && cmake --build build --target htsim_uec``; the binary is
@@ -61,10 +66,15 @@ def htsim_binary(given: str | None) -> str:
     )
 
 
-def pair(htsim: str, rounds: int) -> dict[str, Any]:
+def pair(htsim: str, rounds: int, ranks: int = 1) -> dict[str, Any]:
     ratios: list[float] = []
     h_walls: list[float] = []
     o_walls: list[float] = []
+    r_walls: list[float] = []
+    r_ratios: list[float] = []
+    speedups: list[float] = []
+    r_tail = None
+    r_rss = 0.0
     h_tail = o_tail = None
     h_rss = o_rss = 0.0
     for _ in range(rounds):
@@ -79,7 +89,27 @@ def pair(htsim: str, rounds: int) -> dict[str, Any]:
         o_tail = got["tail_fct_us_128ev"]
         o_rss = max(o_rss, rss_o)
         ratios.append(wall_o / wall)
-    return {
+        if ranks > 1:
+            split = [sys.executable, str(ROOT / "benchmarks" / "sim_bench.py"), "--json"]
+            split += ["--process-ranks", str(ranks), "--k", "16"]
+            wall_r, rss_r, out_r = timed(split)  # (rss: rank 0's, the process spawned)
+            r_walls.append(wall_r)
+            r_rss = max(r_rss, rss_r)
+            r_tail = json.loads(out_r.strip().splitlines()[-1])["tail_fct_us"]
+            r_ratios.append(wall_r / wall)
+            speedups.append(wall_o / wall_r)
+    split_figures: dict[str, Any] = {}
+    if ranks > 1:
+        split_figures = {
+            "ranks": ranks,
+            "openmrc_ranks_wall_s": statistics.median(r_walls),
+            "ranks_ratio_vs_htsim": statistics.median(r_ratios),
+            "speedup_ranks_vs_one_process": statistics.median(speedups),
+            "speedups": [round(r, 3) for r in speedups],
+            "openmrc_ranks_rank0_peak_rss_mb": r_rss,
+            "openmrc_ranks_tail_fct_us": r_tail,
+        }
+    return split_figures | {
         "htsim_wall_s": statistics.median(h_walls),
         "openmrc_wall_s": statistics.median(o_walls),
         "wall_ratio_vs_htsim": statistics.median(ratios),
@@ -96,11 +126,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--htsim", help="path of htsim_uec (default: $HTSIM_UEC, then PATH)")
     ap.add_argument("--rounds", type=int, default=3, help="paired rounds (median of their ratios)")
+    ap.add_argument("--ranks", type=int, default=1, help="also run openmrc split over this many ranks")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
-    out = pair(htsim_binary(a.htsim), a.rounds)
+    if a.ranks < 1:
+        ap.error("--ranks must be at least 1")
+    out = pair(htsim_binary(a.htsim), a.rounds, a.ranks)
     if a.json:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
         return
