@@ -469,6 +469,7 @@ def _crossing(pkt: Packet | str | None) -> Transmit:
     return tx
 
 
+@pytest.mark.parametrize("by_ev", [False, True], ids=["by-address", "by-ev"])
 @pytest.mark.parametrize(
     "pkt",
     [
@@ -480,22 +481,28 @@ def _crossing(pkt: Packet | str | None) -> Transmit:
     ],
     ids=["data", "sack", "sack-fecn", "ack", "bad"],
 )
-def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
+def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: bool) -> None:
     sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
     rank_of = partition.assign_ranks(sim, 2)
     cut = crossing._Cut(sim, rank_of, 1, 2)
     lane = crossing._Lane()
-    sent = [_crossing(pkt), _crossing(pkt)]
+    sent = [_crossing(pkt), _crossing(pkt), _crossing(pkt)]
     sent[1].epoch = 1 << 70  # beyond its packed format: crosses as a tuple of its fields, in its turn
+    sent[2].src, sent[2].peer, sent[2].qp_num = 9, 6, 0x44  # a data packet: its template crossed with others
+    if by_ev:
+        for p in sent:
+            p.ev = bytes([0xFC, 0, 0, 1, 0xE0, 1, 0xE1, 2, 0xE2, 3]) + bytes(22)
+            p.route_by_ev()
+        sent[2]._route = -(1 << 60 | 0xE102 << 5 | 6)  # a compact route (`routing._compact`)
     target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
     for i, p in enumerate(sent):
         lane.pack(100 + i, 7, 2 * target, p)
     msg = lane.message()
     assert msg is not None and lane.message() is None  # emptied
-    assert len(msg[0][3]) == 1  # the one packet shipped wide
+    assert len(msg[0][3]) == (2 if pkt is None else 1)  # the packets shipped wide
     engine = Simulator()
     engine.order_by_origin()
-    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 2
+    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 3
     for i, p in enumerate(sent):
         key, cb, got = engine.wheel[100 + i]
         assert cb == sim.nodes[target].arrive_cb and key == 7  # the origin
@@ -516,8 +523,12 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None) -> None:
         assert type(got) is type(p) and got.has_packet() == p.has_packet()
         assert got.packet == p.packet
         assert (got.qp_num, got.size, got.tpl is None) == (p.qp_num, p.size, pkt is not None)
-    if pkt is None:  # the template crossed once: both packets share the one made of it
-        assert engine.wheel[100][2].tpl is engine.wheel[101][2].tpl
+        if by_ev and got._route < 0:  # (a wide one crosses by its address)
+            assert (got.ev[:16], got._route) == (p.ev[:16], p._route)
+    if pkt is None:  # the template crossed once: the packets share the one made of it
+        assert engine.wheel[100][2].tpl is engine.wheel[101][2].tpl is engine.wheel[102][2].tpl
+    elif by_ev:  # packed, not wide: still routed by its EV, by its compact route as it was
+        assert engine.wheel[102][2]._route == sent[2]._route < 0
 
 
 def test_more_forked_ranks_than_pipes_can_connect_is_refused_before_any_fork() -> None:

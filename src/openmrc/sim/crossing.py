@@ -76,36 +76,42 @@ def _dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-_HEAD: Final = 19
+_HEAD: Final = 11
 """Fields every crossing packet ships first: its kind, flags (ECN, and a data packet's AckReq and
-retransmission bits), trim, plane, time, origin, target, and the `Transmit`'s fabric and common fields but
-its EV (only a sender reads a packet's EV: it has made the packet's addresses of it); an address or segment
-(an IPv6 one is 128 bits) as two 64-bit halves."""
-_HEAD_FMT: Final = "<BBBHqqqIQQqqQqQQqIq"
-_HEAD_EV_FMT: Final = _HEAD_FMT.replace("IQQ", "I16sQ", 1)
-"""The head of a packet routed by its EV (`Transmit.route_by_ev`): the EV's address bytes and the packet's
-route where the address's halves go (kind ``| _BY_EV``): no 128-bit int made at either end, and the
-receiving rank's switches route it as this rank's would."""
+retransmission bits), trim, plane, time, origin, target, wire size, entropy, epoch and ECMP flow hash. Its
+kind's tail follows, then its addressing (`_ADDR_FMT` or `_ADDR_EV_FMT`), last: a kind's fields sit at the
+same places whichever addressing a packet has. Only a sender reads a packet's EV (it has made the
+packet's addresses of it): a packet routed by a plain address crosses without it."""
+_HEAD_FMT: Final = "<BBBHqqqIQqq"
+_ADDR_FMT: Final = "QQQQ"
+"""A packet's address and its segment (an IPv6 one is 128 bits), each as two 64-bit halves."""
+_ADDR_EV_FMT: Final = "16sQ"
+"""A packet routed by its EV (`Transmit.route_by_ev`, kind ``| _BY_EV``): the EV's address bytes and the
+packet's route: no 128-bit int made at either end, and the receiving rank's switches route it as this
+rank's would (such a packet has no segment)."""
 _BY_EV: Final = 4
 _DATA: Final = 0
 _DATA_TAIL: Final = "IBIQI"
-"""A data packet: the head, then its Write template's index and op, PSN, VA, payload length."""
+"""A data packet: its Write template's index and op, PSN, VA, payload length. Its sender and destination
+nodes and its QP number cross once with its template (a template is one QP's), its size is its payload's."""
 _SACK: Final = 1
-_SACK_TAIL: Final = "IIqqQQBqqqq"
-"""A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): the head, then its
-12 fields but the sending QP's number (the head has it) and the probe-reply flag (in the flags)."""
+_SACK_TAIL: Final = "qqIqIIqqQQBqqqq"
+"""A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): its sender and
+destination nodes, QP number and size, then its 12 fields but the sending QP's number and the probe-reply
+flag (in the flags)."""
 _OTHER: Final = 2
-_OTHER_TAIL: Final = "I"
-"""Any other packet: the head, then the index of its wire bytes (or of itself, when it does not encode)."""
+_OTHER_TAIL: Final = "qqIqI"
+"""Any other packet: its sender and destination nodes, QP number and size, then the index of its wire
+bytes (or of itself, when it does not encode)."""
 _WIDE: Final = 3
 _WIDE_S: Final = struct.Struct("<BI")
-"""A packet with a field its kind's format cannot hold (a value beyond 64 bits): the index of its fields,
-shipped as a tuple."""
+"""A packet with a field its kind's format cannot hold (a value beyond 64 bits), or a data packet whose
+template crossed with another sender or QP: the index of its fields, shipped as a tuple (`_fields`)."""
 _TAILS: Final = (_DATA_TAIL, _SACK_TAIL, _OTHER_TAIL)
 _STRUCTS: Final = (
-    *(struct.Struct(_HEAD_FMT + t) for t in _TAILS),
+    *(struct.Struct(_HEAD_FMT + t + _ADDR_FMT) for t in _TAILS),
     _WIDE_S,
-    *(struct.Struct(_HEAD_EV_FMT + t) for t in _TAILS),
+    *(struct.Struct(_HEAD_FMT + t + _ADDR_EV_FMT) for t in _TAILS),
 )
 """By kind: each kind's, `_WIDE_S`, then each kind's routed by its EV (``kind | _BY_EV``)."""
 _M64: Final = (1 << 64) - 1
@@ -124,24 +130,26 @@ class _Lane:
     """What one rank ships to one other in a window: its packets packed into one byte string as they are
     sent, each its kind's fields in a row (`struct`, so no int object outlives the packing, and the bytes
     cross as they are; per-packet tuples pickled cost about 3 µs a packet, a flat list of ints pickled
-    about 1.5), in the order they were sent. A data packet's Write template crosses once and is named by
-    its index afterwards (both ends keep the same table: one lane's messages arrive in order)."""
+    about 1.5), in the order they were sent. A data packet's Write template crosses once, with the sender,
+    destination and QP number of its packets, and is named by its index afterwards (both ends keep the
+    same table: one lane's messages arrive in order)."""
 
     __slots__ = ("blobs", "buf", "new_tpls", "reset", "soonest", "tpls", "wide")
 
     def __init__(self) -> None:
-        self.tpls: dict[DataTemplate, int] = {}  # (by identity) -> its index
+        self.tpls: dict[DataTemplate, tuple[int, int, int, int]] = {}
+        """(by identity) -> its index, and the sender, destination and QP number it crossed with."""
         self.reset = False
         self.buf = bytearray()
         self.blobs: list[bytes | Packet] = []
         self.wide: list[tuple[Any, ...]] = []
-        self.new_tpls: list[tuple[int, int, int, int, int, int | None]] = []
+        self.new_tpls: list[tuple[int, int, int, int, int, int | None, int, int, int]] = []
         self.soonest = _NEVER
         """The earliest arrival packed since the last message."""
 
-    def pack(self, at: int, origin: int, code: int, tx: Transmit) -> None:
-        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`): one
-        `struct` call per packet, its head and its kind's tail together."""
+    def pack(self, at: int, origin: object, code: object, tx: Transmit) -> None:
+        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`; both
+        ints, made once by the port that ships: no int made per packet): one `struct` call per packet."""
         if at < self.soonest:
             self.soonest = at
         tpl = tx.tpl
@@ -161,29 +169,54 @@ class _Lane:
             addr = a
         try:
             if tpl is not None:
-                idx = self.tpls.get(tpl)
-                if idx is None:
-                    idx = self.tpl_index(tpl)
-                row = (_PACK_DATA_EV if by_ev else _PACK_DATA)(
-                    _DATA | _BY_EV if by_ev else _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2,
-                    int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr, addr_hi, tx.src,
-                    cast(int, tx.peer), tx.entropy, tx.epoch, seg, seg_hi, tx.flow_crc, tx.qp_num, tx.size,
-                    idx, tx.op, tx.psn, tx.va, len(tx.payload),
-                )  # fmt: skip
+                got = self.tpls.get(tpl)
+                if got is None:
+                    got = self.tpl_index(tpl, tx)
+                if got[1] != tx.src or got[2] != tx.peer or got[3] != tx.qp_num:
+                    raise struct.error  # (its template crossed with other packets: this one goes wide)
+                if by_ev:
+                    row = _PACK_DATA_EV(
+                        _DATA | _BY_EV, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2, int(tx.trim), tx.port,
+                        at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi,
+                    )  # fmt: skip
+                else:
+                    row = _PACK_DATA(
+                        _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2, int(tx.trim), tx.port,
+                        at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi, seg, seg_hi,
+                    )  # fmt: skip
             elif type(tx) is SackTransmit and not tx.has_packet():
-                row = (_PACK_SACK_EV if by_ev else _PACK_SACK)(
-                    _SACK | _BY_EV if by_ev else _SACK, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at,
-                    origin, code, tx.wire_size, addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy,
-                    tx.epoch, seg, seg_hi, tx.flow_crc, tx.qp_num, tx.size,
-                    tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
-                    int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b,
-                )  # fmt: skip
+                if by_ev:
+                    row = _PACK_SACK_EV(
+                        _SACK | _BY_EV, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at, origin, code,
+                        tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
+                        tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
+                        int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b, addr, addr_hi,
+                    )  # fmt: skip
+                else:
+                    row = _PACK_SACK(
+                        _SACK, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at, origin, code,
+                        tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
+                        tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
+                        int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b, addr, addr_hi, seg, seg_hi,
+                    )  # fmt: skip
             else:
-                row = (_PACK_OTHER_EV if by_ev else _PACK_OTHER)(
-                    _OTHER | _BY_EV if by_ev else _OTHER, ecn, int(tx.trim), tx.port, at, origin, code,
-                    tx.wire_size, addr, addr_hi, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg,
-                    seg_hi, tx.flow_crc, tx.qp_num, tx.size, len(self.blobs),
-                )  # fmt: skip
+                blob = len(self.blobs)
+                if by_ev:
+                    row = _PACK_OTHER_EV(
+                        _OTHER | _BY_EV, ecn, int(tx.trim), tx.port, at, origin, code, tx.wire_size,
+                        tx.entropy, tx.epoch, tx.flow_crc, tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
+                        blob, addr, addr_hi,
+                    )  # fmt: skip
+                else:
+                    row = _PACK_OTHER(
+                        _OTHER, ecn, int(tx.trim), tx.port, at, origin, code, tx.wire_size,
+                        tx.entropy, tx.epoch, tx.flow_crc, tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
+                        blob, addr, addr_hi, seg, seg_hi,
+                    )  # fmt: skip
                 self.blobs.append(_wire(tx.packet))
         except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
             self.buf += _WIDE_S.pack(_WIDE, len(self.wide))
@@ -208,12 +241,15 @@ class _Lane:
             self.reset = True  # the receiving end starts its table over with the next message
         return msg
 
-    def tpl_index(self, tpl: DataTemplate) -> int:
+    def tpl_index(self, tpl: DataTemplate, tx: Transmit) -> tuple[int, int, int, int]:
+        """``tpl``'s entry (its index, and the sender, destination and QP number it crossed with: those of
+        ``tx`` when it is new)."""
         got = self.tpls.get(tpl)
         if got is None:
             imm = tpl.immdt
-            got = self.tpls[tpl] = len(self.tpls)
             meth = tpl.meth
+            src, peer, qp = tx.src, cast(int, tx.peer), tx.qp_num
+            got = self.tpls[tpl] = (len(self.tpls), src, peer, qp)
             key = (
                 tpl.dest_qp,
                 meth.rqmsn,
@@ -221,31 +257,37 @@ class _Lane:
                 tpl.rkey,
                 tpl.dma_len,
                 None if imm is None else imm.imm_data,
+                src,
+                peer,
+                qp,
             )
             self.new_tpls.append(key)
         return got
 
 
-def _fields(at: int, origin: int, code: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
-    """What `_Lane.pack` packs of ``tx``, as a tuple (the rare packet its formats cannot hold)."""
+def _fields(at: int, origin: object, code: object, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
+    """What `_Lane.pack` packs of ``tx``, as a tuple (the rare packet its formats cannot hold), addressed
+    by a plain address (a packet routed by its EV as the address that EV gives); a data packet's tail
+    ends with its sender, destination and QP number (its template may have crossed with others)."""
     tail: tuple[Any, ...]
     tpl = tx.tpl
+    peer = cast(int, tx.peer)
     if tpl is not None:
         kind, flags = _DATA, int(tx.ack_req) << 1 | int(tx.rtx) << 2
-        tail = (lane.tpl_index(tpl), tx.op, tx.psn, tx.va, len(tx.payload))
+        tail = (lane.tpl_index(tpl, tx)[0], tx.op, tx.psn, tx.va, len(tx.payload), tx.src, peer, tx.qp_num)
     elif type(tx) is SackTransmit and not tx.has_packet():
         kind, flags = _SACK, int(tx.pr) << 3
-        tail = (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
+        tail = (tx.src, peer, tx.qp_num, tx.size)
+        tail += (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
         tail += (tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
     else:
         kind, flags = _OTHER, 0
-        tail = (len(lane.blobs),)
+        tail = (tx.src, peer, tx.qp_num, tx.size, len(lane.blobs))
         lane.blobs.append(_wire(tx.packet))
     addr, seg = tx.addr, tx.seg
     return (
-        kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, addr & _M64,
-        addr >> 64, tx.src, cast(int, tx.peer), tx.entropy, tx.epoch, seg & _M64, seg >> 64,
-        tx.flow_crc, tx.qp_num, tx.size, *tail,
+        kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, tx.entropy,
+        tx.epoch, tx.flow_crc, *tail, addr & _M64, addr >> 64, seg & _M64, seg >> 64,
     )  # fmt: skip
 
 
@@ -254,9 +296,10 @@ class _Shipper(Crossing):
 
     def __init__(self, lane: _Lane, origin: int, arrive: int, deliver: int) -> None:
         self.lane = lane
-        self.origin = origin
-        self.arrive = arrive
-        self.deliver = deliver
+        # held as objects: each packet passes them on to `struct` as they are (no int made per packet)
+        self.origin: object = origin
+        self.arrive: object = arrive
+        self.deliver: object = deliver
 
     def ship(self, at: int, p: Transmit, guarded: bool) -> None:
         self.lane.pack(at, self.origin, self.deliver if guarded else self.arrive, p)
@@ -288,7 +331,8 @@ class _Cut:
                     p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * (n << 16 | i) + 1)
         for (n, i), ghost in sim.ghosts.items():
             self.delivers[n << 16 | i] = ghost._deliver
-        self.tpls_in: list[list[DataTemplate]] = [[] for _ in range(size)]  # by the rank they come from
+        # by the rank they come from: each template with the sender, destination and QP number of its packets
+        self.tpls_in: list[list[tuple[DataTemplate, int, int, int]]] = [[] for _ in range(size)]
 
     def decode(self, src: int, head: tuple[Any, ...], rows: Any, engine: Simulator) -> int:
         """Schedule the packets of rank ``src``'s message (`_Lane.message`: its head, and its rows as bytes,
@@ -298,7 +342,7 @@ class _Cut:
         if reset:
             tpls.clear()
         for key in new_tpls:
-            tpls.append(DataTemplate(*key))
+            tpls.append((DataTemplate(*key[:6]), key[6], key[7], key[8]))
         data: Any = rows
         off, n, got = 0, len(data), 0
         while off < n:
@@ -306,23 +350,26 @@ class _Cut:
             kind: int = data[off]
             f: tuple[Any, ...] = _UNPACKS[kind](data, off)
             off += _SIZES[kind]
-            if f[0] == _WIDE:
+            is_wide = f[0] == _WIDE
+            if is_wide:
                 f = wide[f[1]]
             kind = f[0] & ~_BY_EV
             tx: Transmit
             if kind == _DATA:
-                tx = _data_tx(f, tpls)
+                tx = _data_tx(f, tpls, is_wide)
             elif kind == _SACK:
                 tx = _sack_tx(f)
             else:
-                blob = blobs[f[_HEAD]]
-                tx = Transmit(f[3], f[11], b"", f[12], blob if isinstance(blob, Packet) else parse(blob))
-                tx.qp_num, tx.size = f[17], f[18]
+                blob = blobs[f[_HEAD + 4]]
+                pkt = blob if isinstance(blob, Packet) else parse(blob)
+                tx = Transmit(f[3], f[_HEAD + 1], b"", f[8], pkt)
+                tx.src, tx.qp_num, tx.size = f[_HEAD], f[_HEAD + 2], f[_HEAD + 3]
             self._arrive(f, tx, engine)
         return got
 
     def _arrive(self, f: tuple[Any, ...], tx: Transmit, engine: Simulator) -> None:
-        """``tx``, given the fabric fields of the head ``f``, scheduled where its head says."""
+        """``tx``, given the fabric fields of the head ``f`` and its addressing (last), scheduled where its
+        head says."""
         code: int = f[6]
         cb: Callable[[Transmit], None]
         if code & 1:
@@ -334,38 +381,44 @@ class _Cut:
         tx.ecn = f[1] & 1 != 0
         tx.trim = _TRIMS[f[2]]
         tx.wire_size = f[7]
-        hi: int = f[9]
-        if f[0] & _BY_EV:  # its EV's address and its route (`_HEAD_EV_FMT`); no segment
-            tx.ev = f[8]
-            tx._route = -hi
+        last = len(f) - 1
+        if f[0] & _BY_EV:  # its EV's address and its route (`_ADDR_EV_FMT`); no segment
+            tx.ev = f[last - 1]
+            tx._route = -cast(int, f[last])
         else:
-            addr: int = f[8]
+            addr: int = f[last - 3]
+            hi: int = f[last - 2]
             tx.addr = addr | hi << 64 if hi else addr  # (an address of 64 bits or less: no long operation)
-            seg: int = f[14]
-            hi = f[15]
+            seg: int = f[last - 1]
+            hi = f[last]
             tx.seg = seg | hi << 64 if hi else seg
-        tx.src = f[10]
-        tx.epoch = f[13]
-        tx.flow_crc = f[16]
+        tx.epoch = f[9]
+        tx.flow_crc = f[10]
         engine.insert(f[4], 0, f[5], cb, tx)
 
 
-def _data_tx(f: tuple[Any, ...], tpls: list[DataTemplate]) -> Transmit:
+def _data_tx(f: tuple[Any, ...], tpls: list[tuple[DataTemplate, int, int, int]], wide: bool) -> Transmit:
+    j = _HEAD
     flags: int = f[1]
-    return data_transmit(
-        f[3], f[11], b"", f[12], f[17], tpls[f[_HEAD]], f[_HEAD + 1],
-        flags & 2 != 0, flags & 4 != 0, f[_HEAD + 2], f[_HEAD + 3], _zeros(f[_HEAD + 4]),
+    tpl, src, peer, qp = tpls[f[j]]
+    if wide:  # its own sender, destination and QP number
+        src, peer, qp = f[j + 5], f[j + 6], f[j + 7]
+    tx = data_transmit(
+        f[3], peer, b"", f[8], qp, tpl, f[j + 1], flags & 2 != 0, flags & 4 != 0, f[j + 2], f[j + 3],
+        _zeros(f[j + 4]),
     )  # fmt: skip
+    tx.src = src
+    return tx
 
 
 def _sack_tx(f: tuple[Any, ...]) -> SackTransmit:
-    j = _HEAD
+    j = _HEAD + 4
     flags: int = f[1]
     t = SackTransmit(
-        f[17], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], f[j + 5], f[j + 6], flags & 8 != 0,
+        f[_HEAD + 2], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], f[j + 5], f[j + 6], flags & 8 != 0,
         f[j + 7], f[j + 8], f[j + 9], f[j + 10],
     )  # fmt: skip
-    t.port, t.peer, t.entropy = f[3], f[11], f[12]
+    t.port, t.peer, t.entropy, t.src, t.size = f[3], f[_HEAD + 1], f[8], f[_HEAD], f[_HEAD + 3]
     return t
 
 
