@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openmrc.ev import EVState
-from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, NicConfig, WcStatus
-from openmrc.transport.evtable import shuffle
+from openmrc.ev import EVFormatMode, EVState
+from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, Nic, NicConfig, WcStatus
+from openmrc.transport.evtable import _Draws, shuffle
 from openmrc.transport.profiles import sample_range
 from openmrc.wire import EpOp, Opcode
 
@@ -41,6 +41,46 @@ def test_rotation_shuffle_draws_what_random_shuffle_draws() -> None:
                 shuffle(a, xs)
                 b.shuffle(ys)
                 assert xs == ys and a.random() == b.random()
+
+
+@given(st.integers(0, 2**32), st.lists(st.integers(0, 300), max_size=12))
+def test_consecutive_shuffles_draw_what_consecutive_random_shuffles_draw(seed: int, sizes: list[int]) -> None:
+    """A table's plane shuffles and its rotation's share one batch of words (`_Draws`): the same orders
+    as `random.Random.shuffle` on each list in turn, and the generator left where that leaves it (a batch
+    fetched ahead must never hold a word the shuffles do not use)."""
+    a, b = random.Random(seed), random.Random(seed)
+    draws = _Draws(a, sum(max(n - 1, 0) for n in sizes))
+    for n in sizes:
+        xs = [EvEntry(bytes(32), 1, i) for i in range(n)]
+        ys = list(xs)
+        draws.shuffle(xs)
+        b.shuffle(ys)
+        assert xs == ys
+    assert a.getrandbits(64) == b.getrandbits(64)
+
+
+@pytest.mark.parametrize(
+    ("ports", "per_port", "fraction"), [(1, 1, 0.75), (4, 4, 0.75), (8, 16, 0.5), (3, 7, 1.0)]
+)
+def test_a_table_draws_its_rotation_as_random_shuffle_would(
+    ports: int, per_port: int, fraction: float
+) -> None:
+    """A table built on a plain `random.Random` (the batched draws) and one built on a subclass (which
+    shuffles with the subclass's own `shuffle`, one call per list) agree on every slot and backup, and
+    leave their generators in one state."""
+
+    class Subclass(random.Random):
+        pass
+
+    rows = [(bytes(32), p, (p << 16) | i) for p in range(1, ports + 1) for i in range(per_port)]
+    plain, sub = random.Random(9), Subclass(9)
+    x = EvTable(rows, rng=plain, min_active=1, active_fraction=fraction)
+    y = EvTable(rows, rng=sub, min_active=1, active_fraction=fraction)
+    assert [e.entropy for e in x.rotation] == [e.entropy for e in y.rotation]
+    assert {p: [e.entropy for e in b] for p, b in x.backups.items()} == {
+        p: [e.entropy for e in b] for p, b in y.backups.items()
+    }
+    assert plain.random() == sub.random()
 
 
 @given(
@@ -586,3 +626,43 @@ def test_an_ev_keeps_port_slot_and_skip_epoch_apart() -> None:
     assert (e.port, e.slot, e.skip_epoch) == (255, -1, 3)
     with pytest.raises(ValueError, match="port 256"):
         EvEntry(bytes(32), 256, 0)
+
+
+# -- installing expanded profiles ------------------------------------------------------------------------
+
+
+def test_expanded_profile_rows_and_columns_install_the_same_binding() -> None:
+    evs = [bytes([i]) * 32 for i in range(6)]
+    ports = [1, 2, 3, 4, 1, 2]
+    a, b = Nic(4, rng=random.Random(1)), Nic(4, rng=random.Random(1))
+    x = a.profiles.add_expanded_profile(7, EVFormatMode.SRV6, list(zip(evs, ports, strict=True)), 2, 0)
+    y = b.profiles.add_expanded_columns(7, EVFormatMode.SRV6, evs, ports, 2, 0)
+    assert x.entries == y.entries and len(x.entries) == 6 and (x.min_active, y.min_active) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("evs", "ports", "min_active", "message"),
+    [
+        ([bytes(32)] * 2, [1], 1, "2 EVs but 1 ports"),
+        ([bytes(32), bytes(31)], [1, 2], 1, "EV 1: 31 bytes"),
+        ([bytes(32)] * 3, [1, 5, 2], 1, "EV 1: port 5 outside 1..4"),
+        ([bytes(32)] * 2, [1, 0], 1, "EV 1: port 0 outside 1..4"),
+        ([bytes(32)] * 2, [1, 2], 3, "min_active: 3 outside 0..2"),
+        ([], [], 0, "min_active: 0 outside 0..0"),
+    ],
+)
+def test_expanded_columns_that_do_not_fit_raise_and_install_nothing(
+    evs: list[bytes], ports: list[int], min_active: int, message: str
+) -> None:
+    nic = Nic(4, rng=random.Random(1))
+    with pytest.raises(LocalProtocolError, match=message) as err:
+        nic.profiles.add_expanded_columns(3, EVFormatMode.SRV6, evs, ports, min_active, 0)
+    assert err.value.errno == errno.EINVAL and 3 not in nic.profiles.ev
+
+
+def test_an_expanded_profile_keeps_its_own_copy_of_a_callers_buffer() -> None:
+    buf = bytearray(32)
+    nic = Nic(2, rng=random.Random(1))
+    b = nic.profiles.add_expanded_columns(1, EVFormatMode.SRV6, [buf], [2], 1, 0)
+    buf[0] = 0xFF
+    assert b.entries == ((bytes(32), 2, b.entries[0][2]),) and type(b.entries[0][0]) is bytes

@@ -46,7 +46,8 @@ _USIDS: Final = (1 << 96) - 1
 _ABOVE_USIDS: Final = ~_USIDS
 _FMT: Final = EVFormatProfile(EVFormatMode.SRV6, (32, 16, 16, 16, 16))
 SRV6_EV_MODE: Final = _FMT.mode
-_EXPANDED: Final = struct.Struct(">IQ20x")
+_EXPANDED: Final = struct.Struct(">I4H20x")
+_COMPACT: Final = struct.Struct(">4H")
 """An expanded SRv6 EV from its locator and four uSIDs: the destination address, then no SRH segment."""
 """The EV format mode of `UsidPlan.ev_profile`'s profiles."""
 
@@ -241,16 +242,17 @@ class UsidPlan:
         When a pair uses fewer paths than a plane has uplinks, its uplinks are evenly spaced from an
         offset that depends on the pair, so that different pairs use different T1s and the whole fabric
         carries traffic (one fixed set would load a few T1s and leave the rest idle)."""
-        paths, ports = self._paths(src, dst, count)
+        usids, ports = self._paths(src, dst, count)
+        pack = _COMPACT.pack
         fields = (EVField(32, init_val=self.locator), *(EVField(16, mask=0xFFFF) for _ in range(4)))
         prof = EVProfile(
             EVProfileMode.EXP,
             _FMT,
             fields,
-            ev_count=len(paths),
-            ev_min_active=ev_min_active(len(paths)),
+            ev_count=len(ports),
+            ev_min_active=ev_min_active(len(ports)),
             event_mask=int(EVENT_MASK_ALLOWED),  # the simulator's EV timeline reads these events
-            evs=tuple(path.to_bytes(8, "big") for path in paths),
+            evs=tuple(pack(u0, u1, u2, u3) for u0, u1, u2, u3 in usids),
         )
         return prof, ports
 
@@ -259,41 +261,52 @@ class UsidPlan:
         SRH segment), each with its port: what a simulated fabric's hosts install, without validating
         and expanding a profile per host pair in the interpreter (mode `SRV6_EV_MODE`, floor
         `ev_min_active`)."""
-        paths, ports = self._paths(src, dst, count)
-        pack, loc = _EXPANDED.pack, self.locator
-        return [(pack(loc, path), port) for path, port in zip(paths, ports, strict=True)]
+        return list(zip(*self.ev_columns(src, dst, count), strict=True))
 
-    def _paths(self, src: int, dst: int, count: int | None) -> tuple[list[int], list[int]]:
-        """`ev_profile`'s compact EVs as integers (four uSIDs), and the port of each."""
+    def ev_columns(self, src: int, dst: int, count: int | None = None) -> tuple[list[bytes], list[int]]:
+        """`ev_expanded` as two columns, the EVs and their ports (what `ProfileTable.add_expanded_columns`
+        takes: a large fabric sets up a profile per host pair, and rows would be a tuple per EV)."""
+        usids, ports = self._paths(src, dst, count)
+        pack, loc = _EXPANDED.pack, self.locator
+        return [pack(loc, u0, u1, u2, u3) for u0, u1, u2, u3 in usids], ports
+
+    def _paths(
+        self, src: int, dst: int, count: int | None
+    ) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+        """`ev_profile`'s compact EVs as their four uSIDs, and the port of each."""
         t = self.topo
         per_plane = 1 if t.hops(src, dst) == 1 else t.uplinks
         total = t.planes * per_plane
         count = total if count is None else count
         if not 1 <= count <= total:
             raise ValueError(f"count {count} outside 1..{total} paths between host{src} and host{dst}")
-        paths: list[int] = []
+        usids: list[tuple[int, int, int, int]] = []
         ports: list[int] = []
         per = -(-count // t.planes)  # EVs per plane
         stride = per_plane // per if per_plane > 1 else 1
         offset = fmix32((src * 0x9E3779B1 + dst) & 0xFFFFFFFF) % stride if per < per_plane else 0
-        # `path_usids` in arithmetic: T0, T1, T0, host port (under one T0: T0, host port, 0, 0)
+        # `path_usids` in arithmetic: T0, T1, T0, host port (under one T0: T0, host port, 0, 0); each
+        # uSID the path has carries the plane in its top bits
         ib = self.index_bits
         a, b = src // t.hosts_per_t0, dst // t.hosts_per_t0
         port = dst % t.hosts_per_t0
         if a == b:
-            fixed = ((KIND_T0 << ib | a) << 48) | ((KIND_HOST << ib | port) << 32)
-            each = 0x0001_0001_0000_0000  # the plane bits go into the two uSIDs the path has
+            fixed = (KIND_T0 << ib | a, KIND_HOST << ib | port, 0, 0)
+            used = 2
         else:
-            fixed = (KIND_T0 << ib | a) << 48 | (KIND_T1 << ib) << 32 | (KIND_T0 << ib | b) << 16
-            fixed |= KIND_HOST << ib | port
-            each = 0x0001_0001_0001_0001
+            fixed = (KIND_T0 << ib | a, KIND_T1 << ib, KIND_T0 << ib | b, KIND_HOST << ib | port)
+            used = 4
         shift = 16 - self.plane_bits
-        in_plane = [(p << shift if self.plane_bits else 0) * each for p in range(t.planes)]
+        f0, f1, f2, f3 = fixed
         for i in range(count):
             plane = i % t.planes
-            path = fixed | in_plane[plane]
+            bits = plane << shift if self.plane_bits else 0
+            u1 = f1 | bits
             if per_plane > 1:
-                path |= (offset + (i // t.planes) * per_plane // per) << 32
-            paths.append(path)
+                u1 |= offset + (i // t.planes) * per_plane // per
+            if used == 4:
+                usids.append((f0 | bits, u1, f2 | bits, f3 | bits))
+            else:
+                usids.append((f0 | bits, u1, f2, f3))
             ports.append(plane + 1)
-        return paths, ports
+        return usids, ports

@@ -314,9 +314,9 @@ class MrcHost(SimHost):
             total = plan.topo.paths_between(self._node.id, peer)
             # `UsidPlan.ev_profile`, installed already expanded (a profile per host pair to validate and
             # expand in the interpreter was most of setting up a large fabric's flows)
-            evs = plan.ev_expanded(self._node.id, peer, min(self._shared.env.config.evs_per_qp, total))
-            self.nic.profiles.add_expanded_profile(
-                peer + 1, SRV6_EV_MODE, evs, ev_min_active(len(evs)), int(EVENT_MASK_ALLOWED)
+            evs, ports = plan.ev_columns(self._node.id, peer, min(self._shared.env.config.evs_per_qp, total))
+            self.nic.profiles.add_expanded_columns(
+                peer + 1, SRV6_EV_MODE, evs, ports, ev_min_active(len(evs)), int(EVENT_MASK_ALLOWED)
             )
             self._profiles.add(peer)
         return peer + 1

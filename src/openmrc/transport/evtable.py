@@ -51,33 +51,54 @@ _DENIED: Final = EVState.DENIED
 
 def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
     """``rng.shuffle(x)``, drawing the very same numbers, at a fraction of the cost for a plain
-    `random.Random` (the rotation is re-shuffled once per pass, so this is on the per-packet path).
+    `random.Random` (the rotation is re-shuffled once per pass, so this is on the per-packet path)."""
+    _Draws(rng, len(x) - 1).shuffle(x)
+
+
+class _Draws:
+    """Consecutive `random.Random.shuffle` calls on one generator (a table's planes, then its rotation),
+    drawing the very same numbers from batches of the generator's words.
 
     `random.Random.shuffle` runs Fisher-Yates from the last slot down, drawing each index below ``n`` by
     rejection from ``getrandbits(k)``, ``k = n.bit_length()``, which is the top ``k`` bits of the
     generator's next 32-bit word. ``getrandbits(32·m)`` returns the next ``m`` words at once (the first
-    in the lowest bits), so the words are fetched in batches, each as large as the number of slots still
-    to fill: every slot takes at least one word, so a batch never takes a word the shuffle would not."""
-    if type(rng) is not random.Random:
-        rng.shuffle(x)  # a subclass may draw differently
-        return
-    words = b""  # the batch, little-endian: word w is bytes 4w..4w+3
-    w = 0
-    for i in range(len(x) - 1, 0, -1):
-        n = i + 1
-        shift = 32 - n.bit_length()
-        while True:
-            if w == len(words):
-                words = rng.getrandbits(32 * i).to_bytes(4 * i, "little")
-                w = 0
-            if shift >= 24:  # fewer than 256 slots left: the word's top byte holds all the bits
-                j = words[w + 3] >> (shift - 24)
-            else:
-                j = (words[w + 3] << 24 | words[w + 2] << 16 | words[w + 1] << 8 | words[w]) >> shift
-            w += 4
-            if j < n:
-                break
-        x[i], x[j] = x[j], x[i]
+    in the lowest bits), so the words are fetched in batches of as many words as slots are still to fill
+    (``slots``: every shuffle of ``n`` items fills ``n - 1``), in this shuffle and the ones announced after
+    it: every slot takes at least one word, so a batch never takes a word the shuffles would not. Nothing
+    else may draw from the generator between the announced shuffles."""
+
+    __slots__ = ("left", "rng", "w", "words")
+
+    def __init__(self, rng: random.Random, slots: int) -> None:
+        self.rng = rng
+        self.left = slots  # slots still to fill in the announced shuffles
+        self.words = b""  # the batch, little-endian: word w is bytes 4w..4w+3
+        self.w = 0
+
+    def shuffle(self, x: list[EvEntry]) -> None:
+        rng = self.rng
+        if type(rng) is not random.Random:
+            rng.shuffle(x)  # a subclass may draw differently
+            return
+        words, w, left = self.words, self.w, self.left
+        for i in range(len(x) - 1, 0, -1):
+            n = i + 1
+            shift = 32 - n.bit_length()
+            while True:
+                if w == len(words):
+                    m = max(left, 1)  # (a miscount must not stall: at least the word this slot needs)
+                    words = rng.getrandbits(32 * m).to_bytes(4 * m, "little")
+                    w = 0
+                if shift >= 24:  # fewer than 256 slots left: the word's top byte holds all the bits
+                    j = words[w + 3] >> (shift - 24)
+                else:
+                    j = (words[w + 3] << 24 | words[w + 2] << 16 | words[w + 1] << 8 | words[w]) >> shift
+                w += 4
+                if j < n:
+                    break
+            left -= 1
+            x[i], x[j] = x[j], x[i]
+        self.words, self.w, self.left = words, w, left
 
 
 @mypyc_attr(acyclic=True)
@@ -256,7 +277,16 @@ class EvTable:
         qp_num: int = 0,
         profile_id: int = 0,
     ) -> None:
-        self.entries = [EvEntry(ev, port, ent) for ev, port, ent in entries]
+        self.entries: list[EvEntry] = []
+        per_port: dict[int, list[EvEntry]] = {}
+        for ev, port, ent in entries:
+            e = EvEntry(ev, port, ent)
+            self.entries.append(e)
+            group = per_port.get(port)
+            if group is None:
+                per_port[port] = [e]
+            else:
+                group.append(e)
         if not self.entries:
             raise ValueError("an EV table needs at least one EV")
         self._rng = rng
@@ -268,18 +298,18 @@ class EvTable:
         self.qp_num = qp_num
         self.profile_id = profile_id
         self._index = _entropy_index(self.entries)
-        per_port: dict[int, list[EvEntry]] = {}
-        for e in self.entries:
-            per_port.setdefault(e.port, []).append(e)
         self.rotation: list[EvEntry] = []
         self._backups: list[EvEntry] = []  # every plane's, in order (a QP has few: no list per plane)
-        for port in sorted(per_port):
+        ports = sorted(per_port)
+        actives = [max(1, round(len(per_port[p]) * active_fraction)) for p in ports]
+        # each plane's shuffle, then the rotation's: one batch of the generator's words serves them all
+        draws = _Draws(rng, len(self.entries) - len(ports) + sum(actives) - 1)
+        for port, n_active in zip(ports, actives, strict=True):
             group = per_port[port]
-            shuffle(rng, group)
-            n_active = max(1, round(len(group) * active_fraction))
+            draws.shuffle(group)
             self.rotation.extend(group[:n_active])
             self._backups.extend(group[n_active:])
-        shuffle(rng, self.rotation)
+        draws.shuffle(self.rotation)
         for i, e in enumerate(self.rotation):
             e.slot = i
         self._pos = 0

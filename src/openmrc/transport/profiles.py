@@ -28,6 +28,9 @@ from openmrc.transport.nscc import NsccConfig
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import LocalProtocolError
 
+Buffer = bytes | bytearray | memoryview
+"""An expanded EV as a caller may hand it (the profile keeps its own bytes)."""
+
 __all__ = ["EvProfileBinding", "ProfileTable", "sample_range"]
 
 EVENT_QUEUE_DEPTH = 1 << 16
@@ -235,22 +238,40 @@ class ProfileTable:
         self,
         profile_id: int,
         mode: EVFormatMode,
-        evs: Sequence[tuple[bytes, int]],
+        evs: Sequence[tuple[Buffer, int]],
         min_active: int,
         event_mask: int,
     ) -> EvProfileBinding:
         """Install an EV profile of expanded EVs (32 bytes each, as a controller's EV array holds them),
         each with its port."""
+        rows = list(evs)
+        values = [ev for ev, _ in rows]
+        return self.add_expanded_columns(
+            profile_id, mode, values, [p for _, p in rows], min_active, event_mask
+        )
+
+    def add_expanded_columns(
+        self,
+        profile_id: int,
+        mode: EVFormatMode,
+        evs: Sequence[Buffer],
+        ports: Sequence[int],
+        min_active: int,
+        event_mask: int,
+    ) -> EvProfileBinding:
+        """`add_expanded_profile` with the EVs and their ports as two columns of one length."""
+        if len(ports) != len(evs):
+            raise LocalProtocolError(errno.EINVAL, f"{len(evs)} EVs but {len(ports)} ports")
         values: list[bytes] = []
-        ports: list[int] = []
-        num_ports = self.num_ports
-        for i, (ev, port) in enumerate(evs):
+        for i, raw in enumerate(evs):
+            ev = raw if type(raw) is bytes else bytes(raw)  # a caller's buffer may change later
             if len(ev) != 32:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: {len(ev)} bytes, an expanded EV has 32")
+            values.append(ev)
+        num_ports = self.num_ports
+        for i, port in enumerate(ports):
             if not 1 <= port <= num_ports:
                 raise LocalProtocolError(errno.EINVAL, f"EV {i}: port {port} outside 1..{num_ports}")
-            values.append(bytes(ev))
-            ports.append(port)
         if not values or not 0 <= min_active <= len(values):
             raise LocalProtocolError(errno.EINVAL, f"min_active: {min_active} outside 0..{len(values)}")
         crc32 = zlib.crc32
