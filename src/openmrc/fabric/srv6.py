@@ -242,8 +242,7 @@ class UsidPlan:
         When a pair uses fewer paths than a plane has uplinks, its uplinks are evenly spaced from an
         offset that depends on the pair, so that different pairs use different T1s and the whole fabric
         carries traffic (one fixed set would load a few T1s and leave the rest idle)."""
-        usids, ports = self._paths(src, dst, count)
-        pack = _COMPACT.pack
+        evs, ports = self._paths(src, dst, count, None)
         fields = (EVField(32, init_val=self.locator), *(EVField(16, mask=0xFFFF) for _ in range(4)))
         prof = EVProfile(
             EVProfileMode.EXP,
@@ -252,7 +251,7 @@ class UsidPlan:
             ev_count=len(ports),
             ev_min_active=ev_min_active(len(ports)),
             event_mask=int(EVENT_MASK_ALLOWED),  # the simulator's EV timeline reads these events
-            evs=tuple(pack(u0, u1, u2, u3) for u0, u1, u2, u3 in usids),
+            evs=tuple(evs),
         )
         return prof, ports
 
@@ -266,21 +265,20 @@ class UsidPlan:
     def ev_columns(self, src: int, dst: int, count: int | None = None) -> tuple[list[bytes], list[int]]:
         """`ev_expanded` as two columns, the EVs and their ports (what `ProfileTable.add_expanded_columns`
         takes: a large fabric sets up a profile per host pair, and rows would be a tuple per EV)."""
-        usids, ports = self._paths(src, dst, count)
-        pack, loc = _EXPANDED.pack, self.locator
-        return [pack(loc, u0, u1, u2, u3) for u0, u1, u2, u3 in usids], ports
+        return self._paths(src, dst, count, self.locator)
 
     def _paths(
-        self, src: int, dst: int, count: int | None
-    ) -> tuple[list[tuple[int, int, int, int]], list[int]]:
-        """`ev_profile`'s compact EVs as their four uSIDs, and the port of each."""
+        self, src: int, dst: int, count: int | None, locator: int | None
+    ) -> tuple[list[bytes], list[int]]:
+        """`ev_profile`'s EVs, compact (four uSIDs: ``locator`` None) or expanded behind ``locator``, and
+        the port of each."""
         t = self.topo
         per_plane = 1 if t.hops(src, dst) == 1 else t.uplinks
         total = t.planes * per_plane
         count = total if count is None else count
         if not 1 <= count <= total:
             raise ValueError(f"count {count} outside 1..{total} paths between host{src} and host{dst}")
-        usids: list[tuple[int, int, int, int]] = []
+        evs: list[bytes] = []
         ports: list[int] = []
         per = -(-count // t.planes)  # EVs per plane
         stride = per_plane // per if per_plane > 1 else 1
@@ -291,22 +289,21 @@ class UsidPlan:
         a, b = src // t.hosts_per_t0, dst // t.hosts_per_t0
         port = dst % t.hosts_per_t0
         if a == b:
-            fixed = (KIND_T0 << ib | a, KIND_HOST << ib | port, 0, 0)
-            used = 2
+            f0, f1, f2, f3 = KIND_T0 << ib | a, KIND_HOST << ib | port, 0, 0
         else:
-            fixed = (KIND_T0 << ib | a, KIND_T1 << ib, KIND_T0 << ib | b, KIND_HOST << ib | port)
-            used = 4
+            f0, f1, f2, f3 = KIND_T0 << ib | a, KIND_T1 << ib, KIND_T0 << ib | b, KIND_HOST << ib | port
         shift = 16 - self.plane_bits
-        f0, f1, f2, f3 = fixed
+        compact, expanded = _COMPACT.pack, _EXPANDED.pack
         for i in range(count):
             plane = i % t.planes
             bits = plane << shift if self.plane_bits else 0
+            far = bits if a != b else 0  # (the two uSIDs only a path through a T1 has)
             u1 = f1 | bits
             if per_plane > 1:
                 u1 |= offset + (i // t.planes) * per_plane // per
-            if used == 4:
-                usids.append((f0 | bits, u1, f2 | bits, f3 | bits))
+            if locator is None:
+                evs.append(compact(f0 | bits, u1, f2 | far, f3 | far))
             else:
-                usids.append((f0 | bits, u1, f2, f3))
+                evs.append(expanded(locator, f0 | bits, u1, f2 | far, f3 | far))
             ports.append(plane + 1)
-        return usids, ports
+        return evs, ports
