@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from openmrc.transport import (
     TRANSITIONS,
@@ -30,6 +32,7 @@ from openmrc.transport import (
     WrOpcode,
 )
 from openmrc.transport.evtable import EvTable
+from openmrc.transport.nic import draw_qpn
 from openmrc.transport.requester import Requester
 from openmrc.transport.responder import Responder
 
@@ -223,6 +226,78 @@ def test_unknown_profile_ids_raise(name: str) -> None:
     err = refused(qp.modify, S.INIT, **{**INIT_ATTRS, name: 77})
     assert "77" in err.reason
     assert qp.state is S.RESET and qp.attr.ev_profile_id is None
+
+
+#: Each range-checked attribute's bounds, written out independently of the module's table.
+BOUNDS = {
+    "mpr_dest": (1, 255),
+    "mpr": (1, 255),
+    "max_wimm_dest": (0, 0xFFFF),
+    "max_wimm": (0, 0xFFFF),
+    "timeout": (0, 24),
+    "retry_linear": (0, 7),
+    "retry_exp": (0, 25),
+    "dest_qp_num": (0, (1 << 24) - 1),
+    "rq_psn": (0, (1 << 24) - 1),
+    "sq_psn": (0, (1 << 24) - 1),
+}
+NAMES = sorted(set(INIT_ATTRS) | set(RTR_ATTRS) | set(RTS_ATTRS) | {"qp_hint", "cap"})
+STEPS = [*REQUIRED, (S.INIT, S.INIT), (S.RTS, S.RTS)]
+
+
+def _wrong(frm: QpState, to: QpState, attrs: dict[str, Any]) -> set[str]:
+    """What an independent reading of the rules finds wrong with ``attrs`` on ``frm -> to`` (names)."""
+    required, optional = TRANSITIONS[frm, to]
+    given = {k for k, v in attrs.items() if v is not None}
+    wrong = {k for k in attrs if k not in NAMES} | (given - required - optional)
+    if frm is not to:
+        wrong |= required - given
+    for k in given & set(BOUNDS):
+        lo, hi = BOUNDS[k]
+        if not isinstance(attrs[k], int) or not lo <= attrs[k] <= hi:
+            wrong.add(k)
+    # a new NIC has profile 0 of each kind only; the refusal names the kind
+    wrong |= {
+        f"{kind} profile"
+        for k, kind in (("ev_profile_id", "EV"), ("cc_profile_id", "CC"))
+        if k in given and attrs[k] != 0
+    }
+    return wrong
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    step=st.sampled_from(STEPS),
+    base=st.booleans(),
+    changes=st.dictionaries(
+        st.sampled_from([*NAMES, "bogus"]),
+        st.one_of(
+            st.none(),
+            st.integers(-2, 300),
+            st.sampled_from([1 << 16, 1 << 24, "8", True]),
+        ),
+        max_size=6,
+    ),
+)
+def test_modify_accepts_exactly_what_the_rules_allow(
+    step: tuple[QpState, QpState], base: bool, changes: dict[str, Any]
+) -> None:
+    """Random attribute sets (each name given, None, out of range, of the wrong type, unknown, or a profile
+    that does not exist) on every transition that takes attributes: `modify` does it exactly when nothing
+    is wrong, and otherwise raises naming something wrong and changes nothing."""
+    frm, to = step
+    attrs = {**(REQUIRED.get(step, {}) if base else {}), **changes}
+    qp = qp_in(frm)
+    before = attrs_snapshot(qp)
+    wrong = _wrong(frm, to, attrs)
+    if not wrong:
+        qp.modify(to, **attrs)
+        assert qp.state is to
+        assert all(getattr(qp.attr, k) == v for k, v in attrs.items() if v is not None)
+        return
+    err = refused(qp.modify, to, **attrs)
+    assert any(k in err.reason for k in wrong), (wrong, err.reason)
+    assert attrs_snapshot(qp) == before
 
 
 def test_reset_clears_attributes_and_queues() -> None:
@@ -511,3 +586,36 @@ def test_sq_sig_all_completes_unsignaled_wrs() -> None:
 
 def test_send_flags_default_is_signaled() -> None:
     assert SendWR(1, WrOpcode.RDMA_WRITE, [], 0, 0).send_flags & SendFlags.SIGNALED
+
+
+# -- QP numbers ------------------------------------------------------------------------------------------
+
+
+class _OwnDraws(random.Random):
+    """A generator subclass: its numbers are its own business (a QP number is whatever it says)."""
+
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:  # type: ignore[override]
+        return 0x4242
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40))
+def test_qp_numbers_are_randranges_draws(seed: int, n: int) -> None:
+    """A NIC's QP numbers are ``randrange(0x100, 1 << 24)`` of its generator, the generator left where
+    randrange leaves it."""
+    nic = make_nic(seed)
+    ref = random.Random()
+    ref.setstate(nic.rng.getstate())
+    qpns = [new_qp(nic).qp_num for _ in range(n)]
+    want: list[int] = []
+    while len(want) < n:
+        q = ref.randrange(0x100, 1 << 24)
+        if q not in want:
+            want.append(q)
+    assert qpns == want and nic.rng.getstate() == ref.getstate()
+
+
+def test_a_rejected_qp_number_draw_is_drawn_again() -> None:
+    """Seed 331748's first 24-bit word is out of range: it is drawn again, as randrange does."""
+    assert random.Random(331748).getrandbits(24) >= (1 << 24) - 0x100  # the case under test
+    assert draw_qpn(random.Random(331748)) == random.Random(331748).randrange(0x100, 1 << 24)
+    assert draw_qpn(_OwnDraws(331748)) == 0x4242

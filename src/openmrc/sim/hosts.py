@@ -241,7 +241,7 @@ class MrcHost(SimHost):
         self.engine = shared.env.engine
         """The simulation's event engine (its ``now`` is this host's clock)."""
         self._profiles: set[int] = set()  # peers whose SRv6 EV profile is installed
-        self._cqs: tuple[CompletionQueue, CompletionQueue] | None = None
+        self._qp_init: QpInitAttr | None = None  # of every flow QP: this host's two flow CQs
         self._flow_mr: MemoryRegion | None = None
         self._flow_pairs: dict[int, tuple[Qp, Qp]] = {}  # peer -> the QP pair of this host's flows to it
         self.transient = False
@@ -356,10 +356,8 @@ class MrcHost(SimHost):
         first use; its completions go to the flow CQs the simulation drains)."""
         pair = self._flow_pairs.get(peer._node.id)
         if pair is None:
-            cqs = self._flow_cqs()
-            a = self.nic.create_qp(QpInitAttr(send_cq=cqs[0], recv_cq=cqs[1]))
-            pcqs = peer._flow_cqs()
-            b = peer.nic.create_qp(QpInitAttr(send_cq=pcqs[0], recv_cq=pcqs[1]))
+            a = self.nic.create_qp(self._flow_qp_init())
+            b = peer.nic.create_qp(peer._flow_qp_init())
             self.connect(a, peer._node.id, b.qp_num)
             peer.connect(b, self._node.id, a.qp_num)
             pair = self._flow_pairs[peer._node.id] = (a, b)
@@ -379,8 +377,7 @@ class MrcHost(SimHost):
         key = peer if sending else ~peer
         qp = cut.get(key)
         if qp is None:
-            cqs = self._flow_cqs()
-            qp = cut[key] = self.nic.create_qp(QpInitAttr(send_cq=cqs[0], recv_cq=cqs[1]))
+            qp = cut[key] = self.nic.create_qp(self._flow_qp_init())
             self.connect(qp, peer, 0)
             noted = self._shared.env.cut
             assert noted is not None  # a fabric built in parts notes them
@@ -421,12 +418,12 @@ class MrcHost(SimHost):
                 host._profiles.discard(far)
                 host.nic.profiles.remove_ev_profile(far + 1)
 
-    def _flow_cqs(self) -> tuple[CompletionQueue, CompletionQueue]:
-        cqs = self._cqs
-        if cqs is None:  # one send and one receive CQ per host: completions name their flow by wr_id
+    def _flow_qp_init(self) -> QpInitAttr:
+        init = self._qp_init
+        if init is None:  # one send and one receive CQ per host: completions name their flow by wr_id
             ready = self._shared.ready
-            cqs = self._cqs = (_SimCq(ready), _SimCq(ready))
-        return cqs
+            init = self._qp_init = QpInitAttr(send_cq=_SimCq(ready), recv_cq=_SimCq(ready))
+        return init
 
     def _memory(self) -> MemoryRegion:
         mr = self._flow_mr

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Final
 
 from openmrc.sim.network import HEADER_BYTES, PAUSED, Node, sim_packet
 from openmrc.transport import Transmit, TrimMark
+from openmrc.transport.nic import draw_qpn
 from openmrc.wire import AETH, BTH, METH, RETH, AethSyndrome, Opcode, Packet
 
 if TYPE_CHECKING:
@@ -484,7 +485,7 @@ class RoceHost(Node):
 
 def new_qpn(rng: random.Random, used: set[int]) -> int:
     while True:
-        q = rng.randrange(0x100, 1 << 24)
+        q = draw_qpn(rng)
         if q not in used:
             used.add(q)
             return q

@@ -210,9 +210,7 @@ def _entropy_index(entries: list[EvEntry]) -> bytes:
     each 0 (empty) or 1 + the EV's position in ``entries``; linear probing. A slot is a byte, or two
     (little-endian) from 255 EVs on. A dict with the values' integer objects would be ten times the size
     (a QP of 32 EVs: 2.2 KB instead of 64 bytes)."""
-    n = len(entries)
-    if n >= 0xFFFF:
-        raise ValueError(f"an EV table holds at most {0xFFFF - 1} EVs, not {n}")
+    n = len(entries)  # below 0xFFFF (`EvTable` checks)
     size = 4
     while size < 2 * n:
         size <<= 1
@@ -297,7 +295,9 @@ class EvTable:
         self._emit = emit
         self.qp_num = qp_num
         self.profile_id = profile_id
-        self._index = _entropy_index(self.entries)
+        if len(self.entries) >= 0xFFFF:
+            raise ValueError(f"an EV table holds at most {0xFFFF - 1} EVs, not {len(self.entries)}")
+        self._index: bytes | None = None  # made at the first `find`: a QP that only receives never needs it
         self.rotation: list[EvEntry] = []
         self._backups: list[EvEntry] = []  # every plane's, in order (a QP has few: no list per plane)
         ports = sorted(per_port)
@@ -331,6 +331,8 @@ class EvTable:
         what a SACK or NACK echoes, looked up in `_entropy_index`."""
         idx = self._index
         entries = self.entries
+        if idx is None:
+            idx = self._index = _entropy_index(entries)
         if len(entries) < 0xFF:
             mask = len(idx) - 1
             wide = False

@@ -73,6 +73,19 @@ _LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 _RTS: Final = QpState.RTS
 _NO_EV: Final = bytes(32)
 _NO_TRIM: Final = TrimMark.NONE
+_QPN_SPAN: Final = (1 << 24) - 0x100  # QP numbers 0x100.. (below: reserved)
+
+
+def draw_qpn(rng: random.Random) -> int:
+    """``rng.randrange(0x100, 1 << 24)``, a QP number above the reserved ones: the same number and the same
+    words of the generator, drawn without `random.Random`'s Python frames when ``rng`` is a plain one
+    (rejection sampling from ``getrandbits(24)``, as its ``_randbelow`` does)."""
+    if type(rng) is not random.Random:
+        return rng.randrange(0x100, 1 << 24)  # a subclass may draw differently
+    r = rng.getrandbits(24)
+    while r >= _QPN_SPAN:
+        r = rng.getrandbits(24)
+    return 0x100 + r
 
 
 class Nic:
@@ -138,7 +151,7 @@ class Nic:
 
     def create_qp(self, init: QpInitAttr) -> Qp:
         while True:
-            qpn = self.rng.randrange(0x100, 1 << 24)
+            qpn = draw_qpn(self.rng)
             if qpn not in self.qps:
                 break
         qp = Qp(self, qpn, init)

@@ -98,8 +98,10 @@ _RTR_OPT: Final = frozenset({"cap"})
 _RTS_REQ: Final = frozenset({"sq_psn", "mpr", "max_wimm", "timeout", "retry_linear", "retry_exp"})
 _RTS_OPT: Final = frozenset({"timeout", "retry_linear", "retry_exp", "max_wimm"})
 
+_Rule = tuple[frozenset[str], frozenset[str]]  # (required attributes, optional attributes)
+
 #: (from, to) → (required attributes, optional attributes). Absent pairs are illegal.
-TRANSITIONS: Final[dict[tuple[QpState, QpState], tuple[frozenset[str], frozenset[str]]]] = {
+TRANSITIONS: Final[dict[tuple[QpState, QpState], _Rule]] = {
     (QpState.RESET, QpState.RESET): (frozenset(), frozenset()),
     (QpState.RESET, QpState.INIT): (_INIT_REQ, _INIT_OPT),
     (QpState.INIT, QpState.INIT): (frozenset(), _INIT_REQ | _INIT_OPT),
@@ -185,34 +187,12 @@ class Qp:
         rule = TRANSITIONS.get((self.state, state))
         if rule is None:
             raise LocalProtocolError(errno.EINVAL, f"illegal QP transition {self.state.name} -> {state.name}")
-        required, optional = rule
-        unknown = set(attrs) - _ALL
-        if unknown:
-            raise LocalProtocolError(errno.EINVAL, f"unknown QP attribute(s): {', '.join(sorted(unknown))}")
-        given = {k for k, v in attrs.items() if v is not None}
-        missing = required - given - self._already_set(state)
-        if missing:
-            raise LocalProtocolError(
-                errno.EINVAL,
-                f"{self.state.name} -> {state.name} needs attribute(s): {', '.join(sorted(missing))}",
-            )
-        extra = given - required - optional
-        if extra:
-            raise LocalProtocolError(
-                errno.EINVAL,
-                f"attribute(s) not allowed on {self.state.name} -> {state.name}: {', '.join(sorted(extra))}",
-            )
-        for name in given:
-            lo_hi = _RANGES.get(name)
-            v = attrs[name]
-            if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
-                raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo_hi[0]}, {lo_hi[1]}]")
-        if "ev_profile_id" in given and not self.nic.has_ev_profile(attrs["ev_profile_id"]):
-            raise LocalProtocolError(errno.EINVAL, f"no EV profile {attrs['ev_profile_id']}")
-        if "cc_profile_id" in given and not self.nic.has_cc_profile(attrs["cc_profile_id"]):
-            raise LocalProtocolError(errno.EINVAL, f"no CC profile {attrs['cc_profile_id']}")
-        for name in given:
-            setattr(self.attr, name, attrs[name])
+        if not self._fits(rule, state, attrs):
+            self._refuse(rule, state, attrs)
+        attr = self.attr
+        for name, v in attrs.items():
+            if v is not None:
+                setattr(attr, name, v)
         old, self.state = self.state, state
         if state is QpState.RTR and old is QpState.INIT:
             self.evs = self.nic.build_ev_table(self, now)
@@ -229,9 +209,61 @@ class Qp:
             self.responder = Responder(self)
         self.nic.wake(self)
 
-    def _already_set(self, to: QpState) -> set[str]:
-        # INIT -> INIT and RTS -> RTS modify; the required sets apply to fresh transitions only.
-        return set(_ALL) if to is self.state else set()
+    def _fits(self, rule: _Rule, state: QpState, attrs: dict[str, Any]) -> bool:
+        """Whether ``attrs`` are right for the transition to ``state`` (one pass, no sets made: every QP of
+        a simulated fabric takes three transitions); `_refuse` says what is wrong when they are not."""
+        required, optional = rule
+        n = 0
+        for name, v in attrs.items():
+            if v is None:
+                if name not in _ALL:
+                    return False
+                continue
+            if name in required:
+                n += 1
+            elif name not in optional:
+                return False
+            lo_hi = _RANGES.get(name)
+            if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
+                return False
+        if n != len(required) and state is not self.state:  # INIT -> INIT, RTS -> RTS: nothing required
+            return False
+        nic = self.nic
+        p = attrs.get("ev_profile_id")
+        if p is not None and not nic.has_ev_profile(p):
+            return False
+        p = attrs.get("cc_profile_id")
+        return p is None or nic.has_cc_profile(p)
+
+    def _refuse(self, rule: _Rule, state: QpState, attrs: dict[str, Any]) -> None:
+        """Raise `LocalProtocolError` naming the first thing wrong with ``attrs`` for this transition."""
+        required, optional = rule
+        unknown = set(attrs) - _ALL
+        if unknown:
+            raise LocalProtocolError(errno.EINVAL, f"unknown QP attribute(s): {', '.join(sorted(unknown))}")
+        given = {k for k, v in attrs.items() if v is not None}
+        missing = set() if state is self.state else required - given
+        if missing:
+            raise LocalProtocolError(
+                errno.EINVAL,
+                f"{self.state.name} -> {state.name} needs attribute(s): {', '.join(sorted(missing))}",
+            )
+        extra = given - required - optional
+        if extra:
+            raise LocalProtocolError(
+                errno.EINVAL,
+                f"attribute(s) not allowed on {self.state.name} -> {state.name}: {', '.join(sorted(extra))}",
+            )
+        for name in sorted(given):
+            lo_hi = _RANGES.get(name)
+            v = attrs[name]
+            if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
+                raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo_hi[0]}, {lo_hi[1]}]")
+        if "ev_profile_id" in given and not self.nic.has_ev_profile(attrs["ev_profile_id"]):
+            raise LocalProtocolError(errno.EINVAL, f"no EV profile {attrs['ev_profile_id']}")
+        if "cc_profile_id" in given and not self.nic.has_cc_profile(attrs["cc_profile_id"]):
+            raise LocalProtocolError(errno.EINVAL, f"no CC profile {attrs['cc_profile_id']}")
+        raise AssertionError(f"_fits and _refuse disagree on {attrs!r}")  # pragma: no cover
 
     def set_error(self, now: int, status: WcStatus) -> None:
         """A fatal transport event: ERROR, the first outstanding WR fails with ``status``, the rest flush."""
