@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import heapq
 import json
@@ -16,8 +17,11 @@ from hypothesis import strategies as st
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
 from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.flows import Flow
+from openmrc.sim.metrics import LinkStat
 from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, sim_packet
-from openmrc.transport import SackTransmit, Transmit, TrimMark
+from openmrc.transport import QpAttr, SackTransmit, Transmit, TrimMark
+from openmrc.transport.types import QpCapFlags, WcStatus
 from openmrc.wire import BTH, METH, RETH, SETH, CcState, Opcode, Packet
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -381,3 +385,86 @@ def test_validation_mode_encodes_every_packet_and_changes_nothing() -> None:
         res = sim.run(until=10**9)
         runs.append((res.fcts_us(), res.summary()))
     assert runs[0] == runs[1] and runs[0][1]["completed"] == 15
+
+
+# -- dataclasses with a written-out __init__ -------------------------------------------------------------
+_WRITTEN_OUT: list[tuple[type, dict[str, Any]]] = [
+    # each class, and a value for every field (most unlike its default)
+    (
+        LinkStat,
+        dict(
+            node=1,
+            port=2,
+            peer=3,
+            bps=4,
+            sent_bytes=5,
+            utilisation=0.5,
+            drops=6,
+            losses=7,
+            trims=8,
+            ecn_marks=9,
+            pauses=10,
+            paused_us=1.5,
+        ),
+    ),
+    (
+        QpAttr,
+        dict(
+            qp_hint="h",
+            ev_profile_id=1,
+            cc_profile_id=2,
+            dest_qp_num=3,
+            peer="p",
+            rq_psn=4,
+            mpr_dest=5,
+            max_wimm_dest=6,
+            cap=QpCapFlags.DYNAMIC_MPR,
+            sq_psn=7,
+            mpr=8,
+            max_wimm=9,
+            timeout=10,
+            retry_linear=3,
+            retry_exp=11,
+        ),
+    ),
+    (
+        Flow,
+        dict(
+            src=1,
+            dst=2,
+            size=3,
+            start=4,
+            id=5,
+            tag="t",
+            imm=True,
+            trigger=None,
+            send_done=None,
+            recv_done=None,
+            qp=None,
+            finish=6,
+            recv_finish=7,
+            status=WcStatus.SUCCESS,
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("cls", "values"), _WRITTEN_OUT, ids=lambda x: getattr(x, "__name__", ""))
+def test_a_written_out_init_takes_what_the_dataclass_declares(cls: type, values: dict[str, Any]) -> None:
+    """Some dataclasses made by the million write their ``__init__`` out (compiled, it is several times as
+    fast as the generated one): it must take exactly the declared fields, in order, with their defaults."""
+    declared = dataclasses.fields(cls)
+    assert [f.name for f in declared] == list(values)
+    whole = cls(**values)
+    assert all(getattr(whole, k) == v for k, v in values.items())
+    kw_only = all(f.kw_only for f in declared)
+    if not kw_only:
+        assert (
+            cls(*values.values()) == whole if cls is not Flow else repr(cls(*values.values())) == repr(whole)
+        )
+    required = {f.name: values[f.name] for f in declared if f.default is dataclasses.MISSING}
+    least = cls(**required)
+    for f in declared:
+        assert getattr(least, f.name) == (values[f.name] if f.name in required else f.default), f.name
+    with pytest.raises(TypeError):
+        cls(**values, not_a_field=1)

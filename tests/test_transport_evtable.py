@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from openmrc.ev import EVFormatMode, EVState
 from openmrc.transport import EvEntry, EvEvent, EvTable, LocalProtocolError, Nic, NicConfig, WcStatus
-from openmrc.transport.evtable import _Draws, shuffle
+from openmrc.transport.evtable import _Draws, _round, shuffle
 from openmrc.transport.profiles import sample_range
 from openmrc.wire import EpOp, Opcode
 
@@ -57,6 +57,16 @@ def test_consecutive_shuffles_draw_what_consecutive_random_shuffles_draw(seed: i
         b.shuffle(ys)
         assert xs == ys
     assert a.getrandbits(64) == b.getrandbits(64)
+
+
+@given(
+    st.floats(min_value=0, allow_nan=False, allow_infinity=False)
+    | st.integers(0, 10**6).map(lambda n: n / 2)  # every half, which rounds to even
+    | st.tuples(st.integers(0, 300), st.floats(0, 1)).map(lambda t: t[0] * t[1])  # a plane times a fraction
+)
+def test_a_tables_rounding_is_round(x: float) -> None:
+    """How many of a plane's EVs are active is ``round(size * fraction)``, half to even, as the builtin."""
+    assert _round(x) == round(x)
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,18 @@ def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
     _Draws(rng, len(x) - 1).shuffle(x)
 
 
+def _round(x: float) -> int:
+    """``round(x)`` (half to even) for a table's plane sizes times its active fraction, in arithmetic (the
+    builtin is a generic call from compiled code)."""
+    if not 0.0 <= x < 4503599627370496.0:  # 2**52: below it, x - int(x) is exact
+        return round(x)
+    r = int(x)
+    frac = x - r
+    if frac > 0.5 or (frac == 0.5 and r & 1):
+        r += 1
+    return r
+
+
 class _Draws:
     """Consecutive `random.Random.shuffle` calls on one generator (a table's planes, then its rotation),
     drawing the very same numbers from batches of the generator's words.
@@ -80,10 +92,16 @@ class _Draws:
         if type(rng) is not random.Random:
             rng.shuffle(x)  # a subclass may draw differently
             return
+        if len(x) < 2:
+            return  # nothing to draw (as `random.Random.shuffle`)
         words, w, left = self.words, self.w, self.left
+        shift = 32 - len(x).bit_length()  # 32 - n.bit_length() for each n below, kept as n falls
+        half = 1 << (31 - shift)  # the least n of that bit length
         for i in range(len(x) - 1, 0, -1):
             n = i + 1
-            shift = 32 - n.bit_length()
+            if n < half:
+                shift += 1
+                half >>= 1
             while True:
                 if w == len(words):
                     m = max(left, 1)  # (a miscount must not stall: at least the word this slot needs)
@@ -276,10 +294,11 @@ class EvTable:
         profile_id: int = 0,
     ) -> None:
         self.entries: list[EvEntry] = []
+        made = self.entries
         per_port: dict[int, list[EvEntry]] = {}
         for ev, port, ent in entries:
             e = EvEntry(ev, port, ent)
-            self.entries.append(e)
+            made.append(e)
             group = per_port.get(port)
             if group is None:
                 per_port[port] = [e]
@@ -301,7 +320,7 @@ class EvTable:
         self.rotation: list[EvEntry] = []
         self._backups: list[EvEntry] = []  # every plane's, in order (a QP has few: no list per plane)
         ports = sorted(per_port)
-        actives = [max(1, round(len(per_port[p]) * active_fraction)) for p in ports]
+        actives = [max(1, _round(len(per_port[p]) * active_fraction)) for p in ports]
         # each plane's shuffle, then the rotation's: one batch of the generator's words serves them all
         draws = _Draws(rng, len(self.entries) - len(ports) + sum(actives) - 1)
         for port, n_active in zip(ports, actives, strict=True):

@@ -89,6 +89,42 @@ class QpAttr:
     retry_exp: int | None = None
     """RTS: further retries with exponential backoff (0..25; 25 = infinite)."""
 
+    def __init__(
+        self,
+        *,
+        qp_hint: object | None = None,
+        ev_profile_id: int | None = None,
+        cc_profile_id: int | None = None,
+        dest_qp_num: int | None = None,
+        peer: Hashable | None = None,
+        rq_psn: int | None = None,
+        mpr_dest: int | None = None,
+        max_wimm_dest: int | None = None,
+        cap: QpCapFlags | None = None,
+        sq_psn: int | None = None,
+        mpr: int | None = None,
+        max_wimm: int | None = None,
+        timeout: int | None = None,
+        retry_linear: int | None = None,
+        retry_exp: int | None = None,
+    ) -> None:
+        # written out (the dataclass keeps it): compiled, it is several times as fast as the generated one
+        self.qp_hint = qp_hint
+        self.ev_profile_id = ev_profile_id
+        self.cc_profile_id = cc_profile_id
+        self.dest_qp_num = dest_qp_num
+        self.peer = peer
+        self.rq_psn = rq_psn
+        self.mpr_dest = mpr_dest
+        self.max_wimm_dest = max_wimm_dest
+        self.cap = cap
+        self.sq_psn = sq_psn
+        self.mpr = mpr
+        self.max_wimm = max_wimm
+        self.timeout = timeout
+        self.retry_linear = retry_linear
+        self.retry_exp = retry_exp
+
 
 _ALL: Final = frozenset(f.name for f in fields(QpAttr))
 _INIT_REQ: Final = frozenset({"ev_profile_id", "cc_profile_id"})
