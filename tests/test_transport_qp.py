@@ -21,6 +21,7 @@ from openmrc.transport import (
     Nic,
     NicConfig,
     Qp,
+    QpCapFlags,
     QpInitAttr,
     QpState,
     RecvWR,
@@ -256,6 +257,11 @@ def _wrong(frm: QpState, to: QpState, attrs: dict[str, Any]) -> set[str]:
         lo, hi = BOUNDS[k]
         if not isinstance(attrs[k], int) or not lo <= attrs[k] <= hi:
             wrong.add(k)
+    if attrs.get("peer") is not None and isinstance(attrs["peer"], list):
+        wrong.add("peer")
+    cap = attrs.get("cap")
+    if cap is not None and not (type(cap) in (int, QpCapFlags) and 0 <= cap <= 7):  # QpCapFlags' bits
+        wrong.add("cap")
     # a new NIC has profile 0 of each kind only; the refusal names the kind
     wrong |= {
         f"{kind} profile"
@@ -294,10 +300,41 @@ def test_modify_accepts_exactly_what_the_rules_allow(
         qp.modify(to, **attrs)
         assert qp.state is to
         assert all(getattr(qp.attr, k) == v for k, v in attrs.items() if v is not None)
+        assert qp.attr.cap is None or type(qp.attr.cap) is QpCapFlags
         return
-    err = refused(qp.modify, to, **attrs)
+    err = refused(qp.modify, to, **attrs)  # (never another exception: a list cannot be hashed, say)
     assert any(k in err.reason for k in wrong), (wrong, err.reason)
     assert attrs_snapshot(qp) == before
+
+
+@pytest.mark.parametrize(
+    ("step", "attrs", "named"),
+    [
+        (S.RTR, {"cap": 8}, "cap"),  # a bit QpCapFlags does not have
+        (S.RTR, {"cap": -1}, "cap"),
+        (S.RTR, {"cap": "DYNAMIC_MPR"}, "cap"),
+        (S.RTR, {"peer": ["b"]}, "peer"),  # the endpoint keys its peers' ports by it
+        (S.INIT, {"ev_profile_id": [0]}, "EV profile"),
+        (S.INIT, {"cc_profile_id": "0"}, "CC profile"),
+    ],
+)
+def test_attributes_of_the_wrong_type_are_refused_whole(
+    step: QpState, attrs: dict[str, Any], named: str
+) -> None:
+    """A value of the wrong type is refused with EINVAL naming it, never a TypeError half-way through
+    setting the attributes (the compiled build checks each attribute's type as it is set)."""
+    frm = {S.INIT: S.RESET, S.RTR: S.INIT}[step]
+    qp = qp_in(frm)
+    before = attrs_snapshot(qp)
+    err = refused(qp.modify, step, **{**REQUIRED[frm, step], **attrs})
+    assert named in err.reason
+    assert attrs_snapshot(qp) == before
+
+
+def test_cap_as_an_integer_is_taken_as_its_flags() -> None:
+    qp = qp_in(S.INIT)
+    qp.modify(S.RTR, **RTR_ATTRS, cap=int(QpCapFlags.DYNAMIC_MPR))
+    assert qp.attr.cap is QpCapFlags.DYNAMIC_MPR
 
 
 def test_reset_clears_attributes_and_queues() -> None:

@@ -162,6 +162,17 @@ _RANGES: Final[dict[str, tuple[int, int]]] = {
     "sq_psn": (0, PSN_MASK),
 }
 
+_CAP_ALL: Final = int(
+    QpCapFlags.TRIM_NACK_DEST_UNSUPPORTED | QpCapFlags.DYNAMIC_MPR | QpCapFlags.SVC_TIME_DEST_UNSUPPORTED
+)
+
+
+def _cap_flags(cap: object) -> QpCapFlags:
+    """``cap`` given as an integer: the `QpCapFlags` it sets, or `LocalProtocolError` if it is not one."""
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 0 and not cap & ~_CAP_ALL:
+        return QpCapFlags(cap)
+    raise LocalProtocolError(errno.EINVAL, f"cap={cap!r} is not a set of QpCapFlags (bits 0x{_CAP_ALL:x})")
+
 
 class Qp:
     """One MRC queue pair: a requester and a responder sharing attributes, CQs and an EV table."""
@@ -223,6 +234,15 @@ class Qp:
         rule = TRANSITIONS.get((self.state, state))
         if rule is None:
             raise LocalProtocolError(errno.EINVAL, f"illegal QP transition {self.state.name} -> {state.name}")
+        cap = attrs.get("cap")
+        if cap is not None and type(cap) is not QpCapFlags:
+            attrs["cap"] = _cap_flags(cap)
+        peer = attrs.get("peer")
+        if peer is not None:
+            try:
+                hash(peer)  # the endpoint keeps each peer's port status by it
+            except TypeError:
+                raise LocalProtocolError(errno.EINVAL, f"peer={peer!r} is not hashable") from None
         if not self._fits(rule, state, attrs):
             self._refuse(rule, state, attrs)
         attr = self.attr
@@ -266,10 +286,10 @@ class Qp:
             return False
         nic = self.nic
         p = attrs.get("ev_profile_id")
-        if p is not None and not nic.has_ev_profile(p):
+        if p is not None and not (isinstance(p, int) and nic.has_ev_profile(p)):
             return False
         p = attrs.get("cc_profile_id")
-        return p is None or nic.has_cc_profile(p)
+        return p is None or (isinstance(p, int) and nic.has_cc_profile(p))
 
     def _refuse(self, rule: _Rule, state: QpState, attrs: dict[str, Any]) -> None:
         """Raise `LocalProtocolError` naming the first thing wrong with ``attrs`` for this transition."""
@@ -295,10 +315,13 @@ class Qp:
             v = attrs[name]
             if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
                 raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo_hi[0]}, {lo_hi[1]}]")
-        if "ev_profile_id" in given and not self.nic.has_ev_profile(attrs["ev_profile_id"]):
-            raise LocalProtocolError(errno.EINVAL, f"no EV profile {attrs['ev_profile_id']}")
-        if "cc_profile_id" in given and not self.nic.has_cc_profile(attrs["cc_profile_id"]):
-            raise LocalProtocolError(errno.EINVAL, f"no CC profile {attrs['cc_profile_id']}")
+        for name, kind, has in (
+            ("ev_profile_id", "EV", self.nic.has_ev_profile),
+            ("cc_profile_id", "CC", self.nic.has_cc_profile),
+        ):
+            p = attrs.get(name)
+            if p is not None and not (isinstance(p, int) and has(p)):
+                raise LocalProtocolError(errno.EINVAL, f"no {kind} profile {p!r}")
         raise AssertionError(f"_fits and _refuse disagree on {attrs!r}")  # pragma: no cover
 
     def set_error(self, now: int, status: WcStatus) -> None:
