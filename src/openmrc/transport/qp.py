@@ -162,6 +162,13 @@ _RANGES: Final[dict[str, tuple[int, int]]] = {
     "sq_psn": (0, PSN_MASK),
 }
 
+
+def _in_range(name: str, v: object) -> bool:
+    """Whether ``v`` is within attribute ``name``'s bounds (only `_RANGES`' attributes have any)."""
+    lo_hi = _RANGES.get(name)
+    return lo_hi is None or (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1])
+
+
 _CAP_ALL: Final = int(
     QpCapFlags.TRIM_NACK_DEST_UNSUPPORTED | QpCapFlags.DYNAMIC_MPR | QpCapFlags.SVC_TIME_DEST_UNSUPPORTED
 )
@@ -279,17 +286,22 @@ class Qp:
                 n += 1
             elif name not in optional:
                 return False
-            lo_hi = _RANGES.get(name)
-            if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
+            if not _in_range(name, v):
                 return False
         if n != len(required) and state is not self.state:  # INIT -> INIT, RTS -> RTS: nothing required
             return False
+        return self._missing_profile(attrs) is None
+
+    def _missing_profile(self, attrs: dict[str, Any]) -> tuple[str, object] | None:
+        """The kind ("EV" or "CC") and id of the first profile ``attrs`` bind that this NIC does not have."""
         nic = self.nic
         p = attrs.get("ev_profile_id")
         if p is not None and not (isinstance(p, int) and nic.has_ev_profile(p)):
-            return False
+            return "EV", p
         p = attrs.get("cc_profile_id")
-        return p is None or (isinstance(p, int) and nic.has_cc_profile(p))
+        if p is not None and not (isinstance(p, int) and nic.has_cc_profile(p)):
+            return "CC", p
+        return None
 
     def _refuse(self, rule: _Rule, state: QpState, attrs: dict[str, Any]) -> None:
         """Raise `LocalProtocolError` naming the first thing wrong with ``attrs`` for this transition."""
@@ -311,17 +323,13 @@ class Qp:
                 f"attribute(s) not allowed on {self.state.name} -> {state.name}: {', '.join(sorted(extra))}",
             )
         for name in sorted(given):
-            lo_hi = _RANGES.get(name)
             v = attrs[name]
-            if lo_hi is not None and not (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1]):
-                raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo_hi[0]}, {lo_hi[1]}]")
-        for name, kind, has in (
-            ("ev_profile_id", "EV", self.nic.has_ev_profile),
-            ("cc_profile_id", "CC", self.nic.has_cc_profile),
-        ):
-            p = attrs.get(name)
-            if p is not None and not (isinstance(p, int) and has(p)):
-                raise LocalProtocolError(errno.EINVAL, f"no {kind} profile {p!r}")
+            if not _in_range(name, v):
+                lo, hi = _RANGES[name]
+                raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo}, {hi}]")
+        missing_profile = self._missing_profile(attrs)
+        if missing_profile is not None:
+            raise LocalProtocolError(errno.EINVAL, f"no {missing_profile[0]} profile {missing_profile[1]!r}")
         raise AssertionError(f"_fits and _refuse disagree on {attrs!r}")  # pragma: no cover
 
     def set_error(self, now: int, status: WcStatus) -> None:
