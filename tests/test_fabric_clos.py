@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from openmrc.fabric.clos import MultiPlaneClos, single_plane_equivalent
-from openmrc.fabric.ecmp import EcmpHash, flow_crc, fmix32
+from openmrc.fabric.ecmp import EcmpHash, flow_crc, fmix32, mul32
 from openmrc.fabric.topology import Role
 
 
@@ -130,6 +130,11 @@ def test_ecmp_is_deterministic_salted_and_spreads() -> None:
         e.pick(1, 0, 1, 2, 3)
 
 
+@given(st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFFFFFF))
+def test_mul32_is_the_product_modulo_2_to_the_32(h: int, c: int) -> None:
+    assert mul32(h, c) == (h * c) % (1 << 32)
+
+
 @given(st.integers(0, 0xFFFFFFFF))
 def test_fmix32_is_murmur3s_finaliser(h: int) -> None:
     """The split multiplications give MurmurHash3's 32-bit finaliser exactly."""
@@ -154,6 +159,30 @@ def test_ecmp_hash_is_the_flow_crc_mixed_with_the_switch_salt(
             == e.mix(crc, e.salt(switch))
             == fmix32(crc ^ e.salt(switch))
         )
+
+
+@given(
+    st.integers(0, 1 << 40),
+    st.integers(0, 1 << 40),
+    st.integers(0, 0xFFFF),
+    st.integers(0, 0xFFFF),
+    st.integers(0, 0xFFFFFFFF),
+)
+def test_flow_crc_is_zlibs_crc32_of_the_packed_key(
+    src: int, dst: int, sport: int, dport: int, fl: int
+) -> None:
+    """The byte-at-a-time CRC gives zlib's over the whole range of every field (addresses modulo 2**32)."""
+    key = struct.pack("!IIIHHI", 0, src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, fl)
+    assert flow_crc(src, dst, sport, dport, fl) == zlib.crc32(key)
+
+
+@pytest.mark.parametrize(
+    "sport, dport, fl",
+    [(-1, 4791, 0), (1 << 16, 4791, 0), (0, -1, 0), (0, 1 << 16, 0), (0, 4791, -1), (0, 4791, 1 << 32)],
+)
+def test_flow_crc_refuses_a_field_beyond_its_width(sport: int, dport: int, fl: int) -> None:
+    with pytest.raises(ValueError, match="flow key out of range"):
+        flow_crc(1, 2, sport, dport, fl)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])

@@ -14,24 +14,51 @@ import struct
 import zlib
 from typing import Final
 
-__all__ = ["EcmpHash", "flow_crc", "fmix32"]
-
-_KEY: Final = struct.Struct("!IIIHHI")
+__all__ = ["EcmpHash", "flow_crc", "fmix32", "mul32"]
 
 
-def _mul32(h: int, c: int) -> int:
-    """``(h * c) mod 2**32`` for 32-bit ``h`` and ``c`` without a 64-bit product (every intermediate stays a
-    machine integer in the compiled build)."""
-    return (h * (c & 0xFFFF) + (((h * (c >> 16)) & 0xFFFF) << 16)) & 0xFFFFFFFF
+def mul32(h: int, c: int) -> int:
+    """``(h * c) mod 2**32`` for 32-bit ``h`` and ``c`` from products of 16-bit halves: the compiled build
+    multiplies machine integers directly only when both factors are below ``2**30`` (a 32-bit factor
+    sends every product through a Python integer multiplication)."""
+    hl = h & 0xFFFF
+    cl = c & 0xFFFF
+    return (hl * cl + (((hl * (c >> 16) + (h >> 16) * cl) & 0xFFFF) << 16)) & 0xFFFFFFFF
 
 
 def fmix32(h: int) -> int:
     """MurmurHash3's 32-bit finaliser: every input bit affects every output bit."""
     h ^= h >> 16
-    h = _mul32(h, 0x85EBCA6B)
+    h = mul32(h, 0x85EBCA6B)
     h ^= h >> 13
-    h = _mul32(h, 0xC2B2AE35)
+    h = mul32(h, 0xC2B2AE35)
     return h ^ (h >> 16)
+
+
+def _crc_table() -> list[int]:
+    """The byte-at-a-time table of CRC-32 (the reflected polynomial ``0xEDB88320``, as zlib's)."""
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE: Final = _crc_table()
+
+
+def _crc_add(c: int, value: int, nbytes: int) -> int:
+    """The CRC-32 register ``c`` after the ``nbytes`` bytes of ``value``, big-endian (as ``!I`` packs)."""
+    table = _CRC_TABLE
+    for shift in range(8 * nbytes - 8, -8, -8):
+        c = table[(c ^ (value >> shift)) & 0xFF] ^ (c >> 8)
+    return c
+
+
+_CRC_KEY_START: Final = _crc_add(0xFFFFFFFF, 0, 4)
+"""The register after a flow key's first field (always zero)."""
 
 
 class EcmpHash:
@@ -80,5 +107,15 @@ class EcmpHash:
 
 def flow_crc(src: int, dst: int, sport: int, dport: int = 4791, flow_label: int = 0) -> int:
     """CRC-32 of a flow's key fields, the part of every switch's ECMP hash that does not depend on the
-    switch."""
-    return zlib.crc32(_KEY.pack(0, src & 0xFFFFFFFF, dst & 0xFFFFFFFF, sport, dport, flow_label))
+    switch: ``zlib.crc32`` of the 20 bytes ``struct.pack("!IIIHHI", 0, src, dst, sport, dport, flow_label)``
+    (``src`` and ``dst`` taken modulo ``2**32``), computed a byte at a time without making those bytes
+    (a simulator computes one per packet)."""
+    if not (0 <= sport <= 0xFFFF and 0 <= dport <= 0xFFFF and 0 <= flow_label <= 0xFFFFFFFF):
+        raise ValueError(
+            f"flow key out of range: sport {sport}, dport {dport} (16 bits), "
+            f"flow label {flow_label} (32 bits)"
+        )
+    c = _crc_add(_CRC_KEY_START, src & 0xFFFFFFFF, 4)
+    c = _crc_add(c, dst & 0xFFFFFFFF, 4)
+    c = _crc_add(c, sport << 16 | dport, 4)
+    return _crc_add(c, flow_label, 4) ^ 0xFFFFFFFF

@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from openmrc.ev import EVENT_MASK_ALLOWED, EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode
 from openmrc.fabric.clos import MultiPlaneClos
-from openmrc.fabric.ecmp import fmix32
+from openmrc.fabric.ecmp import fmix32, mul32
 from openmrc.fabric.topology import Role
 
 __all__ = ["SRV6_EV_MODE", "Route", "UsidPlan", "ev_min_active"]
@@ -282,7 +282,11 @@ class UsidPlan:
         ports: list[int] = []
         per = -(-count // t.planes)  # EVs per plane
         stride = per_plane // per if per_plane > 1 else 1
-        offset = fmix32((src * 0x9E3779B1 + dst) & 0xFFFFFFFF) % stride if per < per_plane else 0
+        offset = (
+            fmix32((mul32(src & 0xFFFFFFFF, 0x9E3779B1) + dst) & 0xFFFFFFFF) % stride
+            if per < per_plane
+            else 0
+        )
         # `path_usids` in arithmetic: T0, T1, T0, host port (under one T0: T0, host port, 0, 0); each
         # uSID the path has carries the plane in its top bits
         ib = self.index_bits

@@ -32,7 +32,17 @@ from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.hosts import HOST_KINDS, HostEnv, MrcHost, RemoteHost, SimHost
 from openmrc.sim.metrics import LinkStat, Outage, Sampler, SimResults
-from openmrc.sim.network import HEADER_BYTES, Node, OrderedPort, Port, PortCold, Remote, Switch, Unwired
+from openmrc.sim.network import (
+    HEADER_BYTES,
+    UNLIMITED,
+    Node,
+    OrderedPort,
+    Port,
+    PortCold,
+    Remote,
+    Switch,
+    Unwired,
+)
 from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import Nic, Qp, WcStatus
@@ -208,7 +218,7 @@ class FabricSim:
                 # port that is not a last hop (which ignores none), so it shares them with its kind
                 marked = mark_last is not None and last_hop
                 peer = self.nodes[ref.peer]
-                size = 1 << 62 if is_host or cfg.pfc else buffer  # lossless (PFC): see enable_pfc
+                size = UNLIMITED if is_host or cfg.pfc else buffer  # lossless (PFC): see enable_pfc
                 marks = mark_last if marked else None if is_host else ecn
                 trims = cfg.trimming and not is_host
                 apart = last_hop and not marked

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_BYTES",
     "PAUSED",
+    "UNLIMITED",
     "Crossing",
     "Host",
     "OrderedPort",
@@ -65,6 +66,10 @@ __all__ = [
 HEADER_BYTES: Final = 64
 PAUSED: Final = 1 << 61
 """A PFC port's ``free_at`` while it is paused with data waiting (later than any run)."""
+UNLIMITED: Final = 1 << 61
+"""A buffer size or ECN threshold no queue reaches. Below ``2**62``, as every bound compared per packet:
+the compiled build keeps such integers unboxed (``1 << 62`` would send each comparison through a Python
+integer comparison)."""
 
 
 _NO_SEGMENT: Final = bytes(16)
@@ -141,7 +146,7 @@ class Port:
             arrive = peer.arrive_cb = peer.arrive
         self._arrive = arrive
         # no ECN marking on a host's last hop (MRC rule): thresholds no queue reaches
-        ecn_low, ecn_high = ecn if ecn is not None and not last_hop else (1 << 62, 1 << 62)
+        ecn_low, ecn_high = ecn if ecn is not None and not last_hop else (UNLIMITED, UNLIMITED)
         if bps <= 0:
             raise ValueError(f"link rate {bps} b/s must be positive")
         if shared is None:
@@ -301,7 +306,7 @@ class Port:
             raise ValueError(f"PFC thresholds: need 0 <= xon ({xon}) < xoff ({xoff})")
         self.pfc = Pfc(self, xoff, xon, on_resume)
         self.trimming = False
-        self.buffer = 1 << 62  # lossless: the thresholds, not the buffer, stop the senders
+        self.buffer = UNLIMITED  # lossless: the thresholds, not the buffer, stop the senders
 
     def set_up(self, up: bool) -> None:
         """Link state of this direction; going down loses what is queued on or travelling along it."""
@@ -793,14 +798,14 @@ class Host(Node):
         for t in self.nic.datagrams_to_send(now, budget):
             self._send(t, now)
         if not self.pace_pending and self.nic.has_data():
-            soonest = 1 << 62
+            soonest = PAUSED  # (each port's ready time is below it)
             for port in self.ports:
                 if port.free_at >= PAUSED:
                     continue  # PFC-paused: its resume pumps again (`resumed`)
                 ready = port.free_at - port.pace_ns
                 if ready < soonest:
                     soonest = ready
-            if soonest < 1 << 62:
+            if soonest < PAUSED:
                 self.pace_pending = True
                 self.sim.schedule(soonest if soonest > now else now + 1, self._pace_cb, None, 0, self.id + 1)
         deadline = self.nic.get_timer()

@@ -345,7 +345,11 @@ class RoceHost(Node):
             port = ports[qp.port]
             if port.free_at < PAUSED and self._can_send(qp):
                 seen |= bit
-                t = max(port.free_at - port.pace_ns, qp.ready_at if paced else 0, now + 1)
+                t = port.free_at - port.pace_ns  # the latest of it, the QP's pacing and now + 1
+                if paced and qp.ready_at > t:
+                    t = qp.ready_at
+                if t <= now:
+                    t = now + 1
                 if at is None or t < at:
                     at = t
                 if seen == self.ports_used and not paced:

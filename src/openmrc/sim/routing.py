@@ -122,7 +122,11 @@ class EcmpRouting(Routing):
         self._salts = [-1] * topo.num_nodes()
         """Each switch's ECMP salt, filled in when first needed."""
         self._clos_cache: dict[tuple[int, int], tuple[int, ...]] = {}
-        if self._clos is None:
+        self._up: tuple[int, ...] = ()
+        """A Clos T0's uplinks (its ports from ``hosts_per_t0`` on)."""
+        if self._clos is not None:
+            self._up = tuple(range(self._clos.hosts_per_t0, self._clos.hosts_per_t0 + self._clos.uplinks))
+        else:
             self._build_tables(topo)
 
     def withdraw(self, dead: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> None:
@@ -190,7 +194,7 @@ class EcmpRouting(Routing):
                 return (dst % c.hosts_per_t0,)
             if self.dead:
                 return self._clos_up(switch, plane, dst // c.hosts_per_t0)
-            return tuple(range(c.hosts_per_t0, c.hosts_per_t0 + c.uplinks))
+            return self._up
         return (dst // c.hosts_per_t0,)
 
     def _clos_up(self, switch: int, plane: int, dst_t0: int) -> tuple[int, ...]:

@@ -32,7 +32,7 @@ __all__ = [
     "unregister_cc",
 ]
 
-UNLIMITED_CWND: Final = 1 << 62
+UNLIMITED_CWND: Final = 1 << 61  # below 2**62: compared unboxed in the compiled build
 """Window of :class:`FixedWindow` when no size is configured: more than a QP can ever have in flight."""
 
 _BUILTIN_MODULES: Final = ("openmrc.transport.nscc",)

@@ -566,7 +566,7 @@ class Nic:
         if self._active:
             active = self._active
             self._active = self._idle_active  # swapped: wake() below re-adds the QPs still blocked
-            budget = 1 << 62 if max_data is None else max_data
+            budget = 1 << 61 if max_data is None else max_data  # (below 2**62: unboxed when compiled)
             for qp in active:
                 r = qp.requester
                 if (

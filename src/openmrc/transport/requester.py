@@ -390,7 +390,7 @@ class Requester:
         self.unsent.append(w)
 
     # -- sending -------------------------------------------------------------------------------------------
-    def emit(self, now: int, out: list[Transmit], budget: int = 1 << 62) -> int:
+    def emit(self, now: int, out: list[Transmit], budget: int = 1 << 61) -> int:
         """Append the packets this QP may send now (probes, then retransmissions, then new packets), at most
         ``budget`` data packets; returns how many data packets it appended."""
         qp = self.qp
@@ -718,7 +718,12 @@ class Requester:
         if not srtt:
             return self.base_rtt
         if now - self.congested_at < _CONGESTED_RTTS * max(srtt, self.base_rtt):
-            return max(2 * srtt, srtt + 4 * self.rttvar, self.base_rtt)
+            # max(2·srtt, srtt + 4·rttvar, base_rtt) in comparisons (the compiled build calls the
+            # generic builtin for a max of three)
+            wait = srtt + 4 * self.rttvar
+            if wait < 2 * srtt:
+                wait = 2 * srtt
+            return wait if wait > self.base_rtt else self.base_rtt
         return srtt + max(4 * self.rttvar, srtt >> 2)
 
     def _tlp_wait(self, now: int) -> int:
