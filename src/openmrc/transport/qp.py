@@ -169,9 +169,7 @@ def _in_range(name: str, v: object) -> bool:
     return lo_hi is None or (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1])
 
 
-_CAP_ALL: Final = int(
-    QpCapFlags.TRIM_NACK_DEST_UNSUPPORTED | QpCapFlags.DYNAMIC_MPR | QpCapFlags.SVC_TIME_DEST_UNSUPPORTED
-)
+_CAP_ALL: Final = sum(int(f) for f in QpCapFlags)  # every defined bit (iteration yields the single bits)
 
 
 def _cap_flags(cap: object) -> QpCapFlags:
