@@ -186,7 +186,7 @@ class ProfileTable:
             EVFormatMode.UDP,
             evs,
             [1 + i % self.num_ports for i in range(n)],
-            [ev_echo32(ev, EVFormatMode.UDP) for ev in evs],
+            values,  # a UDP EV's echo is its source port: the value itself (`ev_echo32`)
             max(1, n // 8) if min_active < 0 else min_active,
             int(EVENT_MASK_ALLOWED) if event_mask < 0 else event_mask,
         )
