@@ -253,14 +253,14 @@ class Port:
 
     @property
     def rng(self) -> random.Random | None:
-        """Where loss and ECN draws come from (shared by the ports of a default run); None: `stream`, its
-        own, seeded with ``seed``, made at the first draw (an ordered run's, per port: millions of ports,
-        few ever draw)."""
+        """Where loss and ECN draws come from (shared by the ports of a default run); None: its own
+        stream (an ordered run's port: seeded with its ``seed``, made at the first draw, per port: millions
+        of ports, few ever draw; any other: seed 0)."""
         return self._cold.rng
 
     @rng.setter
     def rng(self, v: random.Random | None) -> None:
-        self._own().rng = v
+        self._own().set_rng(v)
 
     @property
     def epoch(self) -> int:
@@ -399,16 +399,16 @@ class Port:
         return 0
 
     def _random(self) -> float:
-        rng = self._cold.rng
-        if rng is None:
-            rng = self._stream()
-        return rng.random()
+        rand = self._cold.rand
+        if rand is None:
+            return self._draw()
+        return rand()
 
-    def _stream(self) -> random.Random:
-        """The port's own stream of draws when it has no ``rng``, made at the first draw (seed 0)."""
+    def _draw(self) -> float:
+        """A draw from the port's own stream when it has no ``rng``, made at the first draw (seed 0)."""
         c = self._own()
-        c.rng = random.Random(0)
-        return c.rng
+        c.set_rng(random.Random(0))
+        return self._random()
 
     def _red(self, p: Transmit, queued: int) -> None:
         """RED above ``ecn_low`` bytes queued: mark ``p`` with a probability rising to 1 at ``ecn_high``."""
@@ -545,24 +545,24 @@ class OrderedPort(Port):
     other ports a process runs). Three fields a port that other runs do without (a fabric has millions
     of ports). `place` sets them, after the port is built."""
 
-    __slots__ = ("_origin", "seed", "stream")
+    __slots__ = ("_origin", "draw", "seed")
 
     def place(self, origin: int, seed: int) -> None:
         """``origin``: its node's id + 1; ``seed``: seeds its stream of draws when it has no ``rng``."""
         self._origin = origin
         self.seed = seed
-        self.stream: random.Random | None = None
-        """That stream, made at the first draw (kept here: a port of its own `PortCold` would share it no
-        more, and its hot fields would leave the cache)."""
+        self.draw: Callable[[], float] | None = None
+        """That stream's ``random``, bound at the first draw (kept here: a port of its own `PortCold` would
+        share it no more, and its hot fields would leave the cache)."""
 
     def origin(self) -> int:
         return self._origin
 
-    def _stream(self) -> random.Random:
-        rng = self.stream
-        if rng is None:
-            rng = self.stream = random.Random(self.seed)
-        return rng
+    def _draw(self) -> float:
+        draw = self.draw
+        if draw is None:
+            draw = self.draw = random.Random(self.seed).random
+        return draw()
 
 
 class PortCold:
@@ -586,6 +586,7 @@ class PortCold:
         "losses",
         "nominal_bps",
         "pace_ns",
+        "rand",
         "rng",
         "shared",
         "sim",
@@ -610,11 +611,17 @@ class PortCold:
         self.ecn_low = ecn_low
         self.ecn_high = ecn_high
         self.rng = rng
+        self.rand: Callable[[], float] | None = None if rng is None else rng.random
+        """``rng.random``, bound once (a compiled call looks a method up by name on every call)."""
         self.epoch = 0
         self.losses = 0
         self.down_drop_at: int | None = None
         self.deliver_cb: Callable[[Transmit], None] | None = None
         self.shared = False
+
+    def set_rng(self, rng: random.Random | None) -> None:
+        self.rng = rng
+        self.rand = None if rng is None else rng.random
 
     def set_rate(self, bps: int) -> None:
         self.bps = bps
