@@ -62,6 +62,7 @@ import os
 import pickle
 import resource
 import signal
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -95,6 +96,10 @@ __all__ = [
 PROGRESS_S = 0.2
 _SPARE_FDS: Final = 64
 """File descriptors left for everything but the forked ranks' pipes (`run_local`)."""
+_LINK_ROW: Final = 12
+"""Ints a link direction takes in a rank's share (`_partial`): node, port, peer, nominal rate, bytes sent,
+drops, losses, trims, marks, pauses, time paused (ns), packets sent."""
+_PACK_LINK: Final = struct.Struct(f"={_LINK_ROW}q").pack
 last_times: list[dict[str, float]] = []
 """Where each rank's time went in this process's last split run, by rank: seconds running its share
 (``run_s``), packing, in the exchange (waiting for the others included) and unpacking, the CPU seconds
@@ -444,7 +449,7 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
     """What this rank knows that the others do not: its flows' ends, its ports' figures (and those of the
     stand-ins of other ranks' ports: their drops), its hosts' retransmissions, its samples."""
     flows = {f.id: (f.finish, f.status, f.recv_finish) for f in sim.flows if owned[f.src] or owned[f.dst]}
-    links: list[tuple[Any, ...]] = []
+    links = bytearray()  # a `_LINK_ROW` a link direction, by (node, port): one byte string crosses
     drop_at: dict[tuple[int, int], int] = {}
     stood_in: dict[tuple[int, int], int] = {}  # (node, port) of another rank -> drops on delivery here
     now = sim.sim.now
@@ -458,10 +463,10 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
             if p.down_drop_at is not None:
                 drop_at[n, i] = p.down_drop_at
             if not isinstance(p.peer, Unwired):  # `FabricSim.link_stat`'s counters, then the packets sent
-                links.append((
+                links += _PACK_LINK(
                     n, i, p.peer.id, p.nominal_bps, p.sent_bytes, p.drops, p.losses, p.trims, p.marks,
                     p.pauses, p.paused_total_ns(now), p.sent_packets,
-                ))  # fmt: skip
+                )  # fmt: skip
     for key, p in sim.ghosts.items():
         if p.drops:
             stood_in[key] = p.drops
@@ -494,32 +499,45 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
                 f.recv_finish = got[2]
         sim.sim.events += part["events"]
     sim.completed = sum(f.finish is not None for f in sim.flows)
-    stood_in: dict[tuple[int, int], int] = {}
+    stood_in: dict[int, int] = {}  # node << 16 | port -> drops at stand-ins of that port
     drop_at: dict[tuple[int, int], int] = {}
     for part in parts:
-        for key, n in part["stood_in"].items():
-            stood_in[key] = stood_in.get(key, 0) + n
+        for (n, i), extra in part["stood_in"].items():
+            key = n << 16 | i
+            stood_in[key] = stood_in.get(key, 0) + extra
         drop_at |= part["drop_at"]
-    rows = sorted(row for part in parts for row in part["links"])  # by (node, port): runs, merged
-    orphans = 0  # (drops at a stand-in of a port that no row names: none is wired so)
-    for (n, i), extra in stood_in.items():
-        j = bisect.bisect_left(rows, (n, i))
-        if j < len(rows) and rows[j][0] == n and rows[j][1] == i:
-            r = rows[j]
-            rows[j] = (*r[:5], r[5] + extra, *r[6:])
-        else:
-            orphans += extra
     now = sim.sim.now
     link = sim.link_stat
     links: list[LinkStat] = []
-    drops, losses, trims, marks, hops = orphans, 0, 0, 0, 0
-    for n, i, peer, bps, sent, dropped, lost, trimmed, marked, pauses, paused, packets in rows:
-        links.append(link(now, n, i, peer, bps, sent, dropped, lost, trimmed, marked, pauses, paused))
-        drops += dropped
-        losses += lost
-        trims += trimmed
-        marks += marked
-        hops += packets
+    drops, losses, trims, marks, hops = 0, 0, 0, 0, 0
+    cols: list[list[int]] = [memoryview(part["links"]).cast("q").tolist() for part in parts]
+    pos = [0] * len(cols)
+    while True:  # the parts' rows merged by node (each node's rows come from one part, by port)
+        best, node = -1, _NEVER
+        for k, c in enumerate(cols):
+            j = pos[k]
+            if j < len(c) and c[j] < node:
+                best, node = k, c[j]
+        if best < 0:
+            break
+        c = cols[best]
+        j = pos[best]
+        while j < len(c) and c[j] == node:
+            i = c[j + 1]
+            dropped = c[j + 5]
+            if stood_in:
+                dropped += stood_in.pop(node << 16 | i, 0)
+            lost, trimmed, marked = c[j + 6], c[j + 7], c[j + 8]
+            links.append(link(now, node, i, c[j + 2], c[j + 3], c[j + 4], dropped, lost, trimmed, marked,
+                              c[j + 9], c[j + 10]))  # fmt: skip
+            drops += dropped
+            losses += lost
+            trims += trimmed
+            marks += marked
+            hops += c[j + 11]
+            j += _LINK_ROW
+        pos[best] = j
+    drops += sum(stood_in.values())  # (drops at a stand-in of a port that no row names: none is wired so)
     counts = {"drops": drops, "trims": trims, "ecn_marks": marks, "packet_hops": hops, "losses": losses}
     counts["retransmits"] = sum(p["rtx"] for p in parts)
     sim.totals = PortTotals(links, counts, drop_at)
