@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from openmrc.transport import WcStatus
+from openmrc.transport import Nic, Qp, QpInitAttr, WcStatus
 
 from .helpers import Impairments, Pair
 from .transport_tools import Sent, install, statuses
@@ -94,3 +96,57 @@ def test_timer_contract_under_random_impairments(
         assert w.status in (WcStatus.SUCCESS, WcStatus.RETRY_EXC_ERR, WcStatus.WR_FLUSH_ERR)
     if all(w.status is WcStatus.SUCCESS for w in wcs):
         assert p.dst[:offset] == p.src[:offset]
+
+
+# (QP, its new deadline: None cancels it, else that many ns from now), or (None, ns the clock moves on)
+_MOVES = st.one_of(
+    st.tuples(st.integers(0, 4), st.one_of(st.none(), st.integers(0, 40))),
+    st.tuples(st.none(), st.integers(0, 30)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(moves=st.lists(_MOVES, max_size=80), gone=st.one_of(st.none(), st.integers(0, 4)))
+def test_the_timer_heap_answers_as_the_list_of_deadlines_would(
+    moves: list[tuple[int | None, int | None]], gone: int | None
+) -> None:
+    """Deadlines of five QPs on one NIC that move earlier, later, back to a value they had, or go, and a
+    QP destroyed half-way: `get_timer` is always the earliest of them, `timer_floor` never after it (-1
+    only once there is none), and `handle_timer(now)` runs exactly the QPs due by ``now``."""
+    nic = Nic(2, rng=random.Random(1))
+    qps: list[Qp | None] = [
+        nic.create_qp(QpInitAttr(send_cq=nic.create_cq(), recv_cq=nic.create_cq())) for _ in range(5)
+    ]
+    deadline: dict[int, int] = {}  # the model: QP index -> deadline
+    now = 0
+    for k, (i, v) in enumerate(moves):
+        dead = qps[gone] if gone is not None and k == len(moves) // 2 else None
+        if gone is not None and dead is not None:
+            nic.destroy_qp(dead)
+            deadline.pop(gone, None)
+            qps[gone] = None
+        if i is not None:
+            qp = qps[i]
+            if qp is None:
+                continue
+            qp.responder.sack_deadline = None if v is None else now + v  # (a fresh QP's only timer)
+            nic.wake(qp)
+            if v is None:
+                deadline.pop(i, None)
+            else:
+                deadline[i] = now + v
+            continue
+        floor = nic.timer_floor()
+        expected = min(deadline.values(), default=None)
+        assert nic.get_timer() == expected
+        assert (0 <= floor <= expected) if expected is not None else nic.timer_floor() == -1
+        now += v or 0
+        due = {j for j, d in deadline.items() if d <= now}
+        nic.handle_timer(now)
+        for j, q in enumerate(qps):
+            if q is not None:
+                assert (q.responder.sack_deadline is None) == (j in due or j not in deadline)
+        for j in due:
+            del deadline[j]
+        after = nic.get_timer()
+        assert after is None or after > now

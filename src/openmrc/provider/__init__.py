@@ -18,6 +18,10 @@ the time ``now`` (integer ns of the driver's clock, never decreasing)::
        deadline = nic.get_timer()       # None, or when to call nic.handle_timer(now)
        ... at that time: nic.handle_timer(now), then 2. again
 
+A driver that keeps one timer armed and asks after every packet may first ask ``nic.timer_floor()``: a
+time no later than the deadline (-1: none), read without putting the NIC's timer heap in order; only when
+it is earlier than the armed timer does ``get_timer()`` have anything new (the simulator's hosts do so).
+
 After ``handle_timer(now)``, ``get_timer()`` is None or later than ``now`` (a driver never spins). After
 every receive or timer, step 2 may have new packets; after a `Qp.post_send`, too. A pacing driver calls
 step 2 again when its ports have room (`Nic.has_data` says whether anything waits). A `Transmit`'s

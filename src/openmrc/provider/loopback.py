@@ -245,6 +245,10 @@ class Pair:
         for nic, other, name in ((self.a, self.b, "a"), (self.b, self.a, "b")):
             for t in nic.datagrams_to_send(self.now):
                 self.fabric.send(nic, other, t, self.now, name)
+        for nic in (self.a, self.b):  # `timer_floor`: never after the deadline, -1 once none is left
+            floor, deadline = nic.timer_floor(), nic.get_timer()
+            if not (0 <= floor <= deadline if deadline is not None else nic.timer_floor() < 0):
+                raise AssertionError(f"timer floor {floor} against the deadline {deadline}")
         times = [
             t for t in (self.fabric.next_time(), self.a.get_timer(), self.b.get_timer()) if t is not None
         ]

@@ -815,12 +815,15 @@ class Host(Node):
             if soonest < PAUSED:
                 self.pace_pending = True
                 self.sim.schedule(soonest if soonest > now else now + 1, self._pace_cb, None, 0, self.id + 1)
-        deadline = self.nic.get_timer()
         # one pending timer event; a deadline that moved later (every ACK pushes the RTO) is left to it:
-        # when it fires early it re-arms for the new deadline, so no event is pushed per ACK
-        if deadline is not None and (self.timer_at is None or deadline < self.timer_at):
-            self.timer_at = deadline
-            self.sim.schedule(max(deadline, now), self._timer_cb, deadline, 0, self.id + 1)
+        # when it fires early it re-arms for the new deadline, so no event is pushed per ACK (nor is the
+        # NIC asked for its exact deadline unless one may come before the pending event)
+        floor = self.nic.timer_floor()
+        if floor >= 0 and (self.timer_at is None or floor < self.timer_at):
+            deadline = self.nic.get_timer()
+            if deadline is not None and (self.timer_at is None or deadline < self.timer_at):
+                self.timer_at = deadline
+                self.sim.schedule(max(deadline, now), self._timer_cb, deadline, 0, self.id + 1)
         if self.on_pump is not None:
             self.on_pump(self)
 

@@ -62,6 +62,7 @@ __all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 # Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
 _heappop: Final = heapq.heappop
 _heappush: Final = heapq.heappush
+_heapreplace: Final = heapq.heapreplace
 
 Arrival = tuple[Packet, int, bool, int, TrimMark, Hashable]
 """One packet for `Nic.receive_burst`: (packet, port, ecn, entropy, trim, src), as `receive` takes them."""
@@ -106,7 +107,12 @@ class Nic:
         self._idle_active: dict[Qp, None] = {}  # the other of the two dicts `datagrams_to_send` swaps
         self._woken: dict[Qp, None] = {}  # QPs woken since the driver last asked (see `wake`)
         self._timers: list[tuple[int, int, Qp]] = []
-        """(deadline, sequence, QP); an entry whose deadline is no longer the QP's ``timer_at`` is stale."""
+        """(time, sequence, QP): at most one entry a QP counts (its ``heap_seq``'s), at or before its deadline
+        (``timer_at``, set at ``timer_seq``). A deadline that moves later leaves the entry where it is, and
+        the entry moves on when it reaches the front (`_front`): no push per ACK as the RTO moves on."""
+        self._heap_front = -1
+        """The time of the heap's front entry (-1: the heap is empty), what `timer_floor` answers without
+        reaching into the heap (a NIC's heap is seldom in the cache when its driver asks)."""
         self._next_timer: int | None = None  # get_timer()'s answer while _timer_known (asked per poll)
         self._timer_known = False
         self._seq = 0  # tie-breaker of timer heap entries
@@ -166,12 +172,13 @@ class Nic:
         del self.qps[qp.qp_num]
         self._active.pop(qp, None)
         self._woken.pop(qp, None)
-        qp.timer_at = -1
+        qp.timer_at = qp.heap_at = -1
         self._timer_known = False
         timers = self._timers
         if any(e[2] is qp for e in timers):  # stale deadlines would keep it alive until they pass
-            self._timers = [e for e in timers if e[2] is not qp]
-            heapq.heapify(self._timers)
+            self._timers = timers = [e for e in timers if e[2] is not qp]
+            heapq.heapify(timers)
+            self._heap_front = timers[0][0] if timers else -1
         qp.detach()
 
     # -- profiles (transport.profiles) ---------------------------------------------------------------------
@@ -548,7 +555,13 @@ class Nic:
         elif qp.timer_at != t:
             qp.timer_at = t
             self._seq = seq = self._seq + 1
-            _heappush(self._timers, (t, seq, qp))
+            qp.timer_seq = seq
+            if qp.heap_at < 0 or t < qp.heap_at:  # no entry of its own at or before t: one
+                qp.heap_at = t
+                qp.heap_seq = seq
+                _heappush(self._timers, (t, seq, qp))
+                if t < self._heap_front or self._heap_front < 0:
+                    self._heap_front = t
             self._timer_known = False
 
     def datagrams_to_send(self, now: int, max_data: int | None = None) -> list[Transmit]:
@@ -602,17 +615,45 @@ class Nic:
             self._settle()
         if self._timer_known:
             return self._next_timer
-        timers = self._timers
-        t = None
-        while timers:
-            top, _, qp = timers[0]
-            if qp.timer_at == top:
-                t = top
-                break
-            _heappop(timers)
+        front = self._front()
+        t = None if front < 0 else front
         self._next_timer = t
         self._timer_known = True
         return t
+
+    def timer_floor(self) -> int:
+        """A time no later than `get_timer`'s deadline (-1: `get_timer` is None), without putting the timer
+        heap in order: what a driver that asks after every packet compares with the deadline it already
+        waits for (only when this is earlier does it need `get_timer`'s exact answer)."""
+        if self._woken:
+            self._settle()
+        if self._timer_known:
+            t = self._next_timer
+            return -1 if t is None else t
+        return self._heap_front
+
+    def _front(self) -> int:
+        """The earliest deadline of any QP (-1: none), its entry made the heap's front: entries no QP counts
+        are dropped, a cancelled deadline's too, and one whose deadline moved later moves there."""
+        timers = self._timers
+        while timers:
+            t, seq, qp = timers[0]
+            if seq != qp.heap_seq:  # an entry its QP no longer counts (it made an earlier one since)
+                _heappop(timers)
+                continue
+            at = qp.timer_at
+            if at < 0:
+                _heappop(timers)
+                qp.heap_at = -1
+                continue
+            if at == t and qp.timer_seq == seq:
+                self._heap_front = t
+                return t
+            qp.heap_at = at  # (at or after t)
+            qp.heap_seq = qp.timer_seq
+            _heapreplace(timers, (at, qp.timer_seq, qp))
+        self._heap_front = -1
+        return -1
 
     def handle_timer(self, now: int) -> None:
         if self._woken:
@@ -620,11 +661,13 @@ class Nic:
         timers = self._timers
         self._timer_known = False
         due = []
-        while timers and timers[0][0] <= now:
-            t, _, qp = _heappop(timers)
-            if qp.timer_at == t:
-                qp.timer_at = -1
-                due.append(qp)
+        while True:  # the due QPs by deadline, then by when each deadline was set
+            t = self._front()
+            if t < 0 or t > now:
+                break
+            qp = _heappop(timers)[2]
+            qp.timer_at = qp.heap_at = -1
+            due.append(qp)
         for qp in due:
             qp.on_timer(now)
             self._wake_now(qp)

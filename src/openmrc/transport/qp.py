@@ -195,7 +195,11 @@ class Qp:
         self._recv_queue: deque[RecvWR] | None = None  # made at first use (see recv_queue)
         self.evs: EvTable | None = None
         self.timer_at = -1
-        """The deadline the NIC's timer heap holds for this QP (-1: none); the NIC's bookkeeping."""
+        """This QP's deadline in the NIC's timer heap (-1: none), set at ``timer_seq``; the NIC's bookkeeping,
+        with ``heap_at`` / ``heap_seq``: the heap entry that stands for it (at or before it; -1: none)."""
+        self.timer_seq = 0
+        self.heap_at = -1
+        self.heap_seq = 0
         self.requester = Requester(self)
         self.responder = Responder(self)
 
