@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pickle
+import random
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Trigger
 from openmrc.sim.hosts import MrcHost, RemoteHost
 from openmrc.sim.metrics import SimResults
-from openmrc.sim.network import Remote
+from openmrc.sim.network import OrderedPort, Remote
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import AETH, BTH, Opcode, Packet
@@ -239,7 +240,7 @@ def test_a_clos_split_from_its_shape_is_the_walks(
 
 
 _ORIGINS = pytest.mark.parametrize(
-    "origins", [0, 100, 1 << 20], ids=["keys-of-28-bits", "small-keys", "float-keys"]
+    "origins", [0, 100, 1 << 20], ids=["origins-made-when-met", "few-origins", "many-origins"]
 )
 
 
@@ -247,7 +248,6 @@ _ORIGINS = pytest.mark.parametrize(
 def test_ordered_engine_breaks_ties_by_origin_then_scheduling_order(origins: int) -> None:
     sim = Simulator()
     sim.order_by_origin(origins)
-    assert sim.float_keys == (origins == 1 << 20)  # keys beyond 30 bits that a float holds
     ran: list[str] = []
 
     def later(name: str) -> None:
@@ -297,6 +297,47 @@ def test_ordered_slots_hold_the_engines_own_origin_ints_and_count_set_up_events(
     sim.run()
     assert ran == ["alone 0", "zero", "spawn", "now 0", "big", "heap 0"]
     assert sim.setup_events == 4 and sim.events == 6
+
+
+@pytest.mark.parametrize("origins", [100, 1 << 20], ids=["small-keys", "float-keys"])
+@pytest.mark.parametrize("crowd", [2, 3, 600])
+def test_a_crowded_slot_runs_by_origin_then_scheduling_order(origins: int, crowd: int) -> None:
+    """However many events share a time (two take one comparison; 600 of 2**20 origins need keys of 31
+    bits, sorted as floats) they run by origin, each origin's in the order it scheduled them."""
+    sim = Simulator()
+    sim.order_by_origin(origins)
+    rng = random.Random(crowd)
+    events = [(rng.choice((0, 1, 7, origins - 1, origins)), i) for i in range(crowd)]
+    ran: list[tuple[int, int]] = []
+    for origin, i in events:
+        sim.push_from(20, ran.append, (origin, i), origin)
+    sim.run()
+    assert ran == sorted(events)  # (origin, scheduling order)
+    assert sim.setup_events == sum(1 for o, _ in events if o == 0)
+
+
+def test_an_ordered_port_draws_its_own_seeded_uniform_stream() -> None:
+    """A port of an ordered run draws from a stream of its own, seeded by the run's seed and the port:
+    what other ports draw in between changes nothing, two ports' streams differ, and the draws are
+    uniform in [0, 1)."""
+
+    def ports(seed: int) -> list[OrderedPort]:
+        sim = FabricSim.clos(FabricSimConfig(hosts=16, planes=1, ordered=True, seed=seed))
+        return [p for node in sim.nodes for p in node.ports if isinstance(p, OrderedPort)]
+
+    a, b = ports(1)[:2]
+    alone = [a._draw() for _ in range(20_000)]
+    assert all(0.0 <= x < 1.0 for x in alone)
+    assert abs(sum(alone) / len(alone) - 0.5) < 0.01
+    assert sum(x < 0.1 for x in alone) / len(alone) == pytest.approx(0.1, abs=0.01)
+    a2, b2 = ports(1)[:2]
+    interleaved = []
+    for _ in range(20_000):
+        interleaved.append(a2._draw())
+        b2._draw()
+    assert interleaved == alone
+    assert [b._draw() for _ in range(100)] != alone[:100]
+    assert [ports(2)[0]._draw() for _ in range(100)] != alone[:100]  # the run's seed counts
 
 
 def test_a_negative_origin_goes_to_the_outbox() -> None:

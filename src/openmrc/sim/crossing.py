@@ -23,7 +23,7 @@ from typing import Any, Final, cast
 from openmrc.sim.engine import Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import Crossing
-from openmrc.transport import SackTransmit, Transmit, TrimMark
+from openmrc.transport import SackTransmit, Transmit
 from openmrc.transport.types import data_transmit
 from openmrc.wire import headers
 from openmrc.wire.buffer import WireError
@@ -116,14 +116,18 @@ _STRUCTS: Final = (
 """By kind: each kind's, `_WIDE_S`, then each kind's routed by its EV (``kind | _BY_EV``)."""
 _M64: Final = (1 << 64) - 1
 # bound once: a compiled call through the Struct looks its method up by name on every packet
-_PACK_DATA: Final = _STRUCTS[_DATA].pack
-_PACK_SACK: Final = _STRUCTS[_SACK].pack
-_PACK_OTHER: Final = _STRUCTS[_OTHER].pack
-_PACK_DATA_EV: Final = _STRUCTS[_DATA | _BY_EV].pack
-_PACK_SACK_EV: Final = _STRUCTS[_SACK | _BY_EV].pack
-_PACK_OTHER_EV: Final = _STRUCTS[_OTHER | _BY_EV].pack
+_PACK_DATA: Final = _STRUCTS[_DATA].pack_into
+_PACK_SACK: Final = _STRUCTS[_SACK].pack_into
+_PACK_OTHER: Final = _STRUCTS[_OTHER].pack_into
+_PACK_DATA_EV: Final = _STRUCTS[_DATA | _BY_EV].pack_into
+_PACK_SACK_EV: Final = _STRUCTS[_SACK | _BY_EV].pack_into
+_PACK_OTHER_EV: Final = _STRUCTS[_OTHER | _BY_EV].pack_into
+_PACK_WIDE: Final = _WIDE_S.pack_into
 _UNPACKS: Final = tuple(s.unpack_from for s in _STRUCTS)
 _SIZES: Final = tuple(s.size for s in _STRUCTS)
+_MAX_ROW: Final = max(_SIZES)
+_FIRST_BUF: Final = 1 << 16
+"""A lane's buffer to begin with (bytes); it doubles when a row would not fit."""
 
 
 class _Lane:
@@ -134,13 +138,15 @@ class _Lane:
     destination and QP number of its packets, and is named by its index afterwards (both ends keep the
     same table: one lane's messages arrive in order)."""
 
-    __slots__ = ("blobs", "buf", "new_tpls", "reset", "soonest", "tpls", "wide")
+    __slots__ = ("blobs", "buf", "new_tpls", "off", "reset", "soonest", "tpls", "wide")
 
     def __init__(self) -> None:
         self.tpls: dict[DataTemplate, tuple[int, int, int, int]] = {}
         """(by identity) -> its index, and the sender, destination and QP number it crossed with."""
         self.reset = False
-        self.buf = bytearray()
+        self.buf = bytearray(_FIRST_BUF)
+        """The rows packed since the last message, from 0 to `off` (written in place, no row made)."""
+        self.off = 0
         self.blobs: list[bytes | Packet] = []
         self.wide: list[tuple[Any, ...]] = []
         self.new_tpls: list[tuple[int, int, int, int, int, int | None, int, int, int]] = []
@@ -152,8 +158,13 @@ class _Lane:
         ints, made once by the port that ships: no int made per packet): one `struct` call per packet."""
         if at < self.soonest:
             self.soonest = at
+        buf = self.buf
+        off = self.off
+        if off + _MAX_ROW > len(buf):
+            buf *= 2  # (what it holds past `off` is written over)
         tpl = tx.tpl
         ecn = int(tx.ecn)
+        trim = tx.trim_code
         r = tx._route
         addr: object
         by_ev = r < 0
@@ -174,66 +185,78 @@ class _Lane:
                     got = self.tpl_index(tpl, tx)
                 if got[1] != tx.src or got[2] != tx.peer or got[3] != tx.qp_num:
                     raise struct.error  # (its template crossed with other packets: this one goes wide)
+                flags = ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2
                 if by_ev:
-                    row = _PACK_DATA_EV(
-                        _DATA | _BY_EV, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2, int(tx.trim), tx.port,
+                    _PACK_DATA_EV(
+                        buf, off, _DATA | _BY_EV, flags, trim, tx.port,
                         at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi,
                     )  # fmt: skip
+                    off += _SIZES[_DATA | _BY_EV]
                 else:
-                    row = _PACK_DATA(
-                        _DATA, ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2, int(tx.trim), tx.port,
+                    _PACK_DATA(
+                        buf, off, _DATA, flags, trim, tx.port,
                         at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi, seg, seg_hi,
                     )  # fmt: skip
+                    off += _SIZES[_DATA]
             elif type(tx) is SackTransmit and not tx.has_packet():
                 if by_ev:
-                    row = _PACK_SACK_EV(
-                        _SACK | _BY_EV, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at, origin, code,
+                    _PACK_SACK_EV(
+                        buf, off, _SACK | _BY_EV, ecn | int(tx.pr) << 3, trim, tx.port, at, origin, code,
                         tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
                         tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
                         int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b, addr, addr_hi,
                     )  # fmt: skip
+                    off += _SIZES[_SACK | _BY_EV]
                 else:
-                    row = _PACK_SACK(
-                        _SACK, ecn | int(tx.pr) << 3, int(tx.trim), tx.port, at, origin, code,
+                    _PACK_SACK(
+                        buf, off, _SACK, ecn | int(tx.pr) << 3, trim, tx.port, at, origin, code,
                         tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
                         tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
                         int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b, addr, addr_hi, seg, seg_hi,
                     )  # fmt: skip
+                    off += _SIZES[_SACK]
             else:
                 blob = len(self.blobs)
                 if by_ev:
-                    row = _PACK_OTHER_EV(
-                        _OTHER | _BY_EV, ecn, int(tx.trim), tx.port, at, origin, code, tx.wire_size,
+                    _PACK_OTHER_EV(
+                        buf, off, _OTHER | _BY_EV, ecn, trim, tx.port, at, origin, code, tx.wire_size,
                         tx.entropy, tx.epoch, tx.flow_crc, tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
                         blob, addr, addr_hi,
                     )  # fmt: skip
+                    off += _SIZES[_OTHER | _BY_EV]
                 else:
-                    row = _PACK_OTHER(
-                        _OTHER, ecn, int(tx.trim), tx.port, at, origin, code, tx.wire_size,
+                    _PACK_OTHER(
+                        buf, off, _OTHER, ecn, trim, tx.port, at, origin, code, tx.wire_size,
                         tx.entropy, tx.epoch, tx.flow_crc, tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
                         blob, addr, addr_hi, seg, seg_hi,
                     )  # fmt: skip
+                    off += _SIZES[_OTHER]
                 self.blobs.append(_wire(tx.packet))
         except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
-            self.buf += _WIDE_S.pack(_WIDE, len(self.wide))
+            _PACK_WIDE(buf, off, _WIDE, len(self.wide))  # (over what the failed row wrote of itself)
+            self.off = off + _WIDE_S.size
             self.wide.append(_fields(at, origin, code, tx, self))
             return
-        self.buf += row
+        self.off = off
 
     def message(self) -> tuple[tuple[Any, ...], bytearray] | None:
         """This window's packets (None: nothing crosses), the lane then emptied: the head (reset flag, new
         templates, wire bytes, wide packets: pickled with `_dumps`) and the packed rows, the lane's buffer
         itself, handed over (no copy of tens of MB a window at scale; they may cross out of band), the lane
         starting a new one."""
-        if not self.buf:
+        off = self.off
+        if not off:
             return None
-        msg = (self.reset, self.new_tpls, self.blobs, self.wide), self.buf
+        buf = self.buf
+        del buf[off:]
+        msg = (self.reset, self.new_tpls, self.blobs, self.wide), buf
         self.reset = False
-        self.buf = bytearray()
+        self.buf = bytearray(max(off, _FIRST_BUF))  # (as large as this window's needed)
+        self.off = 0
         self.blobs, self.new_tpls, self.wide = [], [], []
         self.soonest = _NEVER
         if len(self.tpls) > _TPL_CACHE:
@@ -286,7 +309,7 @@ def _fields(at: int, origin: object, code: object, tx: Transmit, lane: _Lane) ->
         lane.blobs.append(_wire(tx.packet))
     addr, seg = tx.addr, tx.seg
     return (
-        kind, flags | int(tx.ecn), int(tx.trim), tx.port, at, origin, code, tx.wire_size, tx.entropy,
+        kind, flags | int(tx.ecn), tx.trim_code, tx.port, at, origin, code, tx.wire_size, tx.entropy,
         tx.epoch, tx.flow_crc, *tail, addr & _M64, addr >> 64, seg & _M64, seg >> 64,
     )  # fmt: skip
 
@@ -379,7 +402,7 @@ class _Cut:
             assert arrive is not None  # bound when the ports leading there were made
             cb = arrive
         tx.ecn = f[1] & 1 != 0
-        tx.trim = _TRIMS[f[2]]
+        tx.trim_code = f[2]
         tx.wire_size = f[7]
         last = len(f) - 1
         if f[0] & _BY_EV:  # its EV's address and its route (`_ADDR_EV_FMT`); no segment
@@ -400,7 +423,8 @@ class _Cut:
 def _data_tx(f: tuple[Any, ...], tpls: list[tuple[DataTemplate, int, int, int]], wide: bool) -> Transmit:
     j = _HEAD
     flags: int = f[1]
-    tpl, src, peer, qp = tpls[f[j]]
+    entry = tpls[cast(int, f[j])]  # (typed: indexed and unpacked directly)
+    tpl, src, peer, qp = entry
     if wide:  # its own sender, destination and QP number
         src, peer, qp = f[j + 5], f[j + 6], f[j + 7]
     tx = data_transmit(
@@ -429,6 +453,3 @@ def _wire(pkt: Packet) -> bytes | Packet:
         return pkt.encode()
     except WireError:
         return pkt
-
-
-_TRIMS: Final = tuple(TrimMark)

@@ -30,9 +30,10 @@ the current time while it runs is merged in by origin (`now_heap`). A slot holds
 before its callback and argument (one list to reach per event, as in the default mode), the origin one
 of the engine's own int objects (`Simulator.boxes`: no int made per event, none left to go cold until its
 time comes: an int made when an event is scheduled and read when it runs costs a cache miss of its own),
-and ordering a slot is a sort of plain integers made as it runs, ``origin << pos_bits | place``, while
-they are in the cache (of floats once a key may pass 30 bits: they compare directly, as small integers
-do and larger ones do not); a slot of one event is not sorted at all. Two events of different nodes at one
+and ordering a slot is a sort of plain integers made as it runs, ``origin << bits | place`` with as few
+``bits`` as the slot's size needs, while they are in the cache (of floats in the rare slot whose keys pass
+30 bits: they compare directly, as small integers do and larger ones do not); a slot of one event is not
+sorted at all, one of two takes one comparison. Two events of different nodes at one
 time never touch the same state (links have a latency), so each node sees its events in the same order
 in every split. An origin made negative (``~origin``) marks an event for another process: it goes to
 `outbox` instead (the link to that process is longer than the exchange window).
@@ -61,10 +62,9 @@ WHEEL_NS: Final = 1 << _WHEEL_BITS
 """How far ahead (ns) the timing wheel reaches; later events wait in the heap."""
 _MASK: Final = WHEEL_NS - 1
 _NEVER: Final = 1 << 62
-_POS_BITS: Final = 28
 _SMALL_KEY_BITS: Final = 30
-"""An int below ``1 << 30`` is one digit in CPython: a list of such keys sorts by direct comparison."""
-_MIN_POS_BITS: Final = 16
+"""An int below ``1 << 30`` is one digit in CPython: a list of such keys sorts by direct comparison (a
+larger one goes through the generic comparison: a fifth more time for a whole 16,384-host run)."""
 _FLOAT_KEY_BITS: Final = 53
 """The integers a float holds exactly."""
 
@@ -124,7 +124,7 @@ class Simulator:
         self.ordered = False
         """Partition-independent ties (`order_by_origin`): each wheel slot then holds origin, callback,
         argument triples (the origin one of `boxes`); the slot runs in the order of the keys
-        ``origin << pos_bits | i`` (``i``: the event's place in the slot), plain integers sorted as it
+        ``origin << bits | i`` (``i``: the event's place in the slot), plain integers sorted as it
         runs: origin order, each origin's events in their scheduling order, with no tuple per event and
         no key function."""
         self.boxes: list[object] = []
@@ -132,12 +132,6 @@ class Simulator:
         self.oheap: list[tuple[int, int, int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: (time, priority, origin, sequence, callback, argument) of the events not in the
         wheel."""
-        self.pos_bits = _POS_BITS
-        """Ordered mode: a slot key is ``origin << pos_bits | i``."""
-        self.float_keys = False
-        """Ordered mode: slot keys above ``1 << 30`` are kept as floats (exact below ``1 << 53``), which a
-        list sorts by direct comparison, as ints below ``1 << 30`` (a larger int goes through the generic
-        comparison: a fifth more time for a whole 16,384-host run)."""
         self.now_heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
         """Ordered mode: priority-0 events scheduled for the time being run, while it runs."""
         self.in_now = False
@@ -151,17 +145,11 @@ class Simulator:
     def order_by_origin(self, origins: int = 0) -> None:
         """Break ties by origin, then each origin's own scheduling order, instead of global scheduling order
         (see the module's notes). Call before anything is scheduled. ``origins``, when known (every origin
-        is below it), lets small runs' slot keys stay below ``1 << 30``, which sort about twice as fast
-        (a slot then holds at most ``1 << (30 - origins.bit_length())`` events, at least 65,536)."""
+        is at most it), makes the int objects a slot holds for them at once (others are made when met)."""
         if self.seq:
             raise ValueError("order_by_origin: events are already scheduled")
         self.ordered = True
         self.boxes = list(range(origins + 1))
-        small = _SMALL_KEY_BITS - origins.bit_length()
-        if origins > 0 and small >= _MIN_POS_BITS:
-            self.pos_bits = small
-        elif origins > 0 and origins.bit_length() + _POS_BITS <= _FLOAT_KEY_BITS:
-            self.float_keys = True
 
     def schedule(
         self, at: int, callback: Callable[[Any], None], arg: Any = None, priority: int = 0, origin: int = 0
@@ -328,9 +316,7 @@ class Simulator:
         wheel = self.wheel
         heap = self.oheap
         nowh = self.now_heap
-        pos_bits = self.pos_bits
-        pos_mask = (1 << pos_bits) - 1
-        floats = self.float_keys
+        keys: list[Any] = []  # one list for every slot's keys (no list made and freed a slot)
         n = 0
         t = self.now
         while True:
@@ -352,8 +338,6 @@ class Simulator:
                 slot = early
                 m = len(slot) // 3
                 self.heap_next = heap[0][0] if heap else _NEVER
-            if m > pos_mask:
-                raise OverflowError(f"more than {pos_mask} events at {t} ns (see order_by_origin)")
             self.in_now = True
             if m == 1:  # nothing to order (this time's own events come later: none is scheduled yet)
                 origin = cast(int, slot[0])
@@ -361,8 +345,26 @@ class Simulator:
                 n += 1
                 if not origin:
                     self.setup_events += 1
+            elif m == 2:  # one comparison
+                j = 3 if cast(int, slot[3]) < cast(int, slot[0]) else 0
+                for _ in range(2):
+                    origin = cast(int, slot[j])
+                    while nowh and nowh[0][0] < origin:
+                        e0 = _heappop(nowh)
+                        n += self._run_one(e0[0], e0[2], e0[3])
+                    slot[j + 1](slot[j + 2])
+                    n += 1
+                    if not origin:
+                        self.setup_events += 1
+                    j = 3 - j
             elif m:
-                keys: list[Any] = []
+                pos_bits = m.bit_length()  # as few as this slot needs: small keys sort fastest
+                bits = len(self.boxes).bit_length() + pos_bits  # (every origin here has its box)
+                if bits > _FLOAT_KEY_BITS:
+                    raise OverflowError(f"{m} events at {t} ns: their order keys pass {_FLOAT_KEY_BITS} bits")
+                floats = bits > _SMALL_KEY_BITS
+                pos_mask = (1 << pos_bits) - 1
+                keys.clear()
                 for i in range(m):  # made here, sorted and read while in the cache
                     k = cast(int, slot[3 * i]) << pos_bits | i
                     keys.append(float(k) if floats else k)

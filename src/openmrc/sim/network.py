@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Final, cast
 
 from mypy_extensions import mypyc_attr
 
+from openmrc.fabric.ecmp import fmix32, mul32
 from openmrc.transport import Nic, Transmit, TrimMark
 from openmrc.wire import Packet
 
@@ -74,6 +75,10 @@ integer comparison)."""
 
 _NO_SEGMENT: Final = bytes(16)
 _NO_EV: Final = bytes(32)
+_M32: Final = 0xFFFFFFFF
+_GOLDEN32: Final = 0x9E3779B1
+_INV_2_32: Final = 1.0 / (1 << 32)
+"""A 32-bit draw times this is in [0, 1)."""
 SRH_BYTES: Final = 24
 """An SRH with one segment: its 8-byte header and the 16-byte segment."""
 
@@ -545,24 +550,29 @@ class OrderedPort(Port):
     other ports a process runs). Three fields a port that other runs do without (a fabric has millions
     of ports). `place` sets them, after the port is built."""
 
-    __slots__ = ("_origin", "draw", "seed")
+    __slots__ = ("_origin", "seed", "state")
 
     def place(self, origin: int, seed: int) -> None:
         """``origin``: its node's id + 1; ``seed``: seeds its stream of draws when it has no ``rng``."""
         self._origin = origin
         self.seed = seed
-        self.draw: Callable[[], float] | None = None
-        """That stream's ``random``, bound at the first draw (kept here: a port of its own `PortCold` would
-        share it no more, and its hot fields would leave the cache)."""
+        self.state = 0
+        """That stream's state (xorshift32, never 0 once drawn from), in the port itself: a generator of
+        its own (2.5 KB of Mersenne Twister a port) was seldom in the cache when the port drew."""
 
     def origin(self) -> int:
         return self._origin
 
     def _draw(self) -> float:
-        draw = self.draw
-        if draw is None:
-            draw = self.draw = random.Random(self.seed).random
-        return draw()
+        x = self.state
+        if not x:  # its first draw: a state of the seed's 64 bits, mixed (and never 0)
+            seed = self.seed
+            x = fmix32((mul32(seed & _M32, _GOLDEN32) + ((seed >> 32) & _M32)) & _M32) or 1
+        x ^= (x << 13) & _M32
+        x ^= x >> 17
+        x ^= (x << 5) & _M32
+        self.state = x
+        return x * _INV_2_32
 
 
 class PortCold:

@@ -312,7 +312,16 @@ class Transmit:
 
     @trim.setter
     def trim(self, v: TrimMark) -> None:
-        n = int(v)
+        self.trim_code = int(v)
+
+    @property
+    def trim_code(self) -> int:
+        """`trim` as its plain int value (0, 1 or 2), made of its two flags without an enum: what a
+        simulator ships across processes per packet."""
+        return 2 if self._lasthop else 1 if self._trimmed else 0
+
+    @trim_code.setter
+    def trim_code(self, n: int) -> None:
         self._trimmed = n != 0
         self._lasthop = n == 2
 
