@@ -106,6 +106,7 @@ class Nic:
         self._active: dict[Qp, None] = {}
         self._idle_active: dict[Qp, None] = {}  # the other of the two dicts `datagrams_to_send` swaps
         self._woken: dict[Qp, None] = {}  # QPs woken since the driver last asked (see `wake`)
+        self._idle_woken: dict[Qp, None] = {}  # the other of the two dicts `_settle` swaps
         self._timers: list[tuple[int, int, Qp]] = []
         """(time, sequence, QP): at most one entry a QP counts (its ``heap_seq``'s), at or before its deadline
         (``timer_at``, set at ``timer_seq``). A deadline that moves later leaves the entry where it is, and
@@ -539,9 +540,11 @@ class Nic:
 
     def _settle(self) -> None:
         woken = self._woken
-        self._woken = {}
+        self._woken = self._idle_woken  # swapped (no dict made and freed per call)
         for qp in woken:
             self._wake_now(qp)
+        woken.clear()
+        self._idle_woken = woken
 
     def _wake_now(self, qp: Qp) -> None:
         r = qp.requester
