@@ -572,6 +572,33 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
         assert engine.wheel[102][2]._route == sent[2]._route < 0
 
 
+def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() -> None:
+    """Rows are packed in place: a window of more rows than the lane's first buffer holds crosses whole,
+    in order, and the next window's buffer starts as large as the last one needed."""
+    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
+    rank_of = partition.assign_ranks(sim, 2)
+    cut = crossing._Cut(sim, rank_of, 1, 2)
+    target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
+    lane = crossing._Lane()
+    first = len(lane.buf)
+    sent = []
+    for i in range(3 * first // 64):
+        p = _crossing(None)
+        p.psn = i
+        if i == 700:
+            p.epoch = 1 << 70  # one in the middle goes wide (over what its row wrote of itself)
+        sent.append(p)
+        lane.pack(100 + i, 7, 2 * target, p)
+    msg = lane.message()
+    assert msg is not None and len(msg[1]) > first and len(msg[0][3]) == 1
+    assert len(lane.buf) >= len(msg[1]) and lane.off == 0
+    engine = Simulator()
+    engine.order_by_origin()
+    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == len(sent)
+    assert [engine.wheel[100 + i][2].psn for i in range(len(sent))] == list(range(len(sent)))
+    assert engine.wheel[800][2].epoch == 1 << 70 and engine.wheel[801][2].epoch == 2
+
+
 def test_more_forked_ranks_than_pipes_can_connect_is_refused_before_any_fork() -> None:
     def build(part: tuple[int, int] | None) -> FabricSim:
         raise AssertionError("no rank may be built")
