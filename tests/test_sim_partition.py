@@ -299,7 +299,7 @@ def test_ordered_slots_hold_the_engines_own_origin_ints_and_count_set_up_events(
     assert sim.setup_events == 4 and sim.events == 6
 
 
-@pytest.mark.parametrize("origins", [100, 1 << 20], ids=["small-keys", "float-keys"])
+@pytest.mark.parametrize("origins", [100, 1 << 20], ids=["few-origins", "2**20-origins"])
 @pytest.mark.parametrize("crowd", [2, 3, 600])
 def test_a_crowded_slot_runs_by_origin_then_scheduling_order(origins: int, crowd: int) -> None:
     """However many events share a time (two take one comparison; 600 of 2**20 origins need keys of 31
