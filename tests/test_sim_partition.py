@@ -302,8 +302,8 @@ def test_ordered_slots_hold_the_engines_own_origin_ints_and_count_set_up_events(
 @pytest.mark.parametrize("origins", [100, 1 << 20], ids=["few-origins", "2**20-origins"])
 @pytest.mark.parametrize("crowd", [2, 3, 600])
 def test_a_crowded_slot_runs_by_origin_then_scheduling_order(origins: int, crowd: int) -> None:
-    """However many events share a time (two take one comparison; 600 of 2**20 origins need keys of 31
-    bits, sorted as floats) they run by origin, each origin's in the order it scheduled them."""
+    """However many events share a time (600 of 2**20 origins need keys of 31 bits, sorted as floats)
+    they run by origin, each origin's in the order it scheduled them."""
     sim = Simulator()
     sim.order_by_origin(origins)
     rng = random.Random(crowd)

@@ -33,10 +33,10 @@ time comes: an int made when an event is scheduled and read when it runs costs a
 and ordering a slot is a sort of plain integers made as it runs, ``origin << bits | place`` with as few
 ``bits`` as the slot's size needs, while they are in the cache (of floats in the rare slot whose keys pass
 30 bits: they compare directly, as small integers do and larger ones do not); a slot of one event is not
-sorted at all, one of two takes one comparison. Two events of different nodes at one
-time never touch the same state (links have a latency), so each node sees its events in the same order
-in every split. An origin made negative (``~origin``) marks an event for another process: it goes to
-`outbox` instead (the link to that process is longer than the exchange window).
+sorted at all. Two events of different nodes at one time never touch the same state (links have a
+latency), so each node sees its events in the same order in every split. An origin made negative
+(``~origin``) marks an event for another process: it goes to `outbox` instead (the link to that process
+is longer than the exchange window).
 """
 
 from __future__ import annotations
@@ -345,18 +345,6 @@ class Simulator:
                 n += 1
                 if not origin:
                     self.setup_events += 1
-            elif m == 2:  # one comparison
-                j = 3 if cast(int, slot[3]) < cast(int, slot[0]) else 0
-                for _ in range(2):
-                    origin = cast(int, slot[j])
-                    while nowh and nowh[0][0] < origin:
-                        e0 = _heappop(nowh)
-                        n += self._run_one(e0[0], e0[2], e0[3])
-                    slot[j + 1](slot[j + 2])
-                    n += 1
-                    if not origin:
-                        self.setup_events += 1
-                    j = 3 - j
             elif m:
                 pos_bits = m.bit_length()  # as few as this slot needs: small keys sort fastest
                 bits = len(self.boxes).bit_length() + pos_bits  # (every origin here has its box)
