@@ -13,6 +13,10 @@ building its part after the fork: ``sim_bench.py --process-ranks N``), start to 
 other two: ``ranks_ratio_vs_htsim`` and ``speedup_ranks_vs_one_process`` (the one-process run of the same
 round over the split one), each the median of the rounds' ratios.
 
+With ``--htsim-huge-pages`` each round also runs htsim with glibc's heap on transparent huge pages
+(``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``), as openmrc keeps its objects
+(`openmrc._native.huge_page_arenas`): ``wall_ratio_vs_htsim_huge_pages`` compares like with like.
+
 htsim is not a dependency: build it from UEC's uet-htsim sources (``cmake -S htsim/sim -B build
 -DCMAKE_BUILD_TYPE=Release && cmake --build build --target htsim_uec``; the binary is
 ``build/datacenter/htsim_uec``) and pass its path, or put it on PATH or in ``$HTSIM_UEC``. The tail FCT
@@ -39,12 +43,14 @@ CM = ROOT / "src" / "openmrc" / "sim" / "scenarios" / "data" / "perm_1024n_1024c
 _FINISHED = re.compile(r"finished at ([0-9.]+)")
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """Run ``cmd`` to its end in a scratch directory (htsim writes its log file where it runs): (wall
-    seconds from spawn to exit, its own peak RSS in MB, its stdout)."""
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """Run ``cmd`` to its end in a scratch directory (htsim writes its log file where it runs), with
+    ``env`` added to the environment: (wall seconds from spawn to exit, its own peak RSS in MB, its
+    stdout)."""
     with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory() as scratch:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=scratch)
+        full = None if env is None else {**os.environ, **env}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=scratch, env=full)
         assert proc.stdout is not None
         out = proc.stdout.read()
         _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not all children's maximum
@@ -66,8 +72,10 @@ def htsim_binary(given: str | None) -> str:
     )
 
 
-def pair(htsim: str, rounds: int, ranks: int = 1) -> dict[str, Any]:
+def pair(htsim: str, rounds: int, ranks: int = 1, huge: bool = False) -> dict[str, Any]:
     ratios: list[float] = []
+    huge_walls: list[float] = []
+    huge_ratios: list[float] = []
     h_walls: list[float] = []
     o_walls: list[float] = []
     r_walls: list[float] = []
@@ -78,7 +86,8 @@ def pair(htsim: str, rounds: int, ranks: int = 1) -> dict[str, Any]:
     h_tail = o_tail = None
     h_rss = o_rss = 0.0
     for _ in range(rounds):
-        wall, rss, out = timed([htsim, "-tm", str(CM), "-sender_cc_only", "-end", "400", "-paths", "128"])
+        htsim_cmd = [htsim, "-tm", str(CM), "-sender_cc_only", "-end", "400", "-paths", "128"]
+        wall, rss, out = timed(htsim_cmd)
         h_walls.append(wall)
         h_rss = max(h_rss, rss)
         h_tail = max(float(x) for x in _FINISHED.findall(out))
@@ -89,6 +98,10 @@ def pair(htsim: str, rounds: int, ranks: int = 1) -> dict[str, Any]:
         o_tail = got["tail_fct_us_128ev"]
         o_rss = max(o_rss, rss_o)
         ratios.append(wall_o / wall)
+        if huge:
+            wall_h, _rss, _out = timed(htsim_cmd, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})
+            huge_walls.append(wall_h)
+            huge_ratios.append(wall_o / wall_h)
         if ranks > 1:
             split = [sys.executable, str(ROOT / "benchmarks" / "sim_bench.py"), "--json"]
             split += ["--process-ranks", str(ranks), "--k", "16"]
@@ -99,8 +112,13 @@ def pair(htsim: str, rounds: int, ranks: int = 1) -> dict[str, Any]:
             r_ratios.append(wall_r / wall)
             speedups.append(wall_o / wall_r)
     split_figures: dict[str, Any] = {}
+    if huge:
+        split_figures |= {
+            "htsim_huge_pages_wall_s": statistics.median(huge_walls),
+            "wall_ratio_vs_htsim_huge_pages": statistics.median(huge_ratios),
+        }
     if ranks > 1:
-        split_figures = {
+        split_figures |= {
             "ranks": ranks,
             "openmrc_ranks_wall_s": statistics.median(r_walls),
             "ranks_ratio_vs_htsim": statistics.median(r_ratios),
@@ -109,6 +127,9 @@ def pair(htsim: str, rounds: int, ranks: int = 1) -> dict[str, Any]:
             "openmrc_ranks_rank0_peak_rss_mb": r_rss,
             "openmrc_ranks_tail_fct_us": r_tail,
         }
+        if huge:
+            pairs = zip(r_walls, huge_walls, strict=True)
+            split_figures["ranks_ratio_vs_htsim_huge_pages"] = statistics.median(r / h for r, h in pairs)
     return split_figures | {
         "htsim_wall_s": statistics.median(h_walls),
         "openmrc_wall_s": statistics.median(o_walls),
@@ -127,13 +148,16 @@ def main() -> None:
     ap.add_argument("--htsim", help="path of htsim_uec (default: $HTSIM_UEC, then PATH)")
     ap.add_argument("--rounds", type=int, default=3, help="paired rounds (median of their ratios)")
     ap.add_argument("--ranks", type=int, default=1, help="also run openmrc split over this many ranks")
+    ap.add_argument(
+        "--htsim-huge-pages", action="store_true", help="also run htsim with glibc's heap on huge pages"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
     if a.ranks < 1:
         ap.error("--ranks must be at least 1")
-    out = pair(htsim_binary(a.htsim), a.rounds, a.ranks)
+    out = pair(htsim_binary(a.htsim), a.rounds, a.ranks, a.htsim_huge_pages)
     if a.json:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
         return

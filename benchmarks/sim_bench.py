@@ -100,6 +100,19 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _huge_pages_mb() -> float | None:
+    """This process's memory on transparent huge pages now (MB; `openmrc._native.huge_page_arenas`), or
+    None where /proc does not tell."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _process_s() -> float | None:
     """Wall time since this process started (interpreter start-up and imports included), or None where
     /proc does not tell."""
@@ -147,6 +160,7 @@ def htsim_perm(variant: int, k: int) -> dict[str, Any]:
             "packet_hops_per_s": rep["packet_hops"] / wall,
             "events_per_s": rep["events"] / wall,
             "peak_rss_mb": _rss_mb(),
+            "huge_pages_mb": _huge_pages_mb(),
             "process_s": _process_s(),  # the whole process so far: what htsim's wall time compares with
             "trims": rep["trims"],
             "htsim_k": k,
@@ -271,6 +285,7 @@ def scale(
     kinds = _kinds_kb_per_host(sim) if by_kind else None  # its bookkeeping would raise the peak RSS
     rep, wall = _run(sim)
     peak = _rss_mb()
+    huge = _huge_pages_mb()
     return {
         "scale_hosts": hosts,
         "scale_evs_per_qp": evs,
@@ -283,6 +298,7 @@ def scale(
         "scale_rss_build_mb": rss_build,
         "scale_rss_setup_mb": rss_setup,
         "scale_peak_rss_mb": peak,
+        "scale_huge_pages_mb": huge,
         "scale_peak_rss_kb_per_host": peak * 1024 / hosts,
         "scale_packet_hops_per_s": rep["packet_hops"] / wall,
         "scale_completed": rep["completed"],

@@ -69,6 +69,9 @@ MODULES = [
     "openmrc/sim/partition.py",
     "openmrc/sim/crossing.py",
 ]
+ARENAS = "openmrc/_arenas.c"
+"""A small C extension built beside them: pymalloc's arenas on transparent huge pages
+(`openmrc._native.huge_page_arenas`)."""
 
 
 def module_name(path: str) -> str:
@@ -88,13 +91,15 @@ def clean() -> None:
 
 def build(opt_level: str = "3") -> None:
     from mypyc.build import mypycify
-    from setuptools import setup
+    from setuptools import Extension, setup
 
     clean()
     # Digests of what is about to be compiled (a source edited during the build must not pass as built).
     manifest = {module_name(m): digest(SRC / m) for m in MODULES}
+    arenas = digest(SRC / ARENAS)
     os.chdir(SRC)  # mypyc names modules after their paths
     extensions = mypycify(MODULES, opt_level=opt_level, target_dir=str(ROOT / "build" / "mypyc"))
+    extensions.append(Extension(ARENAS.removesuffix(".c").replace("/", "."), [ARENAS]))
     jobs = str(max(1, os.cpu_count() or 1))
     setup(
         name="openmrc-native",
@@ -111,7 +116,8 @@ def build(opt_level: str = "3") -> None:
             str(ROOT / "build" / "mypyc" / "tmp"),
         ],
     )
-    MANIFEST.write_text(json.dumps({"modules": manifest}, indent=1, sort_keys=True) + "\n")
+    built = {"modules": manifest, "arenas": arenas}
+    MANIFEST.write_text(json.dumps(built, indent=1, sort_keys=True) + "\n")
     print(f"compiled {len(MODULES)} modules with mypyc", file=sys.stderr)
 
 
@@ -122,7 +128,7 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the compiled sources (for make) and exit")
     args = ap.parse_args()
     if args.list:
-        print(" ".join(f"src/{m}" for m in MODULES))
+        print(" ".join(f"src/{m}" for m in [*MODULES, ARENAS]))
     elif args.clean:
         clean()
     else:

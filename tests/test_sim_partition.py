@@ -484,6 +484,12 @@ def test_ordered_slots_merge_heap_events_first_within_each_origin(origins: int) 
 _TPL = DataTemplate(0x21, 3, 4, 0xBEEF, 1 << 20, 9)
 
 
+_SACK_FIELDS = (
+    "dest_qp", "cack_psn", "ack_psn_offset", "sack_offset", "bitmap", "echo", "m", "pr", "mpr", "ts_echo",
+    "ooo_count", "rcvd_256b",
+)  # fmt: skip
+
+
 def _crossing(pkt: Packet | str | None) -> Transmit:
     if isinstance(pkt, str):  # "sack": a SACK as the responder sends it: its fields, no Packet
         tx: Transmit = SackTransmit(0x33, 0x12, 77, -3, 2, (1 << 64) - 2, 0xABCD, 1, True, 64, 5, 2, 0xFFFFFF)
@@ -527,9 +533,10 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
     rank_of = partition.assign_ranks(sim, 2)
     cut = crossing._Cut(sim, rank_of, 1, 2)
     lane = crossing._Lane()
-    sent = [_crossing(pkt), _crossing(pkt), _crossing(pkt)]
+    sent = [_crossing(pkt), _crossing(pkt), _crossing(pkt), _crossing(pkt)]
     sent[1].epoch = 1 << 70  # beyond its packed format: crosses as a tuple of its fields, in its turn
     sent[2].src, sent[2].peer, sent[2].qp_num = 9, 6, 0x44  # a data packet: its template crossed with others
+    sent[3].port = 1 << 41  # beyond the word it shares with the kind, flags and trim: wide too
     if by_ev:
         for p in sent:
             p.ev = bytes([0xFC, 0, 0, 1, 0xE0, 1, 0xE1, 2, 0xE2, 3]) + bytes(22)
@@ -540,10 +547,10 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
         lane.pack(100 + i, 7, 2 * target, p)
     msg = lane.message()
     assert msg is not None and lane.message() is None  # emptied
-    assert len(msg[0][3]) == (2 if pkt is None else 1)  # the packets shipped wide
+    assert len(msg[0][3]) == (3 if pkt is None else 2)  # the packets shipped wide
     engine = Simulator()
     engine.order_by_origin()
-    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 3
+    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 4
     for i, p in enumerate(sent):
         key, cb, got = engine.wheel[100 + i]
         assert cb == sim.nodes[target].arrive_cb and key == 7  # the origin
@@ -564,6 +571,13 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
         assert type(got) is type(p) and got.has_packet() == p.has_packet()
         assert got.packet == p.packet
         assert (got.qp_num, got.size, got.tpl is None) == (p.qp_num, p.size, pkt is not None)
+        if type(p) is SackTransmit:
+            assert isinstance(got, SackTransmit)
+            for name in _SACK_FIELDS:
+                assert getattr(got, name) == getattr(p, name), name
+        if p.tpl is not None:
+            sent_fields = (p.op, p.psn, p.va, p.ack_req, p.rtx, bytes(p.payload))
+            assert (got.op, got.psn, got.va, got.ack_req, got.rtx, bytes(got.payload)) == sent_fields
         if by_ev and got._route < 0:  # (a wide one crosses by its address)
             assert (got.ev[:16], got._route) == (p.ev[:16], p._route)
     if pkt is None:  # the template crossed once: the packets share the one made of it

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from openmrc.transport import SackTransmit, Transmit, WcStatus
+from openmrc.transport.types import sack_of_words
 from openmrc.wire import BTH, SETH, CcState, Opcode, Packet, SackM, parse
 
 from .helpers import Pair
@@ -54,6 +55,34 @@ def test_a_sack_by_its_fields_encodes_to_the_bytes_of_one_built_header_by_header
     assert t.packet == old
     assert t.packet.encode() == old.encode()
     assert parse(t.packet.encode()) == parse(old.encode())
+
+
+_SACK_NAMES = (
+    "qp_num", "dest_qp", "cack_psn", "ack_psn_offset", "sack_offset", "bitmap", "echo", "m", "pr", "mpr",
+    "ts_echo", "ooo_count", "rcvd_256b",
+)  # fmt: skip
+
+
+@given(_FIELDS)
+def test_a_sack_made_again_of_its_packed_words_has_every_field_it_had(f: tuple[Any, ...]) -> None:
+    t = SackTransmit(*f)
+    again = sack_of_words(t.qp_num, t.psn, t.op, t.va, t.qps_word, t.sack_offset, t.pr)
+    assert [getattr(again, n) for n in _SACK_NAMES] == [getattr(t, n) for n in _SACK_NAMES] == list(f)
+    assert again.packet.encode() == t.packet.encode()
+
+
+_BOUNDS = (1 << 55, 1 << 58, 1 << 64, 1 << 48)  # psn, op, va, qps_word
+
+
+@pytest.mark.parametrize("word", range(4), ids=["psn", "op", "va", "qps"])
+@pytest.mark.parametrize("beyond", [False, True], ids=["negative", "too-wide"])
+def test_a_packed_word_beyond_its_fields_is_refused(word: int, beyond: bool) -> None:
+    t = SackTransmit(0x33, 0x12, 77, -3, 2, (1 << 64) - 2, 0xABCD, 1, True, 64, 5, 2, 0xFFFFFF)
+    words = [t.psn, t.op, t.va, t.qps_word]
+    sack_of_words(t.qp_num, *words, t.sack_offset, t.pr)  # as they are: fine
+    words[word] = _BOUNDS[word] if beyond else -1
+    with pytest.raises(ValueError, match="outside its fields' widths"):
+        sack_of_words(t.qp_num, *words, t.sack_offset, t.pr)
 
 
 def requester_state(p: Pair) -> tuple[Any, ...]:

@@ -78,3 +78,25 @@ def setup() -> None:
         sys.meta_path.insert(0, _SourceOnly(names))
         return
     compiled = names
+
+
+ARENAS_SOURCE = _PKG_DIR / "_arenas.c"
+
+
+def huge_page_arenas() -> bool:
+    """From now on, keep this process's small objects (pymalloc's arenas) in memory advised for
+    transparent huge pages (``_arenas.c``): a large simulation's objects are touched in no particular
+    order, and with 4 KB pages nearly every touch of a cold one also walks the page tables. Only with the
+    compiled build (its extension built from the same ``_arenas.c``), and not when ``OPENMRC_HUGE_PAGES=0``;
+    whether the allocator is in place. The kernel backs the memory with huge pages when
+    ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` or ``always``."""
+    if not compiled or os.environ.get("OPENMRC_HUGE_PAGES", "1").strip() == "0":
+        return False
+    try:
+        built = json.loads(MANIFEST.read_text()).get("arenas")
+        if built is None or built != hashlib.sha256(ARENAS_SOURCE.read_bytes()).hexdigest():
+            return False  # (built from another source: the next `make native` builds it again)
+        from openmrc import _arenas
+    except (OSError, ValueError, ImportError):
+        return False
+    return _arenas.install()

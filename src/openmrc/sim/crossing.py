@@ -24,7 +24,7 @@ from openmrc.sim.engine import Simulator
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import Crossing
 from openmrc.transport import SackTransmit, Transmit
-from openmrc.transport.types import data_transmit
+from openmrc.transport.types import data_transmit, sack_of_words
 from openmrc.wire import headers
 from openmrc.wire.buffer import WireError
 from openmrc.wire.packet import DataTemplate, Packet, parse
@@ -76,13 +76,15 @@ def _dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-_HEAD: Final = 11
-"""Fields every crossing packet ships first: its kind, flags (ECN, and a data packet's AckReq and
-retransmission bits), trim, plane, time, origin, target, wire size, entropy, epoch and ECMP flow hash. Its
-kind's tail follows, then its addressing (`_ADDR_FMT` or `_ADDR_EV_FMT`), last: a kind's fields sit at the
-same places whichever addressing a packet has. Only a sender reads a packet's EV (it has made the
-packet's addresses of it): a packet routed by a plain address crosses without it."""
-_HEAD_FMT: Final = "<BBBHqqqIQqq"
+_HEAD: Final = 8
+"""Fields every crossing packet ships first: one word of its kind, flags (ECN, and a data packet's AckReq
+and retransmission bits), trim and plane (`_word`: its low byte, the row's first, is the kind), then its
+time, origin, target, wire size, entropy, epoch and ECMP flow hash. Its kind's tail follows, then its
+addressing (`_ADDR_FMT` or `_ADDR_EV_FMT`), last: a kind's fields sit at the same places whichever
+addressing a packet has. Only a sender reads a packet's EV (it has made the packet's addresses of it): a
+packet routed by a plain address crosses without it. (Each field costs an int made at either end: fields
+that fit share a word.)"""
+_HEAD_FMT: Final = "<QqqqIQqq"
 _ADDR_FMT: Final = "QQQQ"
 """A packet's address and its segment (an IPv6 one is 128 bits), each as two 64-bit halves."""
 _ADDR_EV_FMT: Final = "16sQ"
@@ -95,10 +97,10 @@ _DATA_TAIL: Final = "IBIQI"
 """A data packet: its Write template's index and op, PSN, VA, payload length. Its sender and destination
 nodes and its QP number cross once with its template (a template is one QP's), its size is its payload's."""
 _SACK: Final = 1
-_SACK_TAIL: Final = "qqIqIIqqQQBqqqq"
+_SACK_TAIL: Final = "qqIqQQQQq"
 """A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): its sender and
-destination nodes, QP number and size, then its 12 fields but the sending QP's number and the probe-reply
-flag (in the flags)."""
+destination nodes, QP number and size, then the four words its fields are packed in (`sack_of_words`) and
+its SACK offset; the probe-reply flag is in the flags."""
 _OTHER: Final = 2
 _OTHER_TAIL: Final = "qqIqI"
 """Any other packet: its sender and destination nodes, QP number and size, then the index of its wire
@@ -163,12 +165,13 @@ class _Lane:
         if off + _MAX_ROW > len(buf):
             buf *= 2  # (what it holds past `off` is written over)
         tpl = tx.tpl
-        ecn = int(tx.ecn)
-        trim = tx.trim_code
         r = tx._route
         addr: object
         by_ev = r < 0
+        # the head's word but the kind and the flags (a port beyond its bits fails the format: wide)
+        word = int(tx.ecn) << 8 | tx.trim_code << 16 | tx.port << 24
         if by_ev:  # its EV's address bytes (the format takes the first 16) and its route
+            word |= _BY_EV
             addr, addr_hi, seg, seg_hi = tx.ev, -r, 0, 0
         else:
             a, seg = tx.addr, tx.seg
@@ -185,54 +188,48 @@ class _Lane:
                     got = self.tpl_index(tpl, tx)
                 if got[1] != tx.src or got[2] != tx.peer or got[3] != tx.qp_num:
                     raise struct.error  # (its template crossed with other packets: this one goes wide)
-                flags = ecn | int(tx.ack_req) << 1 | int(tx.rtx) << 2
+                word |= _DATA | int(tx.ack_req) << 9 | int(tx.rtx) << 10
                 if by_ev:
                     _PACK_DATA_EV(
-                        buf, off, _DATA | _BY_EV, flags, trim, tx.port,
-                        at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi,
                     )  # fmt: skip
                     off += _SIZES[_DATA | _BY_EV]
                 else:
                     _PACK_DATA(
-                        buf, off, _DATA, flags, trim, tx.port,
-                        at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi, seg, seg_hi,
                     )  # fmt: skip
                     off += _SIZES[_DATA]
             elif type(tx) is SackTransmit and not tx.has_packet():
+                word |= _SACK | int(tx.pr) << 11
                 if by_ev:
                     _PACK_SACK_EV(
-                        buf, off, _SACK | _BY_EV, ecn | int(tx.pr) << 3, trim, tx.port, at, origin, code,
-                        tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
-                        tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
-                        int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b, addr, addr_hi,
+                        tx.psn, tx.op, tx.va, tx.qps_word, tx.sack_offset, addr, addr_hi,
                     )  # fmt: skip
                     off += _SIZES[_SACK | _BY_EV]
                 else:
                     _PACK_SACK(
-                        buf, off, _SACK, ecn | int(tx.pr) << 3, trim, tx.port, at, origin, code,
-                        tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
                         tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
-                        tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo,
-                        int(tx.m), tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b, addr, addr_hi, seg, seg_hi,
+                        tx.psn, tx.op, tx.va, tx.qps_word, tx.sack_offset, addr, addr_hi, seg, seg_hi,
                     )  # fmt: skip
                     off += _SIZES[_SACK]
             else:
+                word |= _OTHER
                 blob = len(self.blobs)
                 if by_ev:
                     _PACK_OTHER_EV(
-                        buf, off, _OTHER | _BY_EV, ecn, trim, tx.port, at, origin, code, tx.wire_size,
-                        tx.entropy, tx.epoch, tx.flow_crc, tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
-                        blob, addr, addr_hi,
+                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size, blob, addr, addr_hi,
                     )  # fmt: skip
                     off += _SIZES[_OTHER | _BY_EV]
                 else:
                     _PACK_OTHER(
-                        buf, off, _OTHER, ecn, trim, tx.port, at, origin, code, tx.wire_size,
-                        tx.entropy, tx.epoch, tx.flow_crc, tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
-                        blob, addr, addr_hi, seg, seg_hi,
+                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
+                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size, blob, addr, addr_hi, seg, seg_hi,
                     )  # fmt: skip
                     off += _SIZES[_OTHER]
                 self.blobs.append(_wire(tx.packet))
@@ -300,17 +297,16 @@ def _fields(at: int, origin: object, code: object, tx: Transmit, lane: _Lane) ->
         tail = (lane.tpl_index(tpl, tx)[0], tx.op, tx.psn, tx.va, len(tx.payload), tx.src, peer, tx.qp_num)
     elif type(tx) is SackTransmit and not tx.has_packet():
         kind, flags = _SACK, int(tx.pr) << 3
-        tail = (tx.src, peer, tx.qp_num, tx.size)
-        tail += (tx.dest_qp, tx.cack_psn, tx.ack_psn_offset, tx.sack_offset, tx.bitmap, tx.echo, int(tx.m))
-        tail += (tx.mpr, tx.ts_echo, tx.ooo_count, tx.rcvd_256b)
+        tail = (tx.src, peer, tx.qp_num, tx.size, tx.psn, tx.op, tx.va, tx.qps_word, tx.sack_offset)
     else:
         kind, flags = _OTHER, 0
         tail = (tx.src, peer, tx.qp_num, tx.size, len(lane.blobs))
         lane.blobs.append(_wire(tx.packet))
     addr, seg = tx.addr, tx.seg
+    word = kind | (flags | int(tx.ecn)) << 8 | tx.trim_code << 16 | tx.port << 24
     return (
-        kind, flags | int(tx.ecn), tx.trim_code, tx.port, at, origin, code, tx.wire_size, tx.entropy,
-        tx.epoch, tx.flow_crc, *tail, addr & _M64, addr >> 64, seg & _M64, seg >> 64,
+        word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc, *tail,
+        addr & _M64, addr >> 64, seg & _M64, seg >> 64,
     )  # fmt: skip
 
 
@@ -373,27 +369,28 @@ class _Cut:
             kind: int = data[off]
             f: tuple[Any, ...] = _UNPACKS[kind](data, off)
             off += _SIZES[kind]
-            is_wide = f[0] == _WIDE
+            is_wide = kind == _WIDE
             if is_wide:
                 f = wide[f[1]]
-            kind = f[0] & ~_BY_EV
+            word: int = f[0]
+            kind = word & 0xFF & ~_BY_EV
             tx: Transmit
             if kind == _DATA:
-                tx = _data_tx(f, tpls, is_wide)
+                tx = _data_tx(f, word, tpls, is_wide)
             elif kind == _SACK:
-                tx = _sack_tx(f)
+                tx = _sack_tx(f, word)
             else:
                 blob = blobs[f[_HEAD + 4]]
                 pkt = blob if isinstance(blob, Packet) else parse(blob)
-                tx = Transmit(f[3], f[_HEAD + 1], b"", f[8], pkt)
+                tx = Transmit(word >> 24, f[_HEAD + 1], b"", f[5], pkt)
                 tx.src, tx.qp_num, tx.size = f[_HEAD], f[_HEAD + 2], f[_HEAD + 3]
-            self._arrive(f, tx, engine)
+            self._arrive(f, word, tx, engine)
         return got
 
-    def _arrive(self, f: tuple[Any, ...], tx: Transmit, engine: Simulator) -> None:
-        """``tx``, given the fabric fields of the head ``f`` and its addressing (last), scheduled where its
-        head says."""
-        code: int = f[6]
+    def _arrive(self, f: tuple[Any, ...], word: int, tx: Transmit, engine: Simulator) -> None:
+        """``tx``, given the fabric fields of the head ``f`` (its first, ``word``, taken apart) and its
+        addressing (last), scheduled where its head says."""
+        code: int = f[3]
         cb: Callable[[Transmit], None]
         if code & 1:
             cb = self.delivers[code >> 1]
@@ -401,11 +398,11 @@ class _Cut:
             arrive = self.nodes[code >> 1].arrive_cb
             assert arrive is not None  # bound when the ports leading there were made
             cb = arrive
-        tx.ecn = f[1] & 1 != 0
-        tx.trim_code = f[2]
-        tx.wire_size = f[7]
+        tx.ecn = word & 0x100 != 0
+        tx.trim_code = word >> 16 & 0xFF
+        tx.wire_size = f[4]
         last = len(f) - 1
-        if f[0] & _BY_EV:  # its EV's address and its route (`_ADDR_EV_FMT`); no segment
+        if word & _BY_EV:  # its EV's address and its route (`_ADDR_EV_FMT`); no segment
             tx.ev = f[last - 1]
             tx._route = -cast(int, f[last])
         else:
@@ -415,34 +412,31 @@ class _Cut:
             seg: int = f[last - 1]
             hi = f[last]
             tx.seg = seg | hi << 64 if hi else seg
-        tx.epoch = f[9]
-        tx.flow_crc = f[10]
-        engine.insert(f[4], 0, f[5], cb, tx)
+        tx.epoch = f[6]
+        tx.flow_crc = f[7]
+        engine.insert(f[1], 0, f[2], cb, tx)
 
 
-def _data_tx(f: tuple[Any, ...], tpls: list[tuple[DataTemplate, int, int, int]], wide: bool) -> Transmit:
+def _data_tx(
+    f: tuple[Any, ...], word: int, tpls: list[tuple[DataTemplate, int, int, int]], wide: bool
+) -> Transmit:
     j = _HEAD
-    flags: int = f[1]
     entry = tpls[cast(int, f[j])]  # (typed: indexed and unpacked directly)
     tpl, src, peer, qp = entry
     if wide:  # its own sender, destination and QP number
         src, peer, qp = f[j + 5], f[j + 6], f[j + 7]
     tx = data_transmit(
-        f[3], peer, b"", f[8], qp, tpl, f[j + 1], flags & 2 != 0, flags & 4 != 0, f[j + 2], f[j + 3],
-        _zeros(f[j + 4]),
+        word >> 24, peer, b"", f[5], qp, tpl, f[j + 1], word & 0x200 != 0, word & 0x400 != 0, f[j + 2],
+        f[j + 3], _zeros(f[j + 4]),
     )  # fmt: skip
     tx.src = src
     return tx
 
 
-def _sack_tx(f: tuple[Any, ...]) -> SackTransmit:
+def _sack_tx(f: tuple[Any, ...], word: int) -> SackTransmit:
     j = _HEAD + 4
-    flags: int = f[1]
-    t = SackTransmit(
-        f[_HEAD + 2], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], f[j + 5], f[j + 6], flags & 8 != 0,
-        f[j + 7], f[j + 8], f[j + 9], f[j + 10],
-    )  # fmt: skip
-    t.port, t.peer, t.entropy, t.src, t.size = f[3], f[_HEAD + 1], f[8], f[_HEAD], f[_HEAD + 3]
+    t = sack_of_words(f[_HEAD + 2], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], word & 0x800 != 0)
+    t.port, t.peer, t.entropy, t.src, t.size = word >> 24, f[_HEAD + 1], f[5], f[_HEAD], f[_HEAD + 3]
     return t
 
 

@@ -492,6 +492,12 @@ class SackTransmit(Transmit):
     def rcvd_256b(self) -> int:
         return self._qps >> 24
 
+    @property
+    def qps_word(self) -> int:
+        """``dest_qp | rcvd_256b << 24``: with ``psn``, ``op`` and ``va``, the words the fields are packed
+        in (`sack_of_words` makes a SACK of them again)."""
+        return self._qps
+
     def payload_len(self) -> int:
         pkt = self._packet
         return 0 if pkt is None else len(pkt.payload)
@@ -524,3 +530,21 @@ class SackTransmit(Transmit):
             ),
             CcState(self.ts_echo, self.ooo_count, False, 0, self.rcvd_256b),
         )
+
+
+def sack_of_words(
+    qp_num: int, psn: int, op: int, va: int, qps: int, sack_offset: int, pr: bool
+) -> SackTransmit:
+    """The `SackTransmit` whose packed words (``psn``, ``op``, ``va``, `SackTransmit.qps_word`) these are,
+    as another SACK holds them: what a split simulation ships of a SACK (`openmrc.sim.crossing`), read
+    back without taking the fields apart. A word beyond its fields' widths is a ValueError."""
+    if not (
+        0 <= psn < 1 << 55 and 0 <= op < 1 << 58 and 0 <= va <= 0xFFFFFFFFFFFFFFFF and 0 <= qps < 1 << 48
+    ):
+        raise ValueError("a SACK word is outside its fields' widths")
+    t = SackTransmit(qp_num, 0, 0, 0, sack_offset, 0, 0, 0, pr, 0, 0, 0, 0)
+    t.psn = psn
+    t.op = op
+    t.va = va
+    t._qps = qps
+    return t
