@@ -516,6 +516,26 @@ def _crossing(pkt: Packet | str | None) -> Transmit:
     return tx
 
 
+def _assert_arrived_as_sent(got: Transmit, p: Transmit) -> None:
+    for name in (
+        "wire_size", "addr", "src", "peer", "port", "entropy", "ecn", "trim", "epoch", "seg", "flow_crc",
+        "qp_num", "size",
+    ):  # fmt: skip
+        assert getattr(got, name) == getattr(p, name), name
+    assert type(got) is type(p) and got.has_packet() == p.has_packet()
+    assert got.packet == p.packet
+    assert (got.tpl is None) == (p.tpl is None)
+    if type(p) is SackTransmit:
+        assert isinstance(got, SackTransmit)
+        for name in _SACK_FIELDS:
+            assert getattr(got, name) == getattr(p, name), name
+    if p.tpl is not None:
+        sent_fields = (p.op, p.psn, p.va, p.ack_req, p.rtx, bytes(p.payload))
+        assert (got.op, got.psn, got.va, got.ack_req, got.rtx, bytes(got.payload)) == sent_fields
+    if p._route < 0 and got._route < 0:  # (a wide one crosses by its address)
+        assert (got.ev[:16], got._route) == (p.ev[:16], p._route)
+
+
 @pytest.mark.parametrize("by_ev", [False, True], ids=["by-address", "by-ev"])
 @pytest.mark.parametrize(
     "pkt",
@@ -544,7 +564,7 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
         sent[2]._route = -(1 << 60 | 0xE102 << 5 | 6)  # a compact route (`routing._compact`)
     target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
     for i, p in enumerate(sent):
-        lane.pack(100 + i, 7, 2 * target, p)
+        lane.pack(100 + i, 7 << 40 | 2 * target, p)
     msg = lane.message()
     assert msg is not None and lane.message() is None  # emptied
     assert len(msg[0][3]) == (3 if pkt is None else 2)  # the packets shipped wide
@@ -554,36 +574,69 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
     for i, p in enumerate(sent):
         key, cb, got = engine.wheel[100 + i]
         assert cb == sim.nodes[target].arrive_cb and key == 7  # the origin
-        for name in (
-            "wire_size",
-            "addr",
-            "src",
-            "peer",
-            "port",
-            "entropy",
-            "ecn",
-            "trim",
-            "epoch",
-            "seg",
-            "flow_crc",
-        ):
-            assert getattr(got, name) == getattr(p, name), name
-        assert type(got) is type(p) and got.has_packet() == p.has_packet()
-        assert got.packet == p.packet
-        assert (got.qp_num, got.size, got.tpl is None) == (p.qp_num, p.size, pkt is not None)
-        if type(p) is SackTransmit:
-            assert isinstance(got, SackTransmit)
-            for name in _SACK_FIELDS:
-                assert getattr(got, name) == getattr(p, name), name
-        if p.tpl is not None:
-            sent_fields = (p.op, p.psn, p.va, p.ack_req, p.rtx, bytes(p.payload))
-            assert (got.op, got.psn, got.va, got.ack_req, got.rtx, bytes(got.payload)) == sent_fields
-        if by_ev and got._route < 0:  # (a wide one crosses by its address)
-            assert (got.ev[:16], got._route) == (p.ev[:16], p._route)
+        _assert_arrived_as_sent(got, p)
     if pkt is None:  # the template crossed once: the packets share the one made of it
         assert engine.wheel[100][2].tpl is engine.wheel[101][2].tpl is engine.wheel[102][2].tpl
     elif by_ev:  # packed, not wide: still routed by its EV, by its compact route as it was
         assert engine.wheel[102][2]._route == sent[2]._route < 0
+
+
+_BEYOND = [
+    ("wire_size", 1 << 22), ("flow_crc", 1 << 33), ("flow_crc", -2), ("epoch", 1 << 29), ("port", 1 << 16),
+    ("entropy", 1 << 32), ("src", 1 << 32), ("peer", 1 << 30), ("qp_num", 1 << 24), ("size", 1 << 32),
+    ("op", 1 << 8), ("payload", 1 << 20),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("by_ev", [False, True], ids=["by-address", "by-ev"])
+@pytest.mark.parametrize("kind", ["data", "sack", "ack"])
+@pytest.mark.parametrize(("name", "value"), _BEYOND, ids=[f"{n}={v:#x}" for n, v in _BEYOND])
+def test_a_field_beyond_its_place_in_a_row_crosses_wide_between_rows(
+    kind: str, name: str, value: int, by_ev: bool
+) -> None:
+    """Each field a row packs beside others in a word (or in fewer bits than it may have) sends a packet
+    that does not fit wide, in its turn between packed ones, and it arrives with the value it left with."""
+    if name in ("op", "payload") and kind != "data":
+        pytest.skip("a data packet's field")
+    if name == "size" and kind == "data":
+        pytest.skip("a data packet's size is its payload's")
+    pkt = {
+        "data": None,
+        "sack": "sack",
+        "ack": Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77), aeth=AETH(0, 5)),
+    }
+    sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
+    rank_of = partition.assign_ranks(sim, 2)
+    cut = crossing._Cut(sim, rank_of, 1, 2)
+    target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
+    sent = [_crossing(pkt[kind]) for _ in range(3)]
+    odd = sent[1]
+    if name == "payload":
+        odd.payload = memoryview(bytes(value))
+        odd.size = value
+    else:
+        setattr(odd, name, value)
+    if by_ev:
+        for p in sent:
+            p.ev = bytes([0xFC, 0, 0, 1, 0xE0, 1, 0xE1, 2, 0xE2, 3]) + bytes(22)
+            p.route_by_ev()
+    lane = crossing._Lane()
+    for i, p in enumerate(sent):
+        lane.pack(100 + i, 7 << 40 | 2 * target, p)
+    msg = lane.message()
+    assert msg is not None and len(msg[0][3]) == 1  # the one that does not fit, alone
+    engine = Simulator()
+    engine.order_by_origin()
+    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 3
+    for i, p in enumerate(sent):
+        _assert_arrived_as_sent(engine.wheel[100 + i][2], p)
+
+
+def test_a_cut_port_of_a_fabric_beyond_the_nodes_a_split_run_names_is_refused() -> None:
+    lane = crossing._Lane()
+    crossing._Shipper(lane, 1, 2, (1 << 40) - 1)  # the last name there is
+    with pytest.raises(ValueError, match="at most 8,388,608 nodes"):
+        crossing._Shipper(lane, 1, 2, 1 << 40)
 
 
 def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() -> None:
@@ -602,7 +655,7 @@ def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() 
         if i == 700:
             p.epoch = 1 << 70  # one in the middle goes wide (over what its row wrote of itself)
         sent.append(p)
-        lane.pack(100 + i, 7, 2 * target, p)
+        lane.pack(100 + i, 7 << 40 | 2 * target, p)
     msg = lane.message()
     assert msg is not None and len(msg[1]) > first and len(msg[0][3]) == 1
     assert len(lane.buf) >= len(msg[1]) and lane.off == 0

@@ -45,7 +45,7 @@ def _zeros(n: int) -> memoryview:
     """``n`` bytes of `_ZEROS`, one view per length."""
     z = _ZERO_VIEWS.get(n)
     if z is None:
-        z = _ZERO_VIEWS[n] = _ZEROS[:n]
+        z = _ZERO_VIEWS[n] = _ZEROS[:n] if n <= len(_ZEROS) else memoryview(bytes(n))
     return z
 
 
@@ -76,15 +76,16 @@ def _dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-_HEAD: Final = 8
-"""Fields every crossing packet ships first: one word of its kind, flags (ECN, and a data packet's AckReq
-and retransmission bits), trim and plane (`_word`: its low byte, the row's first, is the kind), then its
-time, origin, target, wire size, entropy, epoch and ECMP flow hash. Its kind's tail follows, then its
-addressing (`_ADDR_FMT` or `_ADDR_EV_FMT`), last: a kind's fields sit at the same places whichever
-addressing a packet has. Only a sender reads a packet's EV (it has made the packet's addresses of it): a
-packet routed by a plain address crosses without it. (Each field costs an int made at either end: fields
-that fit share a word.)"""
-_HEAD_FMT: Final = "<QqqqIQqq"
+_HEAD: Final = 5
+"""Fields every crossing packet ships first, packed by their widths into words (each field would cost an
+int made at either end): its kind, flags (ECN, and a data packet's AckReq and retransmission bits, a
+SACK's probe-reply bit), trim, plane and wire size (the row's first byte is the kind); its time; its origin
+and target (one word made once per cut port: `_Shipper`); its entropy; its ECMP flow hash (+1) and epoch.
+Its kind's tail follows, then its addressing (`_ADDR_FMT` or `_ADDR_EV_FMT`), last: a kind's fields sit at
+the same places whichever addressing a packet has. Only a sender reads a packet's EV (it has made the
+packet's addresses of it): a packet routed by a plain address crosses without it. A packet with a field
+beyond its place in a word goes wide (`_WIDE`)."""
+_HEAD_FMT: Final = "<QqQIq"
 _ADDR_FMT: Final = "QQQQ"
 """A packet's address and its segment (an IPv6 one is 128 bits), each as two 64-bit halves."""
 _ADDR_EV_FMT: Final = "16sQ"
@@ -93,22 +94,27 @@ packet's route: no 128-bit int made at either end, and the receiving rank's swit
 rank's would (such a packet has no segment)."""
 _BY_EV: Final = 4
 _DATA: Final = 0
-_DATA_TAIL: Final = "IBIQI"
-"""A data packet: its Write template's index and op, PSN, VA, payload length. Its sender and destination
-nodes and its QP number cross once with its template (a template is one QP's), its size is its payload's."""
+_DATA_TAIL: Final = "QIQ"
+"""A data packet: one word of its op, payload length and Write template's index, then its PSN and VA.
+Its sender and destination nodes and its QP number cross once with its template (a template is one QP's),
+its size is its payload's."""
 _SACK: Final = 1
-_SACK_TAIL: Final = "qqIqQQQQq"
-"""A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): its sender and
-destination nodes, QP number and size, then the four words its fields are packed in (`sack_of_words`) and
-its SACK offset; the probe-reply flag is in the flags."""
+_SACK_TAIL: Final = "QQQQQQq"
+"""A SACK carried by its fields (a `SackTransmit` no driver has built a `Packet` of): one word of its
+sender and destination nodes, one of its QP number and size, then the four words its fields are packed in
+(`sack_of_words`) and its SACK offset; the probe-reply flag is in the flags."""
 _OTHER: Final = 2
-_OTHER_TAIL: Final = "qqIqI"
-"""Any other packet: its sender and destination nodes, QP number and size, then the index of its wire
-bytes (or of itself, when it does not encode)."""
+_OTHER_TAIL: Final = "QQI"
+"""Any other packet: its nodes' word and its QP number and size's, as a SACK's, then the index of its
+wire bytes (or of itself, when it does not encode)."""
 _WIDE: Final = 3
 _WIDE_S: Final = struct.Struct("<BI")
-"""A packet with a field its kind's format cannot hold (a value beyond 64 bits), or a data packet whose
-template crossed with another sender or QP: the index of its fields, shipped as a tuple (`_fields`)."""
+"""A packet with a field beyond its place in its kind's row, or a data packet whose template crossed with
+another sender or QP: the index of its fields, shipped as a tuple of them one by one (`_fields`)."""
+_WIDE_HEAD: Final = 11
+"""A wide packet's head: kind, flags, trim, plane, time, origin, target, wire size, entropy, epoch and
+flow hash; its kind's tail as a row's but each field on its own (a data packet's ends with its sender,
+destination and QP number), then its address and segment in 64-bit halves."""
 _TAILS: Final = (_DATA_TAIL, _SACK_TAIL, _OTHER_TAIL)
 _STRUCTS: Final = (
     *(struct.Struct(_HEAD_FMT + t + _ADDR_FMT) for t in _TAILS),
@@ -117,6 +123,13 @@ _STRUCTS: Final = (
 )
 """By kind: each kind's, `_WIDE_S`, then each kind's routed by its EV (``kind | _BY_EV``)."""
 _M64: Final = (1 << 64) - 1
+_M40: Final = (1 << 40) - 1
+_M33: Final = (1 << 33) - 1
+_M32: Final = (1 << 32) - 1
+_QP_BITS: Final = 0xFFFFFF
+_MAX_NODES: Final = 1 << 23
+"""Nodes a split fabric may have: a cut port's target (``2 * (node << 16 | port) + 1``) has 40 bits in
+its word, beside its origin."""
 # bound once: a compiled call through the Struct looks its method up by name on every packet
 _PACK_DATA: Final = _STRUCTS[_DATA].pack_into
 _PACK_SACK: Final = _STRUCTS[_SACK].pack_into
@@ -155,9 +168,9 @@ class _Lane:
         self.soonest = _NEVER
         """The earliest arrival packed since the last message."""
 
-    def pack(self, at: int, origin: object, code: object, tx: Transmit) -> None:
-        """``tx``, arriving at ``at``, sent by node ``origin - 1``, for target ``code`` (see `_Cut`; both
-        ints, made once by the port that ships: no int made per packet): one `struct` call per packet."""
+    def pack(self, at: int, ends: object, tx: Transmit) -> None:
+        """``tx``, arriving at ``at``, its origin and target ``ends`` (`_Shipper`: an int made once by the
+        port that ships, no int made per packet): one `struct` call per packet."""
         if at < self.soonest:
             self.soonest = at
         buf = self.buf
@@ -168,8 +181,9 @@ class _Lane:
         r = tx._route
         addr: object
         by_ev = r < 0
-        # the head's word but the kind and the flags (a port beyond its bits fails the format: wide)
-        word = int(tx.ecn) << 8 | tx.trim_code << 16 | tx.port << 24
+        port, wire_size, epoch, crc = tx.port, tx.wire_size, tx.epoch, tx.flow_crc + 1
+        # the head's first word but the kind and the kind's flags
+        word = int(tx.ecn) << 8 | tx.trim_code << 16 | port << 24 | wire_size << 40
         if by_ev:  # its EV's address bytes (the format takes the first 16) and its route
             word |= _BY_EV
             addr, addr_hi, seg, seg_hi = tx.ev, -r, 0, 0
@@ -182,61 +196,69 @@ class _Lane:
                 seg &= _M64
             addr = a
         try:
+            if port >> 16 or wire_size >> 22 or epoch >> 29 or crc >> 33:  # (a negative one too)
+                raise struct.error
+            crc |= epoch << 33
             if tpl is not None:
                 got = self.tpls.get(tpl)
                 if got is None:
                     got = self.tpl_index(tpl, tx)
                 if got[1] != tx.src or got[2] != tx.peer or got[3] != tx.qp_num:
                     raise struct.error  # (its template crossed with other packets: this one goes wide)
+                op, n, index = tx.op, len(tx.payload), got[0]
+                if op >> 8 or n >> 20 or index >> 30:
+                    raise struct.error
                 word |= _DATA | int(tx.ack_req) << 9 | int(tx.rtx) << 10
+                tail = op | n << 8 | index << 28
                 if by_ev:
                     _PACK_DATA_EV(
-                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
-                        got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi,
-                    )  # fmt: skip
+                        buf, off, word, at, ends, tx.entropy, crc, tail, tx.psn, tx.va, addr, addr_hi
+                    )
                     off += _SIZES[_DATA | _BY_EV]
                 else:
                     _PACK_DATA(
-                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
-                        got[0], tx.op, tx.psn, tx.va, len(tx.payload), addr, addr_hi, seg, seg_hi,
+                        buf, off, word, at, ends, tx.entropy, crc, tail, tx.psn, tx.va, addr, addr_hi, seg,
+                        seg_hi,
                     )  # fmt: skip
                     off += _SIZES[_DATA]
-            elif type(tx) is SackTransmit and not tx.has_packet():
-                word |= _SACK | int(tx.pr) << 11
-                if by_ev:
-                    _PACK_SACK_EV(
-                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
-                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
-                        tx.psn, tx.op, tx.va, tx.qps_word, tx.sack_offset, addr, addr_hi,
-                    )  # fmt: skip
-                    off += _SIZES[_SACK | _BY_EV]
-                else:
-                    _PACK_SACK(
-                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
-                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size,
-                        tx.psn, tx.op, tx.va, tx.qps_word, tx.sack_offset, addr, addr_hi, seg, seg_hi,
-                    )  # fmt: skip
-                    off += _SIZES[_SACK]
             else:
-                word |= _OTHER
-                blob = len(self.blobs)
-                if by_ev:
-                    _PACK_OTHER_EV(
-                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
-                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size, blob, addr, addr_hi,
-                    )  # fmt: skip
-                    off += _SIZES[_OTHER | _BY_EV]
+                src, peer, qp, size = tx.src, cast(int, tx.peer), tx.qp_num, tx.size
+                if src >> 32 or peer >> 30 or qp >> 24 or size >> 32:
+                    raise struct.error
+                nodes, qs = src | peer << 32, qp | size << 24
+                if type(tx) is SackTransmit and not tx.has_packet():
+                    word |= _SACK | int(tx.pr) << 11
+                    if by_ev:
+                        _PACK_SACK_EV(
+                            buf, off, word, at, ends, tx.entropy, crc, nodes, qs,
+                            tx.psn, tx.op, tx.va, tx.qps_word, tx.sack_offset, addr, addr_hi,
+                        )  # fmt: skip
+                        off += _SIZES[_SACK | _BY_EV]
+                    else:
+                        _PACK_SACK(
+                            buf, off, word, at, ends, tx.entropy, crc, nodes, qs,
+                            tx.psn, tx.op, tx.va, tx.qps_word, tx.sack_offset, addr, addr_hi, seg, seg_hi,
+                        )  # fmt: skip
+                        off += _SIZES[_SACK]
                 else:
-                    _PACK_OTHER(
-                        buf, off, word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc,
-                        tx.src, cast(int, tx.peer), tx.qp_num, tx.size, blob, addr, addr_hi, seg, seg_hi,
-                    )  # fmt: skip
-                    off += _SIZES[_OTHER]
-                self.blobs.append(_wire(tx.packet))
-        except struct.error:  # a field beyond its format: the fields cross as they are, in their turn
+                    word |= _OTHER
+                    blob = len(self.blobs)
+                    if by_ev:
+                        _PACK_OTHER_EV(
+                            buf, off, word, at, ends, tx.entropy, crc, nodes, qs, blob, addr, addr_hi
+                        )
+                        off += _SIZES[_OTHER | _BY_EV]
+                    else:
+                        _PACK_OTHER(
+                            buf, off, word, at, ends, tx.entropy, crc, nodes, qs, blob, addr, addr_hi,
+                            seg, seg_hi,
+                        )  # fmt: skip
+                        off += _SIZES[_OTHER]
+                    self.blobs.append(_wire(tx.packet))
+        except struct.error:  # a field beyond its place: the fields cross one by one, in their turn
             _PACK_WIDE(buf, off, _WIDE, len(self.wide))  # (over what the failed row wrote of itself)
             self.off = off + _WIDE_S.size
-            self.wide.append(_fields(at, origin, code, tx, self))
+            self.wide.append(_fields(at, cast(int, ends), tx, self))
             return
         self.off = off
 
@@ -285,10 +307,11 @@ class _Lane:
         return got
 
 
-def _fields(at: int, origin: object, code: object, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
-    """What `_Lane.pack` packs of ``tx``, as a tuple (the rare packet its formats cannot hold), addressed
-    by a plain address (a packet routed by its EV as the address that EV gives); a data packet's tail
-    ends with its sender, destination and QP number (its template may have crossed with others)."""
+def _fields(at: int, ends: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
+    """What `_Lane.pack` packs of ``tx``, each field on its own (`_WIDE_HEAD`; the rare packet a row
+    cannot hold), addressed by a plain address (a packet routed by its EV as the address that EV gives); a
+    data packet's tail ends with its sender, destination and QP number (its template may have crossed with
+    others)."""
     tail: tuple[Any, ...]
     tpl = tx.tpl
     peer = cast(int, tx.peer)
@@ -303,10 +326,9 @@ def _fields(at: int, origin: object, code: object, tx: Transmit, lane: _Lane) ->
         tail = (tx.src, peer, tx.qp_num, tx.size, len(lane.blobs))
         lane.blobs.append(_wire(tx.packet))
     addr, seg = tx.addr, tx.seg
-    word = kind | (flags | int(tx.ecn)) << 8 | tx.trim_code << 16 | tx.port << 24
     return (
-        word, at, origin, code, tx.wire_size, tx.entropy, tx.epoch, tx.flow_crc, *tail,
-        addr & _M64, addr >> 64, seg & _M64, seg >> 64,
+        kind, flags | int(tx.ecn), tx.trim_code, tx.port, at, ends >> 40, ends & _M40, tx.wire_size,
+        tx.entropy, tx.epoch, tx.flow_crc, *tail, addr & _M64, addr >> 64, seg & _M64, seg >> 64,
     )  # fmt: skip
 
 
@@ -314,14 +336,16 @@ class _Shipper(Crossing):
     """A cut port of this rank: what it sends is packed straight into the lane towards its peer's rank."""
 
     def __init__(self, lane: _Lane, origin: int, arrive: int, deliver: int) -> None:
+        if not (0 <= arrive <= _M40 and 0 <= deliver <= _M40):
+            raise ValueError(f"a split fabric has at most {_MAX_NODES:,} nodes")
         self.lane = lane
-        # held as objects: each packet passes them on to `struct` as they are (no int made per packet)
-        self.origin: object = origin
-        self.arrive: object = arrive
-        self.deliver: object = deliver
+        # its origin and each target in one word, held as objects: each packet passes them on to
+        # `struct` as they are (no int made per packet)
+        self.arrive: object = origin << 40 | arrive
+        self.deliver: object = origin << 40 | deliver
 
     def ship(self, at: int, p: Transmit, guarded: bool) -> None:
-        self.lane.pack(at, self.origin, self.deliver if guarded else self.arrive, p)
+        self.lane.pack(at, self.deliver if guarded else self.arrive, p)
 
 
 class _Cut:
@@ -369,28 +393,86 @@ class _Cut:
             kind: int = data[off]
             f: tuple[Any, ...] = _UNPACKS[kind](data, off)
             off += _SIZES[kind]
-            is_wide = kind == _WIDE
-            if is_wide:
-                f = wide[f[1]]
+            if kind == _WIDE:
+                self._wide(wide[f[1]], tpls, blobs, engine)
+                continue
             word: int = f[0]
-            kind = word & 0xFF & ~_BY_EV
+            ends: int = f[2]
+            entropy: int = f[3]
+            crc: int = f[4]
+            port = word >> 24 & 0xFFFF
             tx: Transmit
-            if kind == _DATA:
-                tx = _data_tx(f, word, tpls, is_wide)
-            elif kind == _SACK:
-                tx = _sack_tx(f, word)
+            if kind & ~_BY_EV == _DATA:
+                tail: int = f[5]
+                tpl, sender, peer, qp = tpls[tail >> 28]  # (typed: indexed and unpacked directly)
+                tx = _data_tx(
+                    tpl, sender, peer, qp, port, entropy, tail & 0xFF, word & 0x200 != 0, word & 0x400 != 0,
+                    f[6], f[7], tail >> 8 & 0xFFFFF,
+                )  # fmt: skip
             else:
-                blob = blobs[f[_HEAD + 4]]
-                pkt = blob if isinstance(blob, Packet) else parse(blob)
-                tx = Transmit(word >> 24, f[_HEAD + 1], b"", f[5], pkt)
-                tx.src, tx.qp_num, tx.size = f[_HEAD], f[_HEAD + 2], f[_HEAD + 3]
-            self._arrive(f, word, tx, engine)
+                nodes: int = f[5]
+                qs: int = f[6]
+                if kind & ~_BY_EV == _SACK:
+                    tx = sack_of_words(qs & _QP_BITS, f[7], f[8], f[9], f[10], f[11], word & 0x800 != 0)
+                else:
+                    tx = _other_tx(blobs[f[7]], qs & _QP_BITS)
+                tx.port, tx.peer, tx.entropy, tx.src, tx.size = (
+                    port,
+                    nodes >> 32,
+                    entropy,
+                    nodes & _M32,
+                    qs >> 24,
+                )
+            self._arrive(
+                f, kind & _BY_EV != 0, tx, f[1], ends >> 40, ends & _M40, word & 0x100 != 0,
+                word >> 16 & 0xFF, word >> 40, crc >> 33, (crc & _M33) - 1, engine,
+            )  # fmt: skip
         return got
 
-    def _arrive(self, f: tuple[Any, ...], word: int, tx: Transmit, engine: Simulator) -> None:
-        """``tx``, given the fabric fields of the head ``f`` (its first, ``word``, taken apart) and its
-        addressing (last), scheduled where its head says."""
-        code: int = f[3]
+    def _wide(
+        self,
+        f: tuple[Any, ...],
+        tpls: list[tuple[DataTemplate, int, int, int]],
+        blobs: list[bytes | Packet],
+        engine: Simulator,
+    ) -> None:
+        """A packet shipped wide (`_fields`), scheduled as `decode` schedules the others."""
+        j = _WIDE_HEAD
+        kind: int = f[0]
+        flags: int = f[1]
+        port: int = f[3]
+        entropy: int = f[8]
+        tx: Transmit
+        if kind == _DATA:  # its own sender, destination and QP number
+            tx = _data_tx(
+                tpls[f[j]][0], f[j + 5], f[j + 6], f[j + 7], port, entropy, f[j + 1], flags & 2 != 0,
+                flags & 4 != 0, f[j + 2], f[j + 3], f[j + 4],
+            )  # fmt: skip
+        else:
+            if kind == _SACK:
+                tx = sack_of_words(f[j + 2], f[j + 4], f[j + 5], f[j + 6], f[j + 7], f[j + 8], flags & 8 != 0)
+            else:
+                tx = _other_tx(blobs[f[j + 4]], f[j + 2])
+            tx.port, tx.peer, tx.entropy, tx.src, tx.size = port, f[j + 1], entropy, f[j], f[j + 3]
+        self._arrive(f, False, tx, f[4], f[5], f[6], flags & 1 != 0, f[2], f[7], f[9], f[10], engine)
+
+    def _arrive(
+        self,
+        f: tuple[Any, ...],
+        by_ev: bool,
+        tx: Transmit,
+        at: int,
+        origin: int,
+        code: int,
+        ecn: bool,
+        trim: int,
+        wire_size: int,
+        epoch: int,
+        flow_crc: int,
+        engine: Simulator,
+    ) -> None:
+        """``tx``, given its fabric fields and its addressing (last in its row ``f``), scheduled where its
+        target ``code`` says."""
         cb: Callable[[Transmit], None]
         if code & 1:
             cb = self.delivers[code >> 1]
@@ -398,11 +480,11 @@ class _Cut:
             arrive = self.nodes[code >> 1].arrive_cb
             assert arrive is not None  # bound when the ports leading there were made
             cb = arrive
-        tx.ecn = word & 0x100 != 0
-        tx.trim_code = word >> 16 & 0xFF
-        tx.wire_size = f[4]
+        tx.ecn = ecn
+        tx.trim_code = trim
+        tx.wire_size = wire_size
         last = len(f) - 1
-        if word & _BY_EV:  # its EV's address and its route (`_ADDR_EV_FMT`); no segment
+        if by_ev:  # its EV's address and its route (`_ADDR_EV_FMT`); no segment
             tx.ev = f[last - 1]
             tx._route = -cast(int, f[last])
         else:
@@ -412,32 +494,33 @@ class _Cut:
             seg: int = f[last - 1]
             hi = f[last]
             tx.seg = seg | hi << 64 if hi else seg
-        tx.epoch = f[6]
-        tx.flow_crc = f[7]
-        engine.insert(f[1], 0, f[2], cb, tx)
+        tx.epoch = epoch
+        tx.flow_crc = flow_crc
+        engine.insert(at, 0, origin, cb, tx)
 
 
 def _data_tx(
-    f: tuple[Any, ...], word: int, tpls: list[tuple[DataTemplate, int, int, int]], wide: bool
+    tpl: DataTemplate,
+    src: int,
+    peer: int,
+    qp: int,
+    port: int,
+    entropy: int,
+    op: int,
+    ack_req: bool,
+    rtx: bool,
+    psn: int,
+    va: int,
+    n: int,
 ) -> Transmit:
-    j = _HEAD
-    entry = tpls[cast(int, f[j])]  # (typed: indexed and unpacked directly)
-    tpl, src, peer, qp = entry
-    if wide:  # its own sender, destination and QP number
-        src, peer, qp = f[j + 5], f[j + 6], f[j + 7]
-    tx = data_transmit(
-        word >> 24, peer, b"", f[5], qp, tpl, f[j + 1], word & 0x200 != 0, word & 0x400 != 0, f[j + 2],
-        f[j + 3], _zeros(f[j + 4]),
-    )  # fmt: skip
+    tx = data_transmit(port, peer, b"", entropy, qp, tpl, op, ack_req, rtx, psn, va, _zeros(n))
     tx.src = src
     return tx
 
 
-def _sack_tx(f: tuple[Any, ...], word: int) -> SackTransmit:
-    j = _HEAD + 4
-    t = sack_of_words(f[_HEAD + 2], f[j], f[j + 1], f[j + 2], f[j + 3], f[j + 4], word & 0x800 != 0)
-    t.port, t.peer, t.entropy, t.src, t.size = word >> 24, f[_HEAD + 1], f[5], f[_HEAD], f[_HEAD + 3]
-    return t
+def _other_tx(blob: bytes | Packet, qp: int) -> Transmit:
+    """A packet shipped as its wire bytes (or as itself), its fabric fields still to set."""
+    return Transmit(0, None, b"", 0, blob if isinstance(blob, Packet) else parse(blob), qp)
 
 
 def _wire(pkt: Packet) -> bytes | Packet:
