@@ -416,13 +416,8 @@ class _Cut:
                     tx = sack_of_words(qs & _QP_BITS, f[7], f[8], f[9], f[10], f[11], word & 0x800 != 0)
                 else:
                     tx = _other_tx(blobs[f[7]], qs & _QP_BITS)
-                tx.port, tx.peer, tx.entropy, tx.src, tx.size = (
-                    port,
-                    nodes >> 32,
-                    entropy,
-                    nodes & _M32,
-                    qs >> 24,
-                )
+                tx.port, tx.peer, tx.entropy = port, nodes >> 32, entropy
+                tx.src, tx.size = nodes & _M32, qs >> 24
             self._arrive(
                 f, kind & _BY_EV != 0, tx, f[1], ends >> 40, ends & _M40, word & 0x100 != 0,
                 word >> 16 & 0xFF, word >> 40, crc >> 33, (crc & _M33) - 1, engine,
