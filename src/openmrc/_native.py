@@ -43,12 +43,16 @@ class _SourceOnly(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, source)
 
 
+def _digest(source: Path) -> str:
+    return hashlib.sha256(source.read_bytes()).hexdigest()
+
+
 def _stale(modules: dict[str, str]) -> list[str]:
     stale = []
     for name, sha in modules.items():
         source = _PKG_DIR.parent.joinpath(*name.split(".")).with_suffix(".py")
         try:
-            if hashlib.sha256(source.read_bytes()).hexdigest() != sha:
+            if _digest(source) != sha:
                 stale.append(name)
         except OSError:
             stale.append(name)
@@ -94,7 +98,7 @@ def huge_page_arenas() -> bool:
         return False
     try:
         built = json.loads(MANIFEST.read_text()).get("arenas")
-        if built is None or built != hashlib.sha256(ARENAS_SOURCE.read_bytes()).hexdigest():
+        if built is None or built != _digest(ARENAS_SOURCE):
             return False  # (built from another source: the next `make native` builds it again)
         from openmrc import _arenas
     except (OSError, ValueError, ImportError):
