@@ -21,11 +21,11 @@ from openmrc.fabric.fattree import FatTree
 from openmrc.sim import crossing, partition
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator
-from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.fabric_sim import FabricSim, shared_switches
 from openmrc.sim.flows import Trigger
 from openmrc.sim.hosts import MrcHost, RemoteHost
 from openmrc.sim.metrics import SimResults
-from openmrc.sim.network import OrderedPort, Remote
+from openmrc.sim.network import OrderedPort, Remote, Switch
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import AETH, BTH, Opcode, Packet
@@ -111,27 +111,37 @@ def test_a_rank_builds_only_its_part() -> None:
     whole = _clos()
     ports = sum(len(n.ports) for n in whole.nodes)
     qps = {h.id: list(h.nic.qps) for h in whole.hosts if isinstance(h, MrcHost)}
+    shared = shared_switches(whole.topo)
+    assert shared is not None and any(shared)
     for size in (2, 3):
         rank_of = partition.assign_ranks(whole.topo, size)
         built_ports = 0
         for rank in range(size):
             part = _clos((rank, size))
-            mine = [n for n in range(whole.topo.num_nodes()) if rank_of[n] == rank]
-            assert [n.id for n in part.nodes if not isinstance(n, Remote)] == mine
+            here = [rank_of[n] == rank or shared[n] for n in range(whole.topo.num_nodes())]
+            assert [n.id for n in part.nodes if not isinstance(n, Remote)] == [
+                n for n, h in enumerate(here) if h
+            ]
             nics = [h for h in part.hosts if isinstance(h, MrcHost)]
-            assert [h.id for h in nics] == [h for h in mine if h < whole.topo.num_hosts]
+            assert [h.id for h in nics] == [h for h in range(whole.topo.num_hosts) if here[h]]
             assert all(isinstance(h, RemoteHost) for h in part.hosts if rank_of[h.id] != rank)
-            built_ports += sum(len(n.ports) for n in part.nodes)
+            for n in part.nodes:  # a shared switch runs here the ports towards this rank's nodes only
+                if shared[n.id]:
+                    refs = whole.topo.ports(n.id)
+                    assert [p is not part.elsewhere for p in n.ports] == [
+                        rank_of[r.peer] == rank for r in refs
+                    ]
+            built_ports += sum(p is not part.elsewhere for n in part.nodes for p in n.ports)
             ghosts = {
                 (n, r.port)
                 for n in range(whole.topo.num_nodes())
                 for r in whole.topo.ports(n)
-                if rank_of[n] != rank and rank_of[r.peer] == rank
+                if not here[n] and here[r.peer]
             }
             assert set(part.ghosts) == ghosts and ghosts  # a stand-in for each port leading in, no more
             for h in nics:  # the same QP numbers, made in the same order, as in one process
                 assert list(h.nic.qps) == qps[h.id]
-        assert built_ports == ports  # every port built once, by the rank of its node
+        assert built_ports == ports  # every port built once, by the rank that runs it
 
 
 class _Threads:
@@ -564,7 +574,7 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
         sent[2]._route = -(1 << 60 | 0xE102 << 5 | 6)  # a compact route (`routing._compact`)
     target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
     for i, p in enumerate(sent):
-        lane.pack(100 + i, 7 << 40 | 2 * target, p)
+        lane.pack(100 + i, 7 << 40 | 4 * target, p)
     msg = lane.message()
     assert msg is not None and lane.message() is None  # emptied
     assert len(msg[0][3]) == (3 if pkt is None else 2)  # the packets shipped wide
@@ -621,7 +631,7 @@ def test_a_field_beyond_its_place_in_a_row_crosses_wide_between_rows(
             p.route_by_ev()
     lane = crossing._Lane()
     for i, p in enumerate(sent):
-        lane.pack(100 + i, 7 << 40 | 2 * target, p)
+        lane.pack(100 + i, 7 << 40 | 4 * target, p)
     msg = lane.message()
     assert msg is not None and len(msg[0][3]) == 1  # the one that does not fit, alone
     engine = Simulator()
@@ -633,9 +643,10 @@ def test_a_field_beyond_its_place_in_a_row_crosses_wide_between_rows(
 
 def test_a_cut_port_of_a_fabric_beyond_the_nodes_a_split_run_names_is_refused() -> None:
     lane = crossing._Lane()
-    crossing._Shipper(lane, 1, 2, (1 << 40) - 1)  # the last name there is
-    with pytest.raises(ValueError, match="at most 8,388,608 nodes"):
-        crossing._Shipper(lane, 1, 2, 1 << 40)
+    crossing._Shipper(lane, 1 << 23, 4, (1 << 40) - 1)  # the last name and origin there are
+    for origin, deliver in ((1, 1 << 40), ((1 << 23) + 1, 5), (0, 5)):
+        with pytest.raises(ValueError, match="at most 8,388,608 nodes"):
+            crossing._Shipper(lane, origin, 4, deliver)
 
 
 def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() -> None:
@@ -654,7 +665,7 @@ def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() 
         if i == 700:
             p.epoch = 1 << 70  # one in the middle goes wide (over what its row wrote of itself)
         sent.append(p)
-        lane.pack(100 + i, 7 << 40 | 2 * target, p)
+        lane.pack(100 + i, 7 << 40 | 4 * target, p)
     msg = lane.message()
     assert msg is not None and len(msg[1]) > first and len(msg[0][3]) == 1
     assert len(lane.buf) >= len(msg[1]) and lane.off == 0
@@ -671,3 +682,97 @@ def test_more_forked_ranks_than_pipes_can_connect_is_refused_before_any_fork() -
 
     with pytest.raises(partition.PartitionError, match="file descriptors"):
         partition.run_local(build, 100_000, 10**9)
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["unguarded", "guarded"])
+def test_a_packet_sent_into_a_shared_switch_joins_the_queue_of_the_port_it_leaves_by(guarded: bool) -> None:
+    """A T1 is run by every rank, each with its ports towards its own T0s (`shared_switches`): a packet a
+    T0 sends up is routed at the T1 as it is sent, and arrives in the queue of the port it leaves by, on
+    the rank that runs that port (packed or wide alike) or here, with the sending node as its origin,
+    through the sending port's epoch check when its link is guarded. A forged address no switch routes is
+    counted at the T1 on its arrival, as the switch would count it."""
+    topo = _clos().topo
+    rank_of = partition.assign_ranks(topo, 2)
+    sims = [_clos((0, 2)), _clos((1, 2))]
+    cuts = [crossing._Cut(s, rank_of, r, 2) for r, s in enumerate(sims)]
+    n, i = sims[0].faults.t0_uplink(0, 0, 1)  # T0 0 of plane 0 is rank 0's
+    assert rank_of[n] == 0
+    splitter = sims[0].nodes[n].ports[i].cross
+    assert isinstance(splitter, crossing._Splitter)
+    for sim, cut in [(sims[0], cuts[0]), (_fat_tree((1, 2)), None)]:  # (a Clos's from its shape)
+        ranks = partition.assign_ranks(sim.topo, 2)
+        cut = cut or crossing._Cut(sim, ranks, 1, 2)
+        tops = [s for s in sim.nodes if isinstance(s, Switch) and sim.shared and sim.shared[s.id]]
+        assert tops
+        for sw in tops:  # each port of a shared switch: run by its peer's rank
+            refs = sorted(sim.topo.ports(sw.id), key=lambda r: r.port)
+            assert cut.port_ranks(sw) == [ranks[r.peer] for r in refs]
+    t1 = topo.ports(n)[i].peer
+    far = next(h for h in range(topo.num_hosts) if rank_of[h] == 1)
+    near = next(h for h in range(topo.num_hosts) if rank_of[h] == 0)
+    sent = []
+    for k, (dst, epoch) in enumerate([(far, 2), (far, 1 << 70), (near, 2)]):  # packed, wide, here
+        p = _crossing(None)
+        p.peer, p.epoch = dst, epoch  # (its address is outside the plan's locator: routed by ECMP)
+        splitter.ship(123 + k, p, guarded)
+        sent.append(p)
+    msg = cuts[0].lanes[1].message()
+    assert msg is not None and len(msg[0][3]) == 1  # the second one wide
+    assert cuts[0].lanes[0].message() is None  # nothing for the rank itself
+    engine = Simulator()
+    engine.order_by_origin()
+    assert cuts[1].decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 2
+    for k, (s, eng) in enumerate([(sims[1], engine), (sims[1], engine), (sims[0], sims[0].sim)]):
+        origin, cb, arg = eng.wheel[123 + k][-3:]
+        assert origin == n + 1  # its origin: the T0 that sent it
+        again = _crossing(None)
+        again.peer = sent[k].peer
+        leaves = sims[k // 2].routing.port(t1, again)  # (the port depends on the packet alone)
+        down = next(r for r in topo.ports(t1) if r.port == leaves)
+        out = s.nodes[t1].ports[leaves]
+        assert out is not s.elsewhere and rank_of[down.peer] == (1 if k < 2 else 0)
+        if guarded:
+            guard = s.ghosts[n, i] if k < 2 else sims[0].nodes[n].ports[i]
+            assert cb is crossing._guarded_entry and arg[:2] == (guard, out)
+            _assert_arrived_as_sent(arg[2], sent[k])
+        else:
+            assert cb == out.enter
+            _assert_arrived_as_sent(arg, sent[k])
+    forged = _crossing(None)
+    plan = sims[0].plan
+    assert plan is not None
+    forged.addr = plan.locator << 96 | 0xFFFF << 80
+    sender = sims[0].nodes[n].ports[i]
+    forged.epoch = sender.epoch  # (as the port sets it)
+    splitter.ship(200, forged, guarded)
+    origin, cb, arg = sims[0].sim.wheel[200][-3:]
+    assert origin == n + 1 and cb is crossing._misrouted
+    switch = sims[0].nodes[t1]
+    assert isinstance(switch, Switch)
+    cb(arg)
+    assert switch.misrouted == 1
+    if guarded:  # its link failed under it: a drop of the sending port's, not a mis-routed packet
+        forged.epoch += 1
+        cb(arg)
+        assert switch.misrouted == 1 and sender.drops == 1
+
+
+def test_the_switches_shared_port_by_port_are_those_with_every_neighbour_a_tier_below() -> None:
+    """A two-tier multi-plane Clos's T1s, a fat tree's cores, a leaf-spine's spines (parallel links too),
+    and never a switch with a host beside it."""
+    from openmrc.fabric.fattree import LeafSpine
+    from openmrc.fabric.topology import Role
+
+    def top(topo: Any) -> set[int]:
+        shared = shared_switches(topo)
+        return set() if shared is None else {n for n, s in enumerate(shared) if s}
+
+    clos = FabricSimConfig(hosts=32, planes=2).clos()
+    assert top(clos) == {clos.t1(p, j) for p in range(clos.planes) for j in range(clos.t1_per_plane)}
+    tree = FatTree.from_k(4)
+    assert top(tree) == {n for n in range(tree.num_nodes()) if tree.role(n) is Role.T2} != set()
+    for uplinks in (1, 2):
+        spine = LeafSpine(8, 4, 2, link_bps=100 * 10**9, latency_ns=500, uplinks_per_spine=uplinks)
+        assert top(spine) == {n for n in range(spine.num_nodes()) if spine.role(n) is Role.T1} != set()
+    one_leaf = LeafSpine(4, 4, 1, link_bps=100 * 10**9, latency_ns=500)
+    assert top(one_leaf) == {5} and one_leaf.role(4) is Role.T0  # its spine, not the leaf

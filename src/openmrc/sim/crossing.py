@@ -1,17 +1,19 @@
 """What crosses between the ranks of a split run (`openmrc.sim.partition`), and how.
 
 A port whose peer runs on another rank (a cut port) hands each packet it delivers to that rank's lane
-(`network.Crossing`, `_Shipper`) instead of scheduling its arrival, and the lane packs it at once, while
-it is still in the cache: one byte string per window (`struct`), each packet its kind's fields in a row
-(a data packet's Write template as an index, a SACK as its header fields, any other packet as its wire
-bytes), which crosses as it is and is read back (`_Cut.decode`) straight into the engine's wheel. What
-does not fit a row (a template the receiver has not seen, wire bytes, a field beyond 64 bits) travels
-beside it in the window's message, pickled (`_dumps`) with payloads as their lengths: a flow's bytes are
-zeros.
+(`network.Crossing`, `_Shipper`) instead of scheduling its arrival (a port into a shared switch, to the
+lane of the rank that runs the port the packet leaves the switch by: `_Splitter`), and the lane packs it
+at once, while it is still in the cache: one byte string per window (`struct`), each packet its kind's
+fields in a row (a data packet's Write template as an index, a SACK as its header fields, any other
+packet as its wire bytes), which crosses as it is and is read back (`_Cut.decode`) straight into the
+engine's wheel. What does not fit a row (a template the receiver has not seen, wire bytes, a field beyond
+64 bits) travels beside it in the window's message, pickled (`_dumps`) with payloads as their lengths: a
+flow's bytes are zeros.
 """
 
 from __future__ import annotations
 
+import bisect
 import copyreg
 import dataclasses
 import io
@@ -20,9 +22,10 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final, cast
 
+from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.sim.engine import Simulator
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.network import Crossing
+from openmrc.sim.network import Crossing, Port, Switch
 from openmrc.transport import SackTransmit, Transmit
 from openmrc.transport.types import data_transmit, sack_of_words
 from openmrc.wire import headers
@@ -111,10 +114,10 @@ _WIDE: Final = 3
 _WIDE_S: Final = struct.Struct("<BI")
 """A packet with a field beyond its place in its kind's row, or a data packet whose template crossed with
 another sender or QP: the index of its fields, shipped as a tuple of them one by one (`_fields`)."""
-_WIDE_HEAD: Final = 11
-"""A wide packet's head: kind, flags, trim, plane, time, origin, target, wire size, entropy, epoch and
-flow hash; its kind's tail as a row's but each field on its own (a data packet's ends with its sender,
-destination and QP number), then its address and segment in 64-bit halves."""
+_WIDE_HEAD: Final = 10
+"""A wide packet's head: kind, flags, trim, plane, time, ends (its origin and target), wire size,
+entropy, epoch and flow hash; its kind's tail as a row's but each field on its own (a data packet's
+ends with its sender, destination and QP number), then its address and segment in 64-bit halves."""
 _TAILS: Final = (_DATA_TAIL, _SACK_TAIL, _OTHER_TAIL)
 _STRUCTS: Final = (
     *(struct.Struct(_HEAD_FMT + t + _ADDR_FMT) for t in _TAILS),
@@ -130,6 +133,14 @@ _QP_BITS: Final = 0xFFFFFF
 _MAX_NODES: Final = 1 << 23
 """Nodes a split fabric may have: a cut port's target (``2 * (node << 16 | port) + 1``) has 40 bits in
 its word, beside its origin."""
+_ENTRY: Final = 2
+"""A packet's target is one of three (its ends' low 40 bits): ``4 * node``, the node's arrival; ``2 * key
++ 1``, the guarded delivery of the cut port ``key``; or, for a packet sent into a shared switch
+(`_Splitter`), ``(port << 16 | leaves) << 3 | guarded << 2 | _ENTRY``: the sending port (of the origin's
+node), the port it leaves the switch by, and whether its link is guarded."""
+_ROUTE_THERE: Final = 0xFFFF
+"""An `_ENTRY`'s port that the switch is to pick at the packet's arrival (`_Arrival`); a split fabric's
+switches have fewer ports."""
 # bound once: a compiled call through the Struct looks its method up by name on every packet
 _PACK_DATA: Final = _STRUCTS[_DATA].pack_into
 _PACK_SACK: Final = _STRUCTS[_SACK].pack_into
@@ -327,7 +338,7 @@ def _fields(at: int, ends: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
         lane.blobs.append(_wire(tx.packet))
     addr, seg = tx.addr, tx.seg
     return (
-        kind, flags | int(tx.ecn), tx.trim_code, tx.port, at, ends >> 40, ends & _M40, tx.wire_size,
+        kind, flags | int(tx.ecn), tx.trim_code, tx.port, at, ends, tx.wire_size,
         tx.entropy, tx.epoch, tx.flow_crc, *tail, addr & _M64, addr >> 64, seg & _M64, seg >> 64,
     )  # fmt: skip
 
@@ -336,7 +347,7 @@ class _Shipper(Crossing):
     """A cut port of this rank: what it sends is packed straight into the lane towards its peer's rank."""
 
     def __init__(self, lane: _Lane, origin: int, arrive: int, deliver: int) -> None:
-        if not (0 <= arrive <= _M40 and 0 <= deliver <= _M40):
+        if not (0 <= arrive <= _M40 and 0 <= deliver <= _M40 and 0 < origin <= _MAX_NODES):
             raise ValueError(f"a split fabric has at most {_MAX_NODES:,} nodes")
         self.lane = lane
         # its origin and each target in one word, held as objects: each packet passes them on to
@@ -348,6 +359,123 @@ class _Shipper(Crossing):
         self.lane.pack(at, self.deliver if guarded else self.arrive, p)
 
 
+class _Splitter(Crossing):
+    """A port of this rank leading into a shared switch (`openmrc.sim.fabric_sim.shared_switches`): the
+    switch's routing picks the port each packet leaves by as it is sent (the switch would pick the same at
+    its arrival: its choice depends on the packet alone), and the packet joins that port's queue at its
+    arrival, here or on the rank that runs the port, through this port's epoch check when its link is
+    guarded (`_guarded_entry`), as the switch's arrival would have it."""
+
+    def __init__(self, cut: _Cut, port: Port, key: int, switch: Switch, reroutes: list[int]) -> None:
+        self.port = port
+        self.origin = (key >> 16) + 1
+        self.code = self.origin << 40 | (key & 0xFFFF) << 19 | _ENTRY
+        self.switch = switch
+        self.routing = switch.routing
+        self.engine = switch.sim
+        self.rank = cut.rank
+        self.lanes = cut.lanes
+        self.ranks = cut.port_ranks(switch)
+        """By port of the switch: the rank that runs it."""
+        self.reroutes = reroutes
+        """When the routing may change (`FailureInjector.reroutes`)."""
+        self.there = cut.arrival(switch)
+        self.enters = self.there.enters
+
+    def ship(self, at: int, p: Transmit, guarded: bool) -> None:
+        sw = self.switch
+        reroutes = self.reroutes
+        if reroutes:  # the switch may route it otherwise by the time it arrives: every rank routes it then
+            k = bisect.bisect_right(reroutes, self.engine.now)
+            if k < len(reroutes) and reroutes[k] <= at:
+                code = self.code | _ROUTE_THERE << 3 | int(guarded) << 2
+                for r, lane in enumerate(self.lanes):
+                    if r != self.rank:
+                        lane.pack(at, code, p)
+                arg = (self.port if guarded else None, p, True)
+                self.engine.push_from(at, self.there.enter, arg, self.origin)
+                return
+        try:
+            out = self.routing.port(sw.id, p)
+        except ValueError:  # counted at its arrival, as the switch would
+            self.engine.push_from(at, _misrouted, (self.port if guarded else None, sw, p), self.origin)
+            return
+        r = self.ranks[out]
+        if r != self.rank:
+            self.lanes[r].pack(at, self.code | out << 3 | int(guarded) << 2, p)
+        elif guarded:
+            self.engine.push_from(at, _guarded_entry, (self.port, sw.ports[out], p), self.origin)
+        else:
+            enter = self.enters[out]
+            if enter is None:
+                enter = self.there.enter_at(out)
+            self.engine.push_from(at, enter, p, self.origin)
+
+
+class _Arrival:
+    """A shared switch's arrivals that every rank routes as they arrive (`_Splitter`: its routing may
+    change on the way): the rank that runs the port a packet leaves by queues it there; the sending rank
+    stands for the switch in the rest (a packet lost on its link, or with no route, counted once), and
+    every other rank lets its copy go, uncounted as an event (the run counts the switch's arrival once)."""
+
+    def __init__(self, switch: Switch, ranks: list[int], rank: int) -> None:
+        self.switch = switch
+        self.ranks = ranks
+        self.rank = rank
+        self.enters: list[Callable[[Transmit], None] | None] = [None] * len(ranks)
+        """By port: its `Port.enter`, bound when first needed (not once per packet)."""
+
+    def enter_at(self, out: int) -> Callable[[Transmit], None]:
+        """`Port.enter` of this rank's port ``out``, bound (once)."""
+        enter = self.enters[out]
+        if enter is None:
+            enter = self.enters[out] = self.switch.ports[out].enter
+        return enter
+
+    def enter(self, arg: tuple[Port | None, Transmit, bool]) -> None:
+        guard, p, sender = arg
+        sw = self.switch
+        if guard is not None and p.epoch != guard.epoch:
+            if sender:
+                guard.drops += 1
+            else:
+                sw.sim.events -= 1
+            return
+        try:
+            out = sw.routing.port(sw.id, p)
+        except ValueError:
+            if sender:
+                sw.misrouted += 1
+            else:
+                sw.sim.events -= 1
+            return
+        if self.ranks[out] == self.rank:
+            sw.ports[out].enter(p)
+        else:
+            sw.sim.events -= 1
+
+
+def _guarded_entry(arg: tuple[Port, Port, Transmit]) -> None:
+    """A packet routed by a shared switch as it was sent (`_Splitter`) reaches it: it joins the port it
+    leaves by unless the link it came over failed under it (the sending port's epoch moved on: a drop
+    there, as `Port._deliver` counts it)."""
+    guard, out, p = arg
+    if p.epoch == guard.epoch:
+        out.enter(p)
+    else:
+        guard.drops += 1
+
+
+def _misrouted(arg: tuple[Port | None, Switch, Transmit]) -> None:
+    """A packet a shared switch has no route for reaches it (`_Splitter`): counted there, as
+    `Switch.arrive` counts it, unless lost on the way."""
+    guard, sw, p = arg
+    if guard is None or p.epoch == guard.epoch:
+        sw.misrouted += 1
+    else:
+        guard.drops += 1
+
+
 class _Cut:
     """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
     (the node's arrival) or ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port ``i`` of
@@ -357,25 +485,74 @@ class _Cut:
         self.rank_of = rank_of
         self.rank = rank
         self.nodes = sim.nodes
+        self.topo = sim.topo
         self.lanes = [_Lane() for _ in range(size)]  # by the rank they go to
         # by key, the guarded delivery of each cut port leading here (its stand-in's, or its replica's)
         self.delivers: dict[int, Callable[[Transmit], None]] = {}
+        self.guards: dict[int, tuple[Port, _Arrival]] = {}
+        """By key, the stand-in (or replica) of each port of another rank leading into a shared switch."""
+        self._port_ranks: dict[int, list[int]] = {}
+        self._arrivals: dict[int, _Arrival] = {}
+        shared = sim.shared or [False] * len(sim.nodes)
         for n, node in enumerate(sim.nodes):
+            if shared[n]:  # its ports lead to this rank's nodes, or are another's to run: none is cut
+                continue
             mine = rank_of[n] == rank
             if not mine and not sim.partial:  # a replica: its cut ports
                 for i, p in enumerate(node.ports):
-                    if p.peer.id >= 0 and rank_of[p.peer.id] == rank:
+                    peer = p.peer.id
+                    if peer >= 0 and shared[peer]:
+                        sw = sim.nodes[peer]
+                        assert isinstance(sw, Switch)  # (every rank runs a shared switch)
+                        self.guards[n << 16 | i] = p, self.arrival(sw)
+                    elif peer >= 0 and rank_of[peer] == rank:
                         self.delivers[n << 16 | i] = p._deliver
             if not mine:
                 continue
             for i, p in enumerate(node.ports):
                 peer = p.peer.id
-                if peer >= 0 and rank_of[peer] != rank:
-                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 2 * peer, 2 * (n << 16 | i) + 1)
+                if peer < 0:
+                    continue
+                if shared[peer]:
+                    if n >= _MAX_NODES:
+                        raise ValueError(f"a split fabric has at most {_MAX_NODES:,} nodes")
+                    sw = sim.nodes[peer]
+                    assert isinstance(sw, Switch)  # (every rank runs a shared switch)
+                    p.cross = _Splitter(self, p, n << 16 | i, sw, sim.faults.reroutes)
+                elif rank_of[peer] != rank:
+                    p.cross = _Shipper(self.lanes[rank_of[peer]], n + 1, 4 * peer, 2 * (n << 16 | i) + 1)
         for (n, i), ghost in sim.ghosts.items():
-            self.delivers[n << 16 | i] = ghost._deliver
+            if shared[ghost.peer.id]:
+                sw = ghost.peer
+                assert isinstance(sw, Switch)
+                self.guards[n << 16 | i] = ghost, self.arrival(sw)
+            else:
+                self.delivers[n << 16 | i] = ghost._deliver
         # by the rank they come from: each template with the sender, destination and QP number of its packets
         self.tpls_in: list[list[tuple[DataTemplate, int, int, int]]] = [[] for _ in range(size)]
+
+    def port_ranks(self, switch: Switch) -> list[int]:
+        """The rank that runs each port of a shared ``switch`` (its peer's), worked out once a switch."""
+        got = self._port_ranks.get(switch.id)
+        if got is None:
+            got = [-1] * len(switch.ports)
+            topo = self.topo
+            if isinstance(topo, MultiPlaneClos):  # a T1: port j leads to T0 j of its plane
+                plane = topo.switch_info(switch.id)[1]
+                for j in range(len(got)):
+                    got[j] = self.rank_of[topo.t0(plane, j)]
+            else:
+                for ref in topo.ports(switch.id):  # (ports another rank runs are placeholders here)
+                    got[ref.port] = self.rank_of[ref.peer]
+            self._port_ranks[switch.id] = got
+        return got
+
+    def arrival(self, switch: Switch) -> _Arrival:
+        """The shared ``switch``'s `_Arrival` here (one a switch)."""
+        got = self._arrivals.get(switch.id)
+        if got is None:
+            got = self._arrivals[switch.id] = _Arrival(switch, self.port_ranks(switch), self.rank)
+        return got
 
     def decode(self, src: int, head: tuple[Any, ...], rows: Any, engine: Simulator) -> int:
         """Schedule the packets of rank ``src``'s message (`_Lane.message`: its head, and its rows as bytes,
@@ -419,8 +596,8 @@ class _Cut:
                 tx.port, tx.peer, tx.entropy = port, nodes >> 32, entropy
                 tx.src, tx.size = nodes & _M32, qs >> 24
             self._arrive(
-                f, kind & _BY_EV != 0, tx, f[1], ends >> 40, ends & _M40, word & 0x100 != 0,
-                word >> 16 & 0xFF, word >> 40, crc >> 33, (crc & _M33) - 1, engine,
+                f, kind & _BY_EV != 0, tx, f[1], ends, word & 0x100 != 0, word >> 16 & 0xFF, word >> 40,
+                crc >> 33, (crc & _M33) - 1, engine,
             )  # fmt: skip
         return got
 
@@ -436,7 +613,7 @@ class _Cut:
         kind: int = f[0]
         flags: int = f[1]
         port: int = f[3]
-        entropy: int = f[8]
+        entropy: int = f[7]
         tx: Transmit
         if kind == _DATA:  # its own sender, destination and QP number
             tx = _data_tx(
@@ -449,7 +626,7 @@ class _Cut:
             else:
                 tx = _other_tx(blobs[f[j + 4]], f[j + 2])
             tx.port, tx.peer, tx.entropy, tx.src, tx.size = port, f[j + 1], entropy, f[j], f[j + 3]
-        self._arrive(f, False, tx, f[4], f[5], f[6], flags & 1 != 0, f[2], f[7], f[9], f[10], engine)
+        self._arrive(f, False, tx, f[4], f[5], flags & 1 != 0, f[2], f[6], f[8], f[9], engine)
 
     def _arrive(
         self,
@@ -457,8 +634,7 @@ class _Cut:
         by_ev: bool,
         tx: Transmit,
         at: int,
-        origin: int,
-        code: int,
+        ends: int,
         ecn: bool,
         trim: int,
         wire_size: int,
@@ -467,12 +643,24 @@ class _Cut:
         engine: Simulator,
     ) -> None:
         """``tx``, given its fabric fields and its addressing (last in its row ``f``), scheduled where its
-        target ``code`` says."""
-        cb: Callable[[Transmit], None]
+        ``ends`` say."""
+        cb: Callable[[Any], None]
+        arg: Any = tx
+        origin, code = ends >> 40, ends & _M40
         if code & 1:
             cb = self.delivers[code >> 1]
+        elif code & _ENTRY:  # into a shared switch's port, through the sending port's stand-in
+            guard, there = self.guards[(origin - 1) << 16 | code >> 19]
+            leaves = code >> 3 & 0xFFFF
+            if leaves == _ROUTE_THERE:
+                cb, arg = there.enter, (guard if code & 4 else None, tx, False)
+            elif code & 4:
+                cb, arg = _guarded_entry, (guard, there.switch.ports[leaves], tx)
+            else:
+                enter = there.enters[leaves]
+                cb = there.enter_at(leaves) if enter is None else enter
         else:
-            arrive = self.nodes[code >> 1].arrive_cb
+            arrive = self.nodes[code >> 2].arrive_cb
             assert arrive is not None  # bound when the ports leading there were made
             cb = arrive
         tx.ecn = ecn
@@ -491,7 +679,7 @@ class _Cut:
             tx.seg = seg | hi << 64 if hi else seg
         tx.epoch = epoch
         tx.flow_crc = flow_crc
-        engine.insert(at, 0, origin, cb, tx)
+        engine.insert(at, 0, origin, cb, arg)
 
 
 def _data_tx(

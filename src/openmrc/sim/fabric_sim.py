@@ -62,6 +62,44 @@ class PortTotals:
     """(node, port) -> when it last dropped a data packet because it was down."""
 
 
+def shared_switches(topo: Topology) -> list[bool] | None:
+    """The switches a split run shares out port by port (by node id; None: none): those whose every
+    neighbour is a tier below them (the T1s of a two-tier `MultiPlaneClos`, a fat tree's cores, a
+    leaf-spine's spines). Such a switch sends a packet down the port its routing picks from the packet and
+    the fabric's routing state alone (SRv6 tables, ECMP over the live next hops), so the process that
+    sends a packet into it can route it there and hand it to the process that runs that port (the one of
+    the node behind it): a packet crosses between processes only when its two ends are in different ones,
+    not once more at the top (`openmrc.sim.crossing._Splitter`)."""
+    shared = [False] * topo.num_nodes()
+    if isinstance(topo, MultiPlaneClos):  # from its shape (its millions of port references unmade)
+        if not topo.uplinks:
+            return None
+        for plane in range(topo.planes):
+            for j in range(topo.t1_per_plane):
+                shared[topo.t1(plane, j)] = True
+        return shared
+    tier = [0] * topo.num_nodes()  # hops from the nearest host
+    seen = [False] * topo.num_nodes()
+    frontier = list(range(topo.num_hosts))
+    for h in frontier:
+        seen[h] = True
+    hops = 0
+    while frontier:
+        hops += 1
+        later = []
+        for n in frontier:
+            for r in topo.ports(n):
+                if not seen[r.peer]:
+                    seen[r.peer] = True
+                    tier[r.peer] = hops
+                    later.append(r.peer)
+        frontier = later
+    for n in range(topo.num_hosts, topo.num_nodes()):
+        refs = topo.ports(n)
+        shared[n] = seen[n] and bool(refs) and all(tier[r.peer] == tier[n] - 1 for r in refs)
+    return shared if any(shared) else None
+
+
 class FabricSim:
     """Build once, add flows, run. Works on any topology with ECMP routing; SRv6 needs a MultiPlaneClos."""
 
@@ -93,6 +131,9 @@ class FabricSim:
         """Built in parts: (node, port) -> a stand-in for that port of another process's node whose link
         leads into this part: it delivers what the port ships here (through its epoch check once guarded)
         and fails with the link."""
+        self.shared = shared_switches(topo)
+        """The switches every process of a split run runs (`shared_switches`), each with the ports that
+        lead to its own nodes; None: none."""
         self.cut_qps: list[tuple[int, int, Qp]] = []
         """Built in parts: the QPs whose peer QP another process makes (`HostEnv.cut`)."""
         self.totals: PortTotals | None = None
@@ -117,9 +158,11 @@ class FabricSim:
                 Switch(self.sim, n, self.routing) if owned is None or owned[n] else Remote(n)
                 for n in range(topo.num_hosts, topo.num_nodes())
             )
-            self._wire()
+            self.elsewhere = self._wire()
+            """Built in parts: what holds the place of a shared switch's port that another process runs
+            (one object for all of them, never sent on); else None."""
         self.faults = FailureInjector(
-            self.sim, topo, self.nodes, self.routing, config.ecmp_reconverge_ns, self.ghosts
+            self.sim, topo, self.nodes, self.routing, config.ecmp_reconverge_ns, self.ghosts, self.elsewhere
         )
         """Links, switches and NIC ports failing on schedule."""
 
@@ -177,8 +220,10 @@ class FabricSim:
         )
         return HOST_KINDS[self.config.transport](env)
 
-    def _wire(self) -> None:
-        """Every link as two ports. Switch buffers hold one bandwidth-delay product (or ``buffer_bytes``)."""
+    def _wire(self) -> Port | None:
+        """Every link as two ports (only the ``owned`` nodes'; the placeholder of the shared switches' ports
+        that another process runs returned). Switch buffers hold one bandwidth-delay product (or
+        ``buffer_bytes``)."""
         cfg, topo, hosts = self.config, self.topo, self.topo.num_hosts
         link_bps = max(r.bps for r in topo.ports(0))
         bdp = link_bps * self.base_rtt_ns // 8_000_000_000
@@ -194,10 +239,18 @@ class FabricSim:
         colds: dict[tuple[int, ...], PortCold] = {}  # ports built alike share what they seldom change
         unwired = Unwired(-1)
         owned = self.owned
+        shared = self.shared
+        elsewhere: Port | None = None
+        if owned is not None and shared is not None:
+            elsewhere = Port(
+                self.sim, Remote(-1), link_bps, 0, buffer=buffer, ecn=None, trimming=False, last_hop=False,
+                rng=None, shared=colds,
+            )  # fmt: skip
         for n, node in enumerate(self.nodes):
             if owned is not None and not owned[n]:
                 continue
             is_host = n < hosts
+            split = shared is not None and shared[n]
             for ref in topo.ports(n):
                 if owned is not None and not owned[ref.peer]:  # the way back: a stand-in (only its epoch,
                     # guard and drops count: it never sends)
@@ -213,6 +266,9 @@ class FabricSim:
                             last_hop=False, rng=port_rng, shared=colds,
                         )
                     )  # fmt: skip
+                if split and elsewhere is not None and owned is not None and not owned[ref.peer]:
+                    node.ports.append(elsewhere)  # run by the peer's process
+                    continue
                 last_hop = not is_host and ref.peer < hosts and last_hop_apart
                 # trims still marked last-hop with mark_last: the port is built with its thresholds, as a
                 # port that is not a last hop (which ignores none), so it shares them with its kind
@@ -242,6 +298,7 @@ class FabricSim:
                     xoff = max(int(buffer * cfg.pfc_xoff), cfg.mtu + HEADER_BYTES)
                     resumed = self.hosts[n].resumed if is_host else None
                     node.ports[-1].enable_pfc(xoff, min(int(buffer * cfg.pfc_xon), xoff - 1), resumed)
+        return elsewhere
 
     # -- hosts -----------------------------------------------------------------------------------------------
     def host(self, host: object) -> MrcHost:  # object: a wrong type gets the ValueError, compiled too

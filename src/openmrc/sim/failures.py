@@ -9,11 +9,14 @@ with ports are kept as outages so that a run can report how long traffic still w
 
 A fabric built in parts (`openmrc.sim.partition`) schedules every failure in every process, as one built
 whole does (the same events, so the same event counts and order), and each event changes only the ports
-that exist here: this process's nodes' ports and the stand-ins of ports that lead into them (``ghosts``).
+that exist here: this process's nodes' ports (a shared switch's: those it runs here) and the stand-ins of
+ports that lead into them (``ghosts``).
 Which switch ports are down, all that ECMP reconvergence needs, is kept by (node, port), everywhere.
 """
 
 from __future__ import annotations
+
+import bisect
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.topology import PortRef, Topology
@@ -35,6 +38,7 @@ class FailureInjector:
         routing: Routing,
         reconverge_ns: int | None,
         ghosts: dict[tuple[int, int], Port] | None = None,
+        elsewhere: Port | None = None,
     ) -> None:
         self.sim = sim
         self.topo = topo
@@ -52,6 +56,12 @@ class FailureInjector:
         self.reconvergences = 0
         self._reconverge_at: int | None = None
         self._ghosts = ghosts or {}
+        self.reroutes: list[int] = []
+        """When the routing may change (ECMP reconverging after a link changed state), in order: a split
+        run routes a packet sent into a shared switch ahead only when no change falls before it arrives
+        (`openmrc.sim.crossing._Splitter`)."""
+        self._elsewhere = elsewhere
+        """What holds the place of a shared switch's port another process runs (`FabricSim.elsewhere`)."""
         self._down: set[tuple[int, int]] = set()  # switch ports down, as (node, port)
         self._refs: dict[int, tuple[int, int]] | None = None  # id(port) -> (node, port), for `fail_port`
         self.owned: list[bool] | None = None
@@ -75,11 +85,12 @@ class FailureInjector:
     def link_ports(self, node: int, port: int) -> list[Port]:
         """The directions of the link on ``port`` of ``node`` that this process sends on (both, unless the
         fabric is built in parts): where loss is drawn."""
-        return [
+        ports = [
             self.nodes[n].ports[i]
             for n, i in self._link_refs(node, port)
             if not isinstance(self.nodes[n], Remote)
         ]
+        return [p for p in ports if p is not self._elsewhere]
 
     def _link_refs(self, node: int, port: int) -> list[tuple[int, int]]:
         """Both directions of a link as (node, port), whether this process built them or not."""
@@ -91,7 +102,8 @@ class FailureInjector:
         node = self.nodes[ref[0]]
         if isinstance(node, Remote):
             return self._ghosts.get(ref)
-        return node.ports[ref[1]]
+        p = node.ports[ref[1]]
+        return None if p is self._elsewhere else p
 
     def t0_uplink(self, plane: int, t0: int, uplink: int) -> tuple[int, int]:
         """(node, port) of uplink ``uplink`` of T0 ``t0`` in ``plane`` of a multi-plane Clos."""
@@ -146,6 +158,10 @@ class FailureInjector:
         self.sim.schedule(at, self._set_port, (port, ref, False))
         if up_at is not None:
             self.sim.schedule(up_at, self._set_port, (port, ref, True))
+        if isinstance(self.routing, EcmpRouting) and self.reconverge_ns is not None:
+            for t in (at, up_at):
+                if t is not None:
+                    bisect.insort(self.reroutes, t + self.reconverge_ns)
 
     def _set_port(self, arg: tuple[Port | None, tuple[int, int], bool]) -> None:
         port, ref, up = arg
@@ -232,7 +248,7 @@ class FailureInjector:
             if isinstance(nodes[n], Remote):
                 continue
             ports = nodes[n].ports
-            out.extend(ports[r.port] for r in topo.ports(n))
+            out.extend(ports[r.port] for r in topo.ports(n) if ports[r.port] is not self._elsewhere)
         return out
 
     def set_loss(self, ports: list[Port], probability: float, at: int = 0, until: int | None = None) -> None:

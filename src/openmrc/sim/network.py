@@ -399,6 +399,11 @@ class Port:
         else:
             self.sim.push_from(done + self.latency, self._arrive, p, self.origin())
 
+    def enter(self, p: Transmit) -> None:
+        """``p`` joins this port's queue now: its switch routed it when it was sent there (a switch a split
+        run shares out by port: `openmrc.sim.crossing._Splitter`)."""
+        self.send(p, self._cold.sim.now)
+
     def origin(self) -> int:
         """Who schedules this port's deliveries, for an ordered engine (`OrderedPort`)."""
         return 0

@@ -5,7 +5,12 @@ Theory of operation
 Every rank runs only its share of the nodes (`assign_ranks`, from the topology alone: hosts in contiguous
 blocks with their T0s, a switch with the rank of its lower neighbours when they agree, the rest, the
 spines, shared out in turn), and builds only that share (`FabricSim` with ``owned``): its hosts (NICs,
-QPs), its switches and their ports. `run` and `run_local` take a builder, called with ``(rank, size)``
+QPs), its switches and their ports. The T1s of a two-tier multi-plane Clos are shared out port by port
+instead (`openmrc.sim.fabric_sim.shared_switches`): every rank runs each T1 with its ports towards its own
+T0s, and a packet sent up into a T1 is routed as it is sent (a T1's choice depends on the packet alone)
+and crosses, if at all, straight to the rank of the port it leaves by: once when its ends are on
+different ranks, never when they share one (the whole T1 on one rank would have about half the packets
+cross twice). `run` and `run_local` take a builder, called with ``(rank, size)``
 in each rank's own process (forked before building, or started by ``mpiexec``); a whole fabric built
 beforehand still runs, its other nodes idle replicas. A packet crossing to another rank is shipped there.
 
@@ -21,9 +26,11 @@ Building in parts keeps every value the results depend on the same as in one pro
   Only two things cross, once, before the run (`_connect_parts`): the QP numbers of the pairs cut by the
   split (both ranks noted them in flow order, so the lists line up) and each host's flow buffer address
   and R_Key. Nothing changes for a run in one process.
-- *The cut.* A port whose peer is on another rank ships what it sends (`crossing._Shipper`). The port of
-  another rank's node that leads into this rank has a stand-in here (`FabricSim.ghosts`): it delivers what
-  that port ships (through its epoch check once failures may hit it) and fails with its link.
+- *The cut.* A port whose peer is on another rank ships what it sends (`crossing._Shipper`); one whose
+  peer is a shared switch routes it there and ships it to the rank of the port it leaves by, or keeps it
+  (`crossing._Splitter`). The port of another rank's node that leads into this rank (or into a shared
+  switch) has a stand-in here (`FabricSim.ghosts`): it delivers what that port ships (through its epoch
+  check once failures may hit it) and fails with its link.
 - *Failures* are scheduled on every rank, as the same events, and change only the ports a rank has (its
   own and the stand-ins); which switch ports are down, all ECMP reconvergence needs, is kept by
   (node, port) everywhere (`openmrc.sim.failures`).
@@ -72,9 +79,9 @@ from typing import Any, Final, Protocol
 
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.topology import Topology
-from openmrc.sim.crossing import _NEVER, _Cut, _dumps
+from openmrc.sim.crossing import _NEVER, _ROUTE_THERE, _Cut, _dumps
 from openmrc.sim.engine import PausedGc
-from openmrc.sim.fabric_sim import FabricSim, PortTotals
+from openmrc.sim.fabric_sim import FabricSim, PortTotals, shared_switches
 from openmrc.sim.hosts import MrcHost, RemoteHost, set_dest_qp
 from openmrc.sim.metrics import LinkStat, Sample, SimResults
 from openmrc.sim.network import Unwired
@@ -214,9 +221,18 @@ def owned_nodes(topo: Topology, part: tuple[int, int] | None) -> list[bool] | No
         return None
     rank, size = part
     rank_of = assign_ranks(topo, size)
-    owned = [r == rank for r in rank_of]
+    owned = _owned(topo, rank_of, rank)
     _assigned[:] = [(owned, rank_of, size)]
     return owned
+
+
+def _owned(topo: Topology, rank_of: list[int], rank: int) -> list[bool]:
+    """The nodes rank ``rank`` runs: its own and the shared switches (`shared_switches`: each of their
+    ports runs with its peer)."""
+    shared = shared_switches(topo)
+    if shared is None:
+        return [r == rank for r in rank_of]
+    return [r == rank or s for r, s in zip(rank_of, shared, strict=True)]
 
 
 def _ranks_of(sim: FabricSim, size: int) -> list[int]:
@@ -270,8 +286,8 @@ def _check(sim: FabricSim, ranks: int) -> None:
         if cfg.validate_wire:
             raise PartitionError("validate_wire: 1 rank only")
         for n, node in enumerate(sim.nodes):  # a cut port is named node << 16 | port (`crossing._Cut`)
-            if len(node.ports) >> 16:
-                raise PartitionError(f"node {n}: {len(node.ports)} ports, a split run names at most 65,535")
+            if len(node.ports) >= _ROUTE_THERE:
+                raise PartitionError(f"node {n}: {len(node.ports)} ports, a split run names at most 65,534")
 
 
 # -- running -------------------------------------------------------------------------------------------------
@@ -301,7 +317,7 @@ def _run_split(
     try:
         _check(sim, ex.size)
         rank_of = _ranks_of(sim, ex.size)
-        owned = [r == ex.rank for r in rank_of]
+        owned = _owned(sim.topo, rank_of, ex.rank)
         if sim.partial and sim.owned != owned:
             raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
         problem = ""
@@ -393,7 +409,7 @@ def _run_split(
     times |= build_times
     times["start_s"] = start_s
     w_end = time.perf_counter()
-    part = _partial(sim, owned)
+    part = _partial(sim, owned, rank_of, ex.rank)
     times["partial_s"] = time.perf_counter() - w_end
     part["times"] = times
     if everyone:
@@ -445,7 +461,7 @@ def _memory_mb() -> dict[str, float]:
     return out
 
 
-def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
+def _partial(sim: FabricSim, owned: list[bool], rank_of: list[int], rank: int) -> dict[str, Any]:
     """What this rank knows that the others do not: its flows' ends, its ports' figures (and those of the
     stand-ins of other ranks' ports: their drops), its hosts' retransmissions, its samples."""
     flows = {f.id: (f.finish, f.status, f.recv_finish) for f in sim.flows if owned[f.src] or owned[f.dst]}
@@ -453,9 +469,14 @@ def _partial(sim: FabricSim, owned: list[bool]) -> dict[str, Any]:
     drop_at: dict[tuple[int, int], int] = {}
     stood_in: dict[tuple[int, int], int] = {}  # (node, port) of another rank -> drops on delivery here
     now = sim.sim.now
+    shared = sim.shared
+    elsewhere = sim.elsewhere
     for n, node in enumerate(sim.nodes):
         mine = owned[n]
+        split = shared is not None and shared[n]
         for i, p in enumerate(node.ports):
+            if split and (p is elsewhere or rank_of[p.peer.id] != rank):  # another rank's (or idle here)
+                continue
             if not mine:  # an idle replica (a fabric built whole)
                 if p.drops:
                     stood_in[n, i] = p.drops
@@ -512,18 +533,22 @@ def _merge(sim: FabricSim, parts: list[dict[str, Any]]) -> None:
     drops, losses, trims, marks, hops = 0, 0, 0, 0, 0
     cols: list[list[int]] = [memoryview(part["links"]).cast("q").tolist() for part in parts]
     pos = [0] * len(cols)
-    while True:  # the parts' rows merged by node (each node's rows come from one part, by port)
-        best, node = -1, _NEVER
+    while True:  # the parts' rows merged by (node, port) (a shared switch's ports come from several parts)
+        best, key, after = -1, _NEVER, _NEVER  # the part with the first row, and the next part's first
         for k, c in enumerate(cols):
             j = pos[k]
-            if j < len(c) and c[j] < node:
-                best, node = k, c[j]
+            if j < len(c):
+                here = c[j] << 16 | c[j + 1]
+                if here < key:
+                    best, key, after = k, here, key
+                elif here < after:
+                    after = here
         if best < 0:
             break
         c = cols[best]
         j = pos[best]
-        while j < len(c) and c[j] == node:
-            i = c[j + 1]
+        while j < len(c) and c[j] << 16 | c[j + 1] < after:
+            node, i = c[j], c[j + 1]
             dropped = c[j + 5]
             if stood_in:
                 dropped += stood_in.pop(node << 16 | i, 0)
