@@ -36,12 +36,16 @@ from openmrc.wire.packet import DataTemplate, parse
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="the local backend forks")
 
 
-def _clos(part: tuple[int, int] | None = None) -> FabricSim:
+def _clos(part: tuple[int, int] | None = None, *, whole_switches: bool = False) -> FabricSim:
     """A small 2-plane Clos with everything that must not depend on the split: an incast (trims, ECN
     draws), a permutation, random loss on a plane, a link that fails and returns, a NIC port failure,
-    Write-with-Immediate flows (the receiver's completion) and sampling. ``part``: only that rank's part."""
+    Write-with-Immediate flows (the receiver's completion) and sampling. ``part``: only that rank's part
+    (``whole_switches``: each T1 whole, on the rank `assign_ranks` gives it, instead of shared out)."""
     cfg = FabricSimConfig(hosts=32, planes=2, evs_per_qp=8, ordered=True)
-    sim = FabricSim.clos(cfg, owned=partition.owned_nodes(cfg.clos(), part))
+    owned = partition.owned_nodes(cfg.clos(), part)
+    if whole_switches and part is not None:
+        owned = [r == part[0] for r in partition.assign_ranks(cfg.clos(), part[1])]
+    sim = FabricSim.clos(cfg, owned=owned)
     for i in range(1, 9):
         sim.add_flow(3 * i, 0, 300_000, imm=i % 2 == 0)
     for i in range(32):
@@ -96,6 +100,29 @@ def test_same_results_on_1_2_and_3_ranks(build: Any) -> None:
         assert len(times) == ranks and len({t["critical_cpu_s"] for t in times}) == 1  # every rank agrees
         # per window the busiest rank's time, summed: at least any one rank's running time in all
         assert all(times[0]["critical_cpu_s"] >= t["run_cpu_s"] for t in times)
+
+
+@fork_only
+def test_parts_built_with_each_switch_whole_run_so_and_give_the_same_results() -> None:
+    """Parts that run each T1 whole on one rank (the nodes `assign_ranks` gives a rank, not
+    `owned_nodes`): every packet into a T1 crosses to that T1's rank, results as in one process; parts
+    built the two ways do not run together."""
+    one = _view(partition.run_local(_clos(), 1, 10**9))
+
+    def whole(part: tuple[int, int] | None) -> FabricSim:
+        return _clos(part, whole_switches=True)
+
+    assert whole((0, 2)).shared is None and _clos((0, 2)).shared is not None
+    assert _view(partition.run_local(whole, 2, 10**9)) == one
+    crossed = sum(t["crossing"] for t in partition.last_times)
+    partition.run_local(_clos, 2, 10**9)
+    assert sum(t["crossing"] for t in partition.last_times) < crossed  # (shared out: fewer cross)
+
+    def mixed(part: tuple[int, int] | None) -> FabricSim:
+        return _clos(part, whole_switches=part is not None and part[0] == 1)
+
+    with pytest.raises(partition.PartitionError, match="built apart"):
+        partition.run_local(mixed, 2, 10**9)
 
 
 def test_the_clos_case_loses_trims_and_drops_packets() -> None:

@@ -131,9 +131,13 @@ class FabricSim:
         """Built in parts: (node, port) -> a stand-in for that port of another process's node whose link
         leads into this part: it delivers what the port ships here (through its epoch check once guarded)
         and fails with the link."""
-        self.shared = shared_switches(topo)
+        shared = shared_switches(topo)
+        whole = owned is not None and shared is not None
+        if whole and not all(o for o, s in zip(owned or [], shared or [], strict=True) if s):
+            shared = None  # a part that runs some of those switches whole, others not at all
+        self.shared = shared
         """The switches every process of a split run runs (`shared_switches`), each with the ports that
-        lead to its own nodes; None: none."""
+        lead to its own nodes; None: none (built in parts that run each switch whole, on one of them)."""
         self.cut_qps: list[tuple[int, int, Qp]] = []
         """Built in parts: the QPs whose peer QP another process makes (`HostEnv.cut`)."""
         self.totals: PortTotals | None = None

@@ -319,11 +319,18 @@ def _run_split(
         rank_of = _ranks_of(sim, ex.size)
         owned = _owned(sim.topo, rank_of, ex.rank)
         if sim.partial and sim.owned != owned:
-            raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
+            whole = [r == ex.rank for r in rank_of]  # (a part built with each switch whole: runs so)
+            if sim.shared is not None or sim.owned != whole:
+                raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
+            owned = whole
         problem = ""
     except PartitionError as exc:
         problem = str(exc)
-    problems = [p for p in ex.alltoall([problem] * ex.size) if p]  # every rank stops, or none
+    sharing = sim.shared is not None
+    got = ex.alltoall([(problem, sharing)] * ex.size)
+    problems = [p for p, _ in got if p]  # every rank stops, or none
+    if not problems and any(s != sharing for _, s in got):
+        problems = ["the ranks' parts were built apart: some share the top switches out by port, some not"]
     if problems:
         raise PartitionError(problems[0])
     w_start = time.perf_counter()
@@ -494,7 +501,7 @@ def _partial(sim: FabricSim, owned: list[bool], rank_of: list[int], rank: int) -
     s = sim.sampler
     return {
         "flows": flows,
-        "links": links,
+        "links": PickleBuffer(links),  # (out of band: `PipeExchange` sends it from where it is)
         "drop_at": drop_at,
         "stood_in": stood_in,
         "rtx": sum(h.retransmits() for h in sim.hosts if owned[h.id]),
