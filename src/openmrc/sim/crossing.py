@@ -362,9 +362,11 @@ class _Shipper(Crossing):
 class _Splitter(Crossing):
     """A port of this rank leading into a shared switch (`openmrc.sim.fabric_sim.shared_switches`): the
     switch's routing picks the port each packet leaves by as it is sent (the switch would pick the same at
-    its arrival: its choice depends on the packet alone), and the packet joins that port's queue at its
-    arrival, here or on the rank that runs the port, through this port's epoch check when its link is
-    guarded (`_guarded_entry`), as the switch's arrival would have it."""
+    its arrival: its choice depends on the packet and the routing state, which changes only when ECMP
+    reconverges; a packet that may arrive after such a change goes to every rank, which routes it then:
+    `_Arrival`), and the packet joins that port's queue at its arrival, here or on the rank that runs the
+    port, through this port's epoch check when its link is guarded (`_guarded_entry`), as the switch's
+    arrival would have it."""
 
     def __init__(self, cut: _Cut, port: Port, key: int, switch: Switch, reroutes: list[int]) -> None:
         self.port = port
@@ -477,9 +479,10 @@ def _misrouted(arg: tuple[Port | None, Switch, Transmit]) -> None:
 
 
 class _Cut:
-    """This rank's view: which nodes it runs, and how shipped packets name their target: ``2 * node``
-    (the node's arrival) or ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port ``i`` of
-    node ``n`` as ``n << 16 | i``, a name every rank gives it without numbering the others' ports)."""
+    """This rank's view: which nodes it runs, and how shipped packets name their target (`_ENTRY`):
+    ``4 * node`` (the node's arrival), ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port
+    ``i`` of node ``n`` as ``n << 16 | i``, a name every rank gives it without numbering the others'
+    ports), or a port of a shared switch entered from the cut port of the packet's origin."""
 
     def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
         self.rank_of = rank_of

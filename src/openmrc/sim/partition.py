@@ -5,14 +5,16 @@ Theory of operation
 Every rank runs only its share of the nodes (`assign_ranks`, from the topology alone: hosts in contiguous
 blocks with their T0s, a switch with the rank of its lower neighbours when they agree, the rest, the
 spines, shared out in turn), and builds only that share (`FabricSim` with ``owned``): its hosts (NICs,
-QPs), its switches and their ports. The T1s of a two-tier multi-plane Clos are shared out port by port
-instead (`openmrc.sim.fabric_sim.shared_switches`): every rank runs each T1 with its ports towards its own
-T0s, and a packet sent up into a T1 is routed as it is sent (a T1's choice depends on the packet alone)
-and crosses, if at all, straight to the rank of the port it leaves by: once when its ends are on
-different ranks, never when they share one (the whole T1 on one rank would have about half the packets
-cross twice). `run` and `run_local` take a builder, called with ``(rank, size)``
-in each rank's own process (forked before building, or started by ``mpiexec``); a whole fabric built
-beforehand still runs, its other nodes idle replicas. A packet crossing to another rank is shipped there.
+QPs), its switches and their ports. The top tier (every neighbour a tier below: a Clos's T1s, a fat
+tree's cores) is shared out port by port instead (`openmrc.sim.fabric_sim.shared_switches`): every rank
+runs each such switch with its ports towards its own nodes, and a packet sent up into one is routed as it
+is sent (the switch's choice depends on the packet and the routing state; where ECMP may reconverge
+before it arrives, every rank routes it at its arrival) and crosses, if at all, straight to the rank of
+the port it leaves by: once when its ends are on different ranks, never when they share one (the whole
+switch on one rank would have about half the packets cross twice). `run` and `run_local` take a
+builder, called with ``(rank, size)`` in each rank's own process (forked before building, or started by
+``mpiexec``); a whole fabric built beforehand still runs, its other nodes idle replicas. A packet
+crossing to another rank is shipped there.
 
 Building in parts keeps every value the results depend on the same as in one process:
 
