@@ -369,8 +369,10 @@ class _Splitter(Crossing):
     arrival would have it."""
 
     def __init__(self, cut: _Cut, port: Port, key: int, switch: Switch, reroutes: list[int]) -> None:
-        self.port = port
         self.origin = (key >> 16) + 1
+        if self.origin > _MAX_NODES:  # (as `_Shipper`: its origin beside its target in one word)
+            raise ValueError(f"a split fabric has at most {_MAX_NODES:,} nodes")
+        self.port = port
         self.code = self.origin << 40 | (key & 0xFFFF) << 19 | _ENTRY
         self.switch = switch
         self.routing = switch.routing
@@ -517,8 +519,6 @@ class _Cut:
                 if peer < 0:
                     continue
                 if shared[peer]:
-                    if n >= _MAX_NODES:
-                        raise ValueError(f"a split fabric has at most {_MAX_NODES:,} nodes")
                     sw = sim.nodes[peer]
                     assert isinstance(sw, Switch)  # (every rank runs a shared switch)
                     p.cross = _Splitter(self, p, n << 16 | i, sw, sim.faults.reroutes)
