@@ -6,12 +6,15 @@ each in a process of its own, timed from spawn to exit (interpreter start-up and
 peak RSS the kernel reports for it. Pairing the rounds and taking the median of the per-round ratios keeps
 the comparison fair on a shared, noisy machine.
 
-    python benchmarks/htsim_pair.py --htsim PATH/TO/htsim_uec [--rounds 3] [--ranks 2] [--json]
+    python benchmarks/htsim_pair.py --htsim PATH/TO/htsim_uec [--rounds 3] [--ranks 2 [--one-rank]] [--json]
 
 With ``--ranks N`` each round also runs scenario 1 split over N forked ranks (ordered mode, each rank
 building its part after the fork: ``sim_bench.py --process-ranks N``), start to exit, right after the
 other two: ``ranks_ratio_vs_htsim`` and ``speedup_ranks_vs_one_process`` (the one-process run of the same
-round over the split one), each the median of the rounds' ratios.
+round over the split one), each the median of the rounds' ratios. With ``--one-rank`` too, each round
+also runs the split run's way on one rank (ordered mode through the same machinery: `openmrc sim run
+--ranks 1`): ``speedup_ranks_vs_1rank`` (what splitting the same run gains) and ``ordered_cost`` (that run
+over the one-process one: what the partition-independent order costs in one process).
 
 With ``--htsim-huge-pages`` each round also runs htsim with glibc's heap on transparent huge pages
 (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``), as openmrc keeps its objects
@@ -72,7 +75,9 @@ def htsim_binary(given: str | None) -> str:
     )
 
 
-def pair(htsim: str, rounds: int, ranks: int = 1, huge: bool = False) -> dict[str, Any]:
+def pair(
+    htsim: str, rounds: int, ranks: int = 1, huge: bool = False, one_rank: bool = False
+) -> dict[str, Any]:
     ratios: list[float] = []
     huge_walls: list[float] = []
     huge_ratios: list[float] = []
@@ -81,6 +86,9 @@ def pair(htsim: str, rounds: int, ranks: int = 1, huge: bool = False) -> dict[st
     r_walls: list[float] = []
     r_ratios: list[float] = []
     speedups: list[float] = []
+    one_walls: list[float] = []
+    one_speedups: list[float] = []
+    one_costs: list[float] = []
     r_tail = None
     r_rss = 0.0
     h_tail = o_tail = None
@@ -111,6 +119,11 @@ def pair(htsim: str, rounds: int, ranks: int = 1, huge: bool = False) -> dict[st
             r_tail = json.loads(out_r.strip().splitlines()[-1])["tail_fct_us"]
             r_ratios.append(wall_r / wall)
             speedups.append(wall_o / wall_r)
+            if one_rank:
+                wall_1, _rss, _out = timed([*split[:3], "--process-ranks", "1", "--ordered", "--k", "16"])
+                one_walls.append(wall_1)
+                one_speedups.append(wall_1 / wall_r)
+                one_costs.append(wall_1 / wall_o)
     split_figures: dict[str, Any] = {}
     if huge:
         split_figures |= {
@@ -127,6 +140,13 @@ def pair(htsim: str, rounds: int, ranks: int = 1, huge: bool = False) -> dict[st
             "openmrc_ranks_rank0_peak_rss_mb": r_rss,
             "openmrc_ranks_tail_fct_us": r_tail,
         }
+        if one_rank:
+            split_figures |= {
+                "openmrc_1rank_wall_s": statistics.median(one_walls),
+                "speedup_ranks_vs_1rank": statistics.median(one_speedups),
+                "speedups_vs_1rank": [round(r, 3) for r in one_speedups],
+                "ordered_cost": statistics.median(one_costs),
+            }
         if huge:
             pairs = zip(r_walls, huge_walls, strict=True)
             split_figures["ranks_ratio_vs_htsim_huge_pages"] = statistics.median(r / h for r, h in pairs)
@@ -151,13 +171,18 @@ def main() -> None:
     ap.add_argument(
         "--htsim-huge-pages", action="store_true", help="also run htsim with glibc's heap on huge pages"
     )
+    ap.add_argument(
+        "--one-rank", action="store_true", help="with --ranks: also run the split run's way on 1 rank"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
     if a.ranks < 1:
         ap.error("--ranks must be at least 1")
-    out = pair(htsim_binary(a.htsim), a.rounds, a.ranks, a.htsim_huge_pages)
+    if a.one_rank and a.ranks < 2:
+        ap.error("--one-rank compares with a split run: give --ranks 2 or more")
+    out = pair(htsim_binary(a.htsim), a.rounds, a.ranks, a.htsim_huge_pages, a.one_rank)
     if a.json:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
         return

@@ -214,14 +214,15 @@ def _whole_process(ranks: int, k: int) -> dict[str, Any]:
     return out
 
 
-def whole_run(ranks: int, k: int) -> dict[str, Any]:
-    """One `_whole_process` run, in the process it times: its build and run times."""
+def whole_run(ranks: int, k: int, ordered: bool = False) -> dict[str, Any]:
+    """One `_whole_process` run, in the process it times: its build and run times. ``ordered`` on 1 rank:
+    the split run's way on one (`openmrc sim run --ranks 1`: ordered mode, through `partition`)."""
     over = [f"fabric.k={k}", f'workload.file="{PERM_FILES[k]}"', "sample_us=0"]
-    if ranks > 1:
+    if ranks > 1 or ordered:
         over.append("fabric.ordered=true")
     doc = expand_runs(load_scenario("htsim-perm-1024", over))[0].doc
     t0 = time.perf_counter()
-    if ranks == 1:
+    if ranks == 1 and not ordered:
         sim = build_run(doc)
         build = time.perf_counter() - t0
         res = sim.run(until=10**10)
@@ -581,10 +582,11 @@ def main() -> None:
     )
     ap.add_argument("--allreduce-case", choices=AR_CASES, help=argparse.SUPPRESS)  # one case, in-process
     ap.add_argument("--process-ranks", type=int, help=argparse.SUPPRESS)  # one `_whole_process` run
+    ap.add_argument("--ordered", action="store_true", help=argparse.SUPPRESS)  # on 1 rank, ordered
     a = ap.parse_args()
     only = a.only or a.allreduce_case or a.process_ranks
     if a.process_ranks:
-        out = whole_run(a.process_ranks, a.k)
+        out = whole_run(a.process_ranks, a.k, a.ordered)
     elif a.allreduce_case:
         out = allreduce_case(a.allreduce_case, a.allreduce_hosts, a.allreduce_kib, a.allreduce_keep)
     elif a.only:
