@@ -44,6 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CM = ROOT / "src" / "openmrc" / "sim" / "scenarios" / "data" / "perm_1024n_1024c_0u_2000000b.cm"
 _FINISHED = re.compile(r"finished at ([0-9.]+)")
+SIM_BENCH = [sys.executable, str(ROOT / "benchmarks" / "sim_bench.py"), "--json"]
+"""openmrc's side of a round, each part of it a fresh process (its JSON on the last line)."""
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
@@ -99,7 +101,7 @@ def pair(
         h_walls.append(wall)
         h_rss = max(h_rss, rss)
         h_tail = max(float(x) for x in _FINISHED.findall(out))
-        bench = [sys.executable, str(ROOT / "benchmarks" / "sim_bench.py"), "--only", "htsim-perm", "--json"]
+        bench = [*SIM_BENCH, "--only", "htsim-perm"]
         wall_o, rss_o, out_o = timed(bench)
         o_walls.append(wall_o)
         got = json.loads(out_o.strip().splitlines()[-1])
@@ -111,16 +113,16 @@ def pair(
             huge_walls.append(wall_h)
             huge_ratios.append(wall_o / wall_h)
         if ranks > 1:
-            split = [sys.executable, str(ROOT / "benchmarks" / "sim_bench.py"), "--json"]
-            split += ["--process-ranks", str(ranks), "--k", "16"]
-            wall_r, rss_r, out_r = timed(split)  # (rss: rank 0's, the process spawned)
+            wall_r, rss_r, out_r = timed(
+                [*SIM_BENCH, "--process-ranks", str(ranks), "--k", "16"]
+            )  # (rss: rank 0's, the process spawned)
             r_walls.append(wall_r)
             r_rss = max(r_rss, rss_r)
             r_tail = json.loads(out_r.strip().splitlines()[-1])["tail_fct_us"]
             r_ratios.append(wall_r / wall)
             speedups.append(wall_o / wall_r)
             if one_rank:
-                wall_1, _rss, _out = timed([*split[:3], "--process-ranks", "1", "--ordered", "--k", "16"])
+                wall_1, _rss, _out = timed([*SIM_BENCH, "--process-ranks", "1", "--ordered", "--k", "16"])
                 one_walls.append(wall_1)
                 one_speedups.append(wall_1 / wall_r)
                 one_costs.append(wall_1 / wall_o)

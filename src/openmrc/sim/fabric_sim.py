@@ -132,8 +132,7 @@ class FabricSim:
         leads into this part: it delivers what the port ships here (through its epoch check once guarded)
         and fails with the link."""
         shared = shared_switches(topo)
-        whole = owned is not None and shared is not None
-        if whole and not all(o for o, s in zip(owned or [], shared or [], strict=True) if s):
+        if owned is not None and shared is not None and not all(owned[n] for n, s in enumerate(shared) if s):
             shared = None  # a part that runs some of those switches whole, others not at all
         self.shared = shared
         """The switches every process of a split run runs (`shared_switches`), each with the ports that
