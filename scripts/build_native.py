@@ -69,9 +69,10 @@ MODULES = [
     "openmrc/sim/partition.py",
     "openmrc/sim/crossing.py",
 ]
-ARENAS = "openmrc/_arenas.c"
-"""A small C extension built beside them: pymalloc's arenas on transparent huge pages
-(`openmrc._native.huge_page_arenas`)."""
+EXTENSIONS = ["openmrc/_arenas.c", "openmrc/_order.c"]
+"""Small C extensions built beside them (`openmrc._native.extension`): pymalloc's arenas on transparent
+huge pages (`openmrc._native.huge_page_arenas`), and the ordering of a time's events in the simulator's
+ordered mode (`openmrc.sim.engine`)."""
 
 
 def module_name(path: str) -> str:
@@ -96,10 +97,10 @@ def build(opt_level: str = "3") -> None:
     clean()
     # Digests of what is about to be compiled (a source edited during the build must not pass as built).
     manifest = {module_name(m): digest(SRC / m) for m in MODULES}
-    arenas = digest(SRC / ARENAS)
+    c_digests = {Path(c).stem: digest(SRC / c) for c in EXTENSIONS}
     os.chdir(SRC)  # mypyc names modules after their paths
     extensions = mypycify(MODULES, opt_level=opt_level, target_dir=str(ROOT / "build" / "mypyc"))
-    extensions.append(Extension(ARENAS.removesuffix(".c").replace("/", "."), [ARENAS]))
+    extensions += [Extension(module_name(c.removesuffix(".c")), [c]) for c in EXTENSIONS]
     jobs = str(max(1, os.cpu_count() or 1))
     setup(
         name="openmrc-native",
@@ -116,7 +117,7 @@ def build(opt_level: str = "3") -> None:
             str(ROOT / "build" / "mypyc" / "tmp"),
         ],
     )
-    built = {"modules": manifest, "arenas": arenas}
+    built = {"modules": manifest, "c": c_digests}
     MANIFEST.write_text(json.dumps(built, indent=1, sort_keys=True) + "\n")
     print(f"compiled {len(MODULES)} modules with mypyc", file=sys.stderr)
 
@@ -128,7 +129,7 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the compiled sources (for make) and exit")
     args = ap.parse_args()
     if args.list:
-        print(" ".join(f"src/{m}" for m in [*MODULES, ARENAS]))
+        print(" ".join(f"src/{m}" for m in [*MODULES, *EXTENSIONS]))
     elif args.clean:
         clean()
     else:

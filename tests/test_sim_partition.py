@@ -10,17 +10,20 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from openmrc import _native
 from openmrc.cli.main import app
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
 from openmrc.sim import crossing, partition
 from openmrc.sim.config import FabricSimConfig
-from openmrc.sim.engine import WHEEL_NS, Simulator
+from openmrc.sim.engine import WHEEL_NS, Simulator, order_records
 from openmrc.sim.fabric_sim import FabricSim, shared_switches
 from openmrc.sim.flows import Trigger
 from openmrc.sim.hosts import MrcHost, RemoteHost
@@ -337,10 +340,10 @@ def test_ordered_slots_hold_the_engines_own_origin_ints_and_count_set_up_events(
 
 
 @pytest.mark.parametrize("origins", [100, 1 << 20], ids=["few-origins", "2**20-origins"])
-@pytest.mark.parametrize("crowd", [2, 3, 600])
+@pytest.mark.parametrize("crowd", [2, 3, 64, 65, 600])
 def test_a_crowded_slot_runs_by_origin_then_scheduling_order(origins: int, crowd: int) -> None:
-    """However many events share a time (600 of 2**20 origins need keys of 31 bits, sorted as floats)
-    they run by origin, each origin's in the order it scheduled them."""
+    """However many events share a time (past 64, the C ordering sorts them another way) and whatever
+    their origins, they run by origin, each origin's in the order it scheduled them."""
     sim = Simulator()
     sim.order_by_origin(origins)
     rng = random.Random(crowd)
@@ -351,6 +354,59 @@ def test_a_crowded_slot_runs_by_origin_then_scheduling_order(origins: int, crowd
     sim.run()
     assert ran == sorted(events)  # (origin, scheduling order)
     assert sim.setup_events == sum(1 for o, _ in events if o == 0)
+
+
+_C_ORDER = _native.extension("_order")
+_ORDERERS = [
+    pytest.param(order_records, id="python"),
+    pytest.param(
+        _C_ORDER.order_records if _C_ORDER else None,
+        id="c",
+        marks=pytest.mark.skipif(_C_ORDER is None, reason="the C ordering comes with the compiled build"),
+    ),
+]
+_FIRSTS = st.sampled_from([0, 1, 2, 5, 2**30 - 1, 2**30, 2**62])  # one digit or several
+_RECORDS = st.lists(st.tuples(_FIRSTS, st.integers()), max_size=300)
+
+
+@pytest.mark.parametrize("order", _ORDERERS)
+@settings(max_examples=300, deadline=None)
+@given(records=_RECORDS, width=st.integers(1, 4))
+def test_records_are_put_in_order_of_their_first_items_stably(
+    order: Any, records: list[tuple[int, int]], width: int
+) -> None:
+    """A time's events are ordered by origin, each origin's keeping their order (`order_records`, and the
+    C one the compiled build runs): a stable sort of fixed-width records, nothing lost or repeated."""
+    flat: list[object] = []
+    for i, (first, tag) in enumerate(records):
+        flat += [first, tag, i, object()][:width]
+    expected = [flat[j * width : (j + 1) * width] for j in range(len(records))]
+    expected.sort(key=lambda rec: cast(int, rec[0]))
+    order(flat, width)
+    assert [flat[j * width : (j + 1) * width] for j in range(len(records))] == expected
+    assert all(a is b for a, b in zip(flat, [x for rec in expected for x in rec], strict=True))
+
+
+@pytest.mark.skipif(_C_ORDER is None, reason="the C ordering comes with the compiled build")
+def test_the_c_ordering_refuses_what_is_not_records_of_origins() -> None:
+    assert _C_ORDER is not None
+    c_order = _C_ORDER.order_records
+    with pytest.raises(ValueError, match="not whole records of 3"):
+        c_order([1, print, None, 0], 3)
+    with pytest.raises(TypeError, match="record 1 begins with str"):
+        c_order([1, print, None, "0", print, None], 3)
+    with pytest.raises(ValueError, match="record 0 begins with -1"):
+        c_order([-1, print, None, 0, print, None], 3)
+    with pytest.raises(ValueError, match="record 0 begins with 2361183241434822606848"):
+        c_order([2**71, print, None, 0, print, None], 3)
+    with pytest.raises(TypeError, match="must be a list"):
+        c_order((1, 0), 1)
+    with pytest.raises(ValueError, match="width must be at least 1"):
+        c_order([1, 0], 0)
+    refused = [3, "c", 1, "a", None, "x"]
+    with pytest.raises(TypeError):
+        c_order(refused, 2)
+    assert refused == [3, "c", 1, "a", None, "x"]  # a refused list is left as it was
 
 
 def test_an_ordered_port_draws_its_own_seeded_uniform_stream() -> None:

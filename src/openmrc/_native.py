@@ -10,6 +10,7 @@ library, which is why it is all or nothing.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -84,23 +85,29 @@ def setup() -> None:
     compiled = names
 
 
-ARENAS_SOURCE = _PKG_DIR / "_arenas.c"
+def extension(name: str) -> ModuleType | None:
+    """The C extension ``openmrc.<name>`` built beside the compiled modules (``scripts/build_native.py``
+    builds each from ``<name>.c``), or None: only with the compiled build, and only when it was built from
+    today's source (otherwise the next `make native` builds it again, and the caller keeps to Python)."""
+    if not compiled:
+        return None
+    try:
+        built = json.loads(MANIFEST.read_text()).get("c", {}).get(name)
+        if built is None or built != _digest(_PKG_DIR / f"{name}.c"):
+            return None
+        return importlib.import_module(f"openmrc.{name}")
+    except (OSError, ValueError, AttributeError, ImportError):
+        return None
 
 
 def huge_page_arenas() -> bool:
     """From now on, keep this process's small objects (pymalloc's arenas) in memory advised for
     transparent huge pages (``_arenas.c``): a large simulation's objects are touched in no particular
     order, and with 4 KB pages nearly every touch of a cold one also walks the page tables. Only with the
-    compiled build (its extension built from the same ``_arenas.c``), and not when ``OPENMRC_HUGE_PAGES=0``;
-    whether the allocator is in place. The kernel backs the memory with huge pages when
-    ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` or ``always``."""
-    if not compiled or os.environ.get("OPENMRC_HUGE_PAGES", "1").strip() == "0":
+    compiled build (`extension`), and not when ``OPENMRC_HUGE_PAGES=0``; whether the allocator is in
+    place. The kernel backs the memory with huge pages when ``/sys/kernel/mm/transparent_hugepage/enabled``
+    is ``madvise`` or ``always``."""
+    if os.environ.get("OPENMRC_HUGE_PAGES", "1").strip() == "0":
         return False
-    try:
-        built = json.loads(MANIFEST.read_text()).get("arenas")
-        if built is None or built != _digest(ARENAS_SOURCE):
-            return False  # (built from another source: the next `make native` builds it again)
-        from openmrc import _arenas
-    except (OSError, ValueError, ImportError):
-        return False
-    return _arenas.install()
+    arenas = extension("_arenas")
+    return arenas is not None and bool(arenas.install())

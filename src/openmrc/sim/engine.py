@@ -29,14 +29,15 @@ origin's events in order), so a stable sort of the slot by origin alone gives it
 the current time while it runs is merged in by origin (`now_heap`). A slot holds each event's origin
 before its callback and argument (one list to reach per event, as in the default mode), the origin one
 of the engine's own int objects (`Simulator.boxes`: no int made per event, none left to go cold until its
-time comes: an int made when an event is scheduled and read when it runs costs a cache miss of its own),
-and ordering a slot is a sort of plain integers made as it runs, ``origin << bits | place`` with as few
-``bits`` as the slot's size needs, while they are in the cache (of floats in the rare slot whose keys pass
-30 bits: they compare directly, as small integers do and larger ones do not); a slot of one event is not
-sorted at all. Two events of different nodes at one time never touch the same state (links have a
-latency), so each node sees its events in the same order in every split. An origin made negative
-(``~origin``) marks an event for another process: it goes to `outbox` instead (the link to that process
-is longer than the exchange window).
+time comes: an int made when an event is scheduled and read when it runs costs a cache miss of its own).
+A slot is put in that order as its time comes by `order_records`, a stable sort of the slot's records by
+their first item: in the compiled build the C one of ``openmrc/_order.c`` (the origins read as C integers
+and the list's own references moved into place: tens of nanoseconds a slot, where making and sorting a key
+object per event cost some 125 ns an event), otherwise the Python one here (the reference, run by the
+interpreted build). A slot of one event is not sorted at all. Two events of different nodes at one time
+never touch the same state (links have a latency), so each node sees its events in the same order in every
+split. An origin made negative (``~origin``) marks an event for another process: it goes to `outbox`
+instead (the link to that process is longer than the exchange window).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ import heapq
 from collections.abc import Callable
 from typing import Any, Final, cast
 
-__all__ = ["TIME_SHIFT", "WHEEL_NS", "PausedGc", "Simulator", "event_key"]
+from openmrc import _native
+
+__all__ = ["TIME_SHIFT", "WHEEL_NS", "PausedGc", "Simulator", "event_key", "order_records"]
 
 # Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
 _heappop: Final = heapq.heappop
@@ -62,16 +65,29 @@ WHEEL_NS: Final = 1 << _WHEEL_BITS
 """How far ahead (ns) the timing wheel reaches; later events wait in the heap."""
 _MASK: Final = WHEEL_NS - 1
 _NEVER: Final = 1 << 62
-_SMALL_KEY_BITS: Final = 30
-"""An int below ``1 << 30`` is one digit in CPython: a list of such keys sorts by direct comparison (a
-larger one goes through the generic comparison: a fifth more time for a whole 16,384-host run)."""
-_FLOAT_KEY_BITS: Final = 53
-"""The integers a float holds exactly."""
 
 
 def event_key(at: int, priority: int, seq: int) -> int:
     """The order key of an event at ``at`` ns with ``priority`` (0-15, lower first) scheduled ``seq``-th."""
     return (at << TIME_SHIFT) | (priority << _PRIO_SHIFT) | seq
+
+
+def order_records(records: list[Any], width: int) -> None:
+    """Put ``records``, a list of records of ``width`` items each, in order of their first items (ints from
+    0), records with equal first items keeping their order; in place. The reference for ``openmrc/_order.c``,
+    which the compiled build uses instead (`_order_slot`)."""
+    firsts = records[::width]
+    order = sorted(range(len(firsts)), key=firsts.__getitem__)
+    records[:] = [records[i * width + c] for i in order for c in range(width)]
+
+
+def _records_orderer() -> Callable[[list[Any], int], None]:
+    c = _native.extension("_order")
+    return cast(Callable[[list[Any], int], None], c.order_records) if c is not None else order_records
+
+
+_order_slot: Final = _records_orderer()
+"""`order_records`, in C when the compiled build has it."""
 
 
 class PausedGc:
@@ -123,10 +139,8 @@ class Simulator:
         """Set by a callback to make `run` return after the current event (cheaper than a ``stop`` check)."""
         self.ordered = False
         """Partition-independent ties (`order_by_origin`): each wheel slot then holds origin, callback,
-        argument triples (the origin one of `boxes`); the slot runs in the order of the keys
-        ``origin << bits | i`` (``i``: the event's place in the slot), plain integers sorted as it
-        runs: origin order, each origin's events in their scheduling order, with no tuple per event and
-        no key function."""
+        argument triples (the origin one of `boxes`), put in origin order (`order_records`) as the slot's
+        time comes, each origin's events in their scheduling order."""
         self.boxes: list[object] = []
         """Ordered mode: the int objects ``0 .. origins`` a slot holds (`_box`)."""
         self.oheap: list[tuple[int, int, int, int, Callable[[Any], None], Any]] = []
@@ -316,7 +330,6 @@ class Simulator:
         wheel = self.wheel
         heap = self.oheap
         nowh = self.now_heap
-        keys: list[Any] = []  # one list for every slot's keys (no list made and freed a slot)
         n = 0
         t = self.now
         while True:
@@ -346,24 +359,12 @@ class Simulator:
                 if not origin:
                     self.setup_events += 1
             elif m:
-                pos_bits = m.bit_length()  # as few as this slot needs: small keys sort fastest
-                bits = len(self.boxes).bit_length() + pos_bits  # (every origin here has its box)
-                if bits > _FLOAT_KEY_BITS:
-                    raise OverflowError(f"{m} events at {t} ns: their order keys pass {_FLOAT_KEY_BITS} bits")
-                floats = bits > _SMALL_KEY_BITS
-                pos_mask = (1 << pos_bits) - 1
-                keys.clear()
-                for i in range(m):  # made here, sorted and read while in the cache
-                    k = cast(int, slot[3 * i]) << pos_bits | i
-                    keys.append(float(k) if floats else k)
-                keys.sort()  # origin first; each origin's events stay in their scheduling order
-                for key_ in keys:  # with what this time's events schedule for it merged in
-                    k = int(cast(float, key_)) if floats else cast(int, key_)
-                    origin = k >> pos_bits
+                _order_slot(slot, 3)  # by origin; each origin's events stay in their scheduling order
+                for j in range(0, 3 * m, 3):  # with what this time's events schedule for it merged in
+                    origin = cast(int, slot[j])
                     while nowh and nowh[0][0] < origin:
                         e0 = _heappop(nowh)
                         n += self._run_one(e0[0], e0[2], e0[3])
-                    j = (k & pos_mask) * 3
                     cb = slot[j + 1]
                     cb(slot[j + 2])
                     n += 1
