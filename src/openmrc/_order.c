@@ -7,9 +7,12 @@
  * (origin, place) and the list's item pointers moved into that order: no object is made, none changes
  * hands (a permutation of the list's own references), and no Python code runs meanwhile.
  *
- * Nearly every list is short (tens of records) and nearly in order: an insertion sort, after a check
- * that finds most lists already in order. Long ones (a simulation's set-up can put a whole fabric's
- * events at one time) are sorted with qsort (places break ties, so the order is the same stable one).
+ * Nearly every list is short (tens of records) and nearly in order (an origin's events come in order; a
+ * third of the records come after one of a later origin, a few places out): a check that finds a list
+ * in order, else an insertion sort, which costs as many moves as places the records are out; past a budget
+ * of moves (a list far out of order, of a simulation's set-up say) qsort orders the rest, the places
+ * breaking ties so that the order is the same stable one. Only the records from the first one moved are
+ * written back.
  *
  * Built by scripts/build_native.py with the mypyc modules; the engine falls back to its own Python
  * ordering (the reference) when this module is absent or built from another source.
@@ -25,7 +28,6 @@ typedef struct {
 } entry;
 
 #define ON_STACK 256 /* records ordered without allocating */
-#define INSERTION_MAX 64
 
 static int by_key_then_place(const void *a, const void *b) {
     const entry *x = a, *y = b;
@@ -88,26 +90,43 @@ static PyObject *order_records(PyObject *self, PyObject *const *args, Py_ssize_t
         if (i && key < e[i - 1].key) sorted = 0;
     }
     if (!sorted) {
-        if (m <= INSERTION_MAX) {
-            for (Py_ssize_t i = 1; i < m; i++) {
-                entry x = e[i];
-                Py_ssize_t j = i;
-                for (; j > 0 && e[j - 1].key > x.key; j--) e[j] = e[j - 1];
-                e[j] = x;
-            }
-        } else {
-            qsort(e, (size_t)m, sizeof(entry), by_key_then_place);
+        /* Insertion: linear in the records and in how far each is out of place, and nearly every list
+         * is nearly in order; past a budget of moves (a list far out of order), qsort takes what is left. */
+        Py_ssize_t budget = 8 * m + 256, first_moved = m;
+        for (Py_ssize_t i = 1; i < m && budget >= 0; i++) {
+            entry x = e[i];
+            Py_ssize_t j = i;
+            for (; j > 0 && e[j - 1].key > x.key; j--) e[j] = e[j - 1];
+            e[j] = x;
+            budget -= i - j;
+            if (j < i && j < first_moved) first_moved = j;
         }
-        size_t bytes = (size_t)len * sizeof(PyObject *);
+        if (budget < 0) {
+            qsort(e, (size_t)m, sizeof(entry), by_key_then_place);
+            first_moved = 0;
+        }
+        /* the records from the first one moved: copied aside, then written back in order */
+        Py_ssize_t from = first_moved * width, n_items = len - from;
+        size_t bytes = (size_t)n_items * sizeof(PyObject *);
         PyObject *stack_copy[ON_STACK * 3];
-        PyObject **copy = len <= ON_STACK * 3 ? stack_copy : PyMem_Malloc(bytes);
+        PyObject **copy = n_items <= ON_STACK * 3 ? stack_copy : PyMem_Malloc(bytes);
         if (copy == NULL) {
             PyErr_NoMemory();
             goto fail;
         }
-        memcpy(copy, items, bytes);
-        for (Py_ssize_t i = 0; i < m; i++)
-            memcpy(items + i * width, copy + e[i].place * width, (size_t)width * sizeof(PyObject *));
+        memcpy(copy, items + from, bytes);
+        PyObject **out = items + from;
+        if (width == 3) {
+            for (Py_ssize_t i = first_moved; i < m; i++, out += 3) {
+                PyObject **rec = copy + (e[i].place * 3 - from);
+                out[0] = rec[0];
+                out[1] = rec[1];
+                out[2] = rec[2];
+            }
+        } else {
+            for (Py_ssize_t i = first_moved; i < m; i++, out += width)
+                memcpy(out, copy + (e[i].place * width - from), (size_t)width * sizeof(PyObject *));
+        }
         if (copy != stack_copy) PyMem_Free(copy);
     }
     if (e != stack_entries) PyMem_Free(e);
