@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pickle
 import random
@@ -407,6 +408,32 @@ def test_the_c_ordering_refuses_what_is_not_records_of_origins() -> None:
     with pytest.raises(TypeError):
         c_order(refused, 2)
     assert refused == [3, "c", 1, "a", None, "x"]  # a refused list is left as it was
+
+
+@pytest.mark.skipif(_C_ORDER is None, reason="the C ordering comes with the compiled build")
+def test_a_c_extension_is_used_only_as_built_from_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_native.extension` hands out a C extension only with the compiled build and only when the manifest
+    says it was built from today's source (an edited ``_order.c`` not yet rebuilt: the engine keeps to its
+    Python ordering); the interpreted build orders with the Python reference."""
+    manifest = json.loads(_native.MANIFEST.read_text())
+    assert _native.extension("_order") is _C_ORDER
+    for digest in ("0" * 64, None):
+        edited = tmp_path / f"manifest-{digest}.json"
+        manifest["c"]["_order"] = digest
+        edited.write_text(json.dumps(manifest))
+        monkeypatch.setattr(_native, "MANIFEST", edited)
+        assert _native.extension("_order") is None
+    monkeypatch.undo()
+    monkeypatch.setattr(_native, "compiled", frozenset())
+    assert _native.extension("_order") is None
+    assert _native.extension("_nothing_of_that_name") is None
+    code = "from openmrc.sim import engine; print(engine._order_slot is engine.order_records)"
+    for pure, python in (("1", "True"), ("", "False")):
+        env = {**os.environ, "OPENMRC_PURE": pure}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert done.stdout.strip() == python, (pure, done.stderr)
 
 
 def test_an_ordered_port_draws_its_own_seeded_uniform_stream() -> None:
