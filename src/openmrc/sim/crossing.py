@@ -136,8 +136,13 @@ its word, beside its origin."""
 _ENTRY: Final = 2
 """A packet's target is one of three (its ends' low 40 bits): ``4 * node``, the node's arrival; ``2 * key
 + 1``, the guarded delivery of the cut port ``key``; or, for a packet sent into a shared switch
-(`_Splitter`), ``(port << 16 | leaves) << 3 | guarded << 2 | _ENTRY``: the sending port (of the origin's
-node), the port it leaves the switch by, and whether its link is guarded."""
+(`_Splitter`), ``(place << 16 | leaves) << 3 | guarded << 2 | _ENTRY``: the port it leaves the switch by and,
+when its link is guarded, the sending port (of the origin's node) as ``place``, which names its stand-in
+here; otherwise the switch, as its place among the shared switches by node id (`_Cut.shared_arrivals`:
+every rank numbers them alike), a small list's index where a port's stand-in is an entry of a large
+dict."""
+_MAX_SHARED: Final = 1 << 21
+"""Shared switches a split fabric may have (an `_ENTRY` names one in 21 bits)."""
 _ROUTE_THERE: Final = 0xFFFF
 """An `_ENTRY`'s port that the switch is to pick at the packet's arrival (`_Arrival`); a split fabric's
 switches have fewer ports."""
@@ -373,7 +378,8 @@ class _Splitter(Crossing):
         if self.origin > _MAX_NODES:  # (as `_Shipper`: its origin beside its target in one word)
             raise ValueError(f"a split fabric has at most {_MAX_NODES:,} nodes")
         self.port = port
-        self.code = self.origin << 40 | (key & 0xFFFF) << 19 | _ENTRY
+        self.code = self.origin << 40 | (key & 0xFFFF) << 19 | 4 | _ENTRY  # guarded: by the sending port
+        self.plain = self.origin << 40 | cut.shared_place(switch) << 19 | _ENTRY  # otherwise by the switch
         self.switch = switch
         self.routing = switch.routing
         self.engine = switch.sim
@@ -392,7 +398,7 @@ class _Splitter(Crossing):
         if reroutes:  # the switch may route it otherwise by the time it arrives: every rank routes it then
             k = bisect.bisect_right(reroutes, self.engine.now)
             if k < len(reroutes) and reroutes[k] <= at:
-                code = self.code | _ROUTE_THERE << 3 | int(guarded) << 2
+                code = (self.code if guarded else self.plain) | _ROUTE_THERE << 3
                 for r, lane in enumerate(self.lanes):
                     if r != self.rank:
                         lane.pack(at, code, p)
@@ -406,7 +412,7 @@ class _Splitter(Crossing):
             return
         r = self.ranks[out]
         if r != self.rank:
-            self.lanes[r].pack(at, self.code | out << 3 | int(guarded) << 2, p)
+            self.lanes[r].pack(at, (self.code if guarded else self.plain) | out << 3, p)
         elif guarded:
             self.engine.push_from(at, _guarded_entry, (self.port, sw.ports[out], p), self.origin)
         else:
@@ -484,7 +490,8 @@ class _Cut:
     """This rank's view: which nodes it runs, and how shipped packets name their target (`_ENTRY`):
     ``4 * node`` (the node's arrival), ``2 * key + 1`` (the guarded delivery of the cut port ``key``: port
     ``i`` of node ``n`` as ``n << 16 | i``, a name every rank gives it without numbering the others'
-    ports), or a port of a shared switch entered from the cut port of the packet's origin."""
+    ports), or a port of a shared switch entered from the cut port of the packet's origin (named by the
+    switch's place among the shared ones when that port's link is not guarded)."""
 
     def __init__(self, sim: FabricSim, rank_of: list[int], rank: int, size: int) -> None:
         self.rank_of = rank_of
@@ -499,6 +506,15 @@ class _Cut:
         self._port_ranks: dict[int, list[int]] = {}
         self._arrivals: dict[int, _Arrival] = {}
         shared = sim.shared or [False] * len(sim.nodes)
+        self._shared_places = {n: k for k, n in enumerate(n for n, s in enumerate(shared) if s)}
+        if len(self._shared_places) > _MAX_SHARED:
+            raise ValueError(f"a split fabric shares at most {_MAX_SHARED:,} switches")
+        self.shared_arrivals: list[_Arrival] = []
+        """Each shared switch's `_Arrival`, by its place among them (`shared_place`)."""
+        for n in self._shared_places:
+            sw = sim.nodes[n]
+            assert isinstance(sw, Switch)  # (every rank runs a shared switch)
+            self.shared_arrivals.append(self.arrival(sw))
         for n, node in enumerate(sim.nodes):
             if shared[n]:  # its ports lead to this rank's nodes, or are another's to run: none is cut
                 continue
@@ -549,6 +565,10 @@ class _Cut:
                     got[ref.port] = self.rank_of[ref.peer]
             self._port_ranks[switch.id] = got
         return got
+
+    def shared_place(self, switch: Switch) -> int:
+        """The shared ``switch``'s place among the shared switches by node id (the same on every rank)."""
+        return self._shared_places[switch.id]
 
     def arrival(self, switch: Switch) -> _Arrival:
         """The shared ``switch``'s `_Arrival` here (one a switch)."""
@@ -652,16 +672,21 @@ class _Cut:
         origin, code = ends >> 40, ends & _M40
         if code & 1:
             cb = self.delivers[code >> 1]
-        elif code & _ENTRY:  # into a shared switch's port, through the sending port's stand-in
-            guard, there = self.guards[(origin - 1) << 16 | code >> 19]
+        elif code & _ENTRY:  # into a shared switch's port
             leaves = code >> 3 & 0xFFFF
-            if leaves == _ROUTE_THERE:
-                cb, arg = there.enter, (guard if code & 4 else None, tx, False)
-            elif code & 4:
-                cb, arg = _guarded_entry, (guard, there.switch.ports[leaves], tx)
+            if code & 4:  # through the sending port's stand-in
+                guard, there = self.guards[(origin - 1) << 16 | code >> 19]
+                if leaves == _ROUTE_THERE:
+                    cb, arg = there.enter, (guard, tx, False)
+                else:
+                    cb, arg = _guarded_entry, (guard, there.switch.ports[leaves], tx)
             else:
-                enter = there.enters[leaves]
-                cb = there.enter_at(leaves) if enter is None else enter
+                there = self.shared_arrivals[code >> 19]
+                if leaves == _ROUTE_THERE:
+                    cb, arg = there.enter, (None, tx, False)
+                else:
+                    enter = there.enters[leaves]
+                    cb = there.enter_at(leaves) if enter is None else enter
         else:
             arrive = self.nodes[code >> 2].arrive_cb
             assert arrive is not None  # bound when the ports leading there were made
