@@ -504,17 +504,16 @@ class _Cut:
         self.guards: dict[int, tuple[Port, _Arrival]] = {}
         """By key, the stand-in (or replica) of each port of another rank leading into a shared switch."""
         self._port_ranks: dict[int, list[int]] = {}
-        self._arrivals: dict[int, _Arrival] = {}
         shared = sim.shared or [False] * len(sim.nodes)
         self._shared_places = {n: k for k, n in enumerate(n for n, s in enumerate(shared) if s)}
         if len(self._shared_places) > _MAX_SHARED:
             raise ValueError(f"a split fabric shares at most {_MAX_SHARED:,} switches")
         self.shared_arrivals: list[_Arrival] = []
-        """Each shared switch's `_Arrival`, by its place among them (`shared_place`)."""
+        """Each shared switch's `_Arrival` (one a switch), by its place among them (`shared_place`)."""
         for n in self._shared_places:
             sw = sim.nodes[n]
             assert isinstance(sw, Switch)  # (every rank runs a shared switch)
-            self.shared_arrivals.append(self.arrival(sw))
+            self.shared_arrivals.append(_Arrival(sw, self.port_ranks(sw), rank))
         for n, node in enumerate(sim.nodes):
             if shared[n]:  # its ports lead to this rank's nodes, or are another's to run: none is cut
                 continue
@@ -571,11 +570,8 @@ class _Cut:
         return self._shared_places[switch.id]
 
     def arrival(self, switch: Switch) -> _Arrival:
-        """The shared ``switch``'s `_Arrival` here (one a switch)."""
-        got = self._arrivals.get(switch.id)
-        if got is None:
-            got = self._arrivals[switch.id] = _Arrival(switch, self.port_ranks(switch), self.rank)
-        return got
+        """The shared ``switch``'s `_Arrival` here."""
+        return self.shared_arrivals[self._shared_places[switch.id]]
 
     def decode(self, src: int, head: tuple[Any, ...], rows: Any, engine: Simulator) -> int:
         """Schedule the packets of rank ``src``'s message (`_Lane.message`: its head, and its rows as bytes,
