@@ -886,3 +886,71 @@ def test_the_switches_shared_port_by_port_are_those_with_every_neighbour_a_tier_
         assert top(spine) == {n for n in range(spine.num_nodes()) if spine.role(n) is Role.T1} != set()
     one_leaf = LeafSpine(4, 4, 1, link_bps=100 * 10**9, latency_ns=500)
     assert top(one_leaf) == {5} and one_leaf.role(4) is Role.T0  # its spine, not the leaf
+
+
+def _exchanges(size: int) -> list[partition.PipeExchange]:
+    from multiprocessing import Pipe
+
+    pipes = {(a, b): Pipe() for a in range(size) for b in range(a + 1, size)}
+    conns: list[dict[int, Any]] = [{} for _ in range(size)]
+    for (a, b), (ca, cb) in pipes.items():
+        conns[a][b], conns[b][a] = ca, cb
+    return [partition.PipeExchange(r, size, conns[r]) for r in range(size)]
+
+
+def _all_exchange(exs: list[partition.PipeExchange], outs: list[list[Any]]) -> list[list[Any]]:
+    """Every rank's `alltoall` at once, each in a thread of its own (a rank stuck waiting fails the test)."""
+    import threading
+
+    got: list[Any] = [None] * len(exs)
+
+    def one(r: int) -> None:
+        got[r] = exs[r].alltoall(outs[r])
+
+    threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in range(len(exs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "an exchange never finished"
+    return cast(list[list[Any]], got)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_pipe_exchange_delivers_small_and_large_messages_sent_inline_or_from_a_thread(size: int) -> None:
+    """Messages under a rank's `inline_max` are sent before receiving, larger ones from a thread while
+    receiving: both arrive whole, their out-of-band buffers too, window after window (the receiving
+    buffers reused), whichever rank's messages are large."""
+    exs = _exchanges(size)
+    inline = exs[0].inline_max
+    assert inline > 0 and all(ex.inline_max == inline for ex in exs)
+    rng = random.Random(7)
+    for big_rank in [None, *range(size), "all"]:
+        outs = []
+        for r in range(size):
+            big = big_rank == "all" or big_rank == r
+            n = 4 * inline + rng.randrange(1000) if big else rng.randrange(1, max(2, inline // 2))
+            outs.append(
+                [(r, d, pickle.PickleBuffer(bytearray(rng.randbytes(n))), "tail") for d in range(size)]
+            )
+        got = _all_exchange(exs, outs)
+        for r in range(size):
+            for src in range(size):
+                want = outs[src][r]
+                head, body, tail = got[r][src][:2], got[r][src][2], got[r][src][3]
+                assert head == (src, r) and tail == "tail"
+                assert bytes(body) == bytes(want[2].raw()), (big_rank, r, src)
+
+
+def test_two_inline_messages_fit_the_send_buffer_unread() -> None:
+    """What sending inline rests on: a rank's message of `inline_max` bytes, its last one still unread
+    by the peer, is taken by the pipe without waiting (here: a non-blocking write would fail)."""
+    from multiprocessing import Pipe
+
+    a, b = Pipe()
+    ex = partition.PipeExchange(0, 2, {1: a})
+    os.set_blocking(a.fileno(), False)
+    msg = b"x" * (ex.inline_max - 12)
+    a.send_bytes(msg)
+    a.send_bytes(msg)  # (BlockingIOError if the pipe could not take it)
+    assert b.recv_bytes() == msg and b.recv_bytes() == msg

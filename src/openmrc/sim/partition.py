@@ -66,11 +66,13 @@ Two transports carry the exchange: `PipeExchange` (processes forked from this on
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import os
 import pickle
 import resource
 import signal
+import socket
 import struct
 import threading
 import time
@@ -614,7 +616,8 @@ def _merge_ev_log(
 
 # -- transports ----------------------------------------------------------------------------------------------
 class PipeExchange:
-    """The exchange among processes forked from one (no MPI): a pipe between every two ranks."""
+    """The exchange among processes forked from one (no MPI): a pipe (a Unix socket pair) between every
+    two ranks."""
 
     def __init__(self, rank: int, size: int, conns: dict[int, Connection]) -> None:
         self.rank = rank
@@ -622,6 +625,10 @@ class PipeExchange:
         self.conns = conns
         self._inbox: dict[tuple[int, int], bytearray] = {}
         """Where each rank's out-of-band buffers are received, by (rank, place in its message)."""
+        self.inline_max = min((_widened(c) for c in conns.values()), default=0) // 4
+        """The largest message (bytes) sent before receiving, from this thread: a quarter of the smallest
+        send buffer, so it never waits for the peer to read (even with the last exchange's tail still
+        unread); larger ones are sent from a thread while receiving."""
 
     def alltoall(self, out: list[Any]) -> list[Any]:
         """Each object pickled, its `PickleBuffer`s apart (out of band): sent from where they are and
@@ -631,17 +638,28 @@ class PipeExchange:
         if not self.conns:  # one rank: nothing to send
             return list(out)
 
+        msgs: list[tuple[Connection, bytes, list[memoryview]]] = []
+        size = 0
+        for r, c in self.conns.items():
+            bufs: list[PickleBuffer] = []
+            head = pickle.dumps(out[r], 5, buffer_callback=bufs.append)
+            views = [b.raw() for b in bufs]
+            first = pickle.dumps((head, [v.nbytes for v in views]), 5)
+            msgs.append((c, first, views))
+            size = max(size, len(first) + sum(v.nbytes for v in views) + _FRAMING * (1 + len(views)))
+
         def send() -> None:
-            for r, c in self.conns.items():
-                bufs: list[PickleBuffer] = []
-                head = pickle.dumps(out[r], 5, buffer_callback=bufs.append)
-                views = [b.raw() for b in bufs]
-                c.send_bytes(pickle.dumps((head, [v.nbytes for v in views]), 5))
+            for c, first, views in msgs:
+                c.send_bytes(first)
                 for v in views:
                     c.send_bytes(v)
 
-        sender = threading.Thread(target=send)  # a large message fills the pipe: receive while sending
-        sender.start()
+        sender = None
+        if size <= self.inline_max:  # (a thread to start and hand the interpreter to costs ~0.3 ms)
+            send()
+        else:  # a large message fills the pipe: receive while sending
+            sender = threading.Thread(target=send)
+            sender.start()
         got: list[Any] = [None] * self.size
         got[self.rank] = out[self.rank]
         for r, c in self.conns.items():
@@ -654,8 +672,30 @@ class PipeExchange:
                 got_n = c.recv_bytes_into(into)  # (alone: compiled, a call in a slice bound may run twice)
                 views.append(memoryview(into)[:got_n])
             got[r] = pickle.loads(head, buffers=views)
-        sender.join()
+        if sender is not None:
+            sender.join()
         return got
+
+
+_FRAMING: Final = 12
+"""Bytes a `Connection` adds to each message it sends (at most)."""
+_SEND_BUFFER: Final = 4 << 20
+"""The send buffer asked for on each pipe between ranks (the system may grant less)."""
+
+
+def _widened(conn: Connection) -> int:
+    """``conn``'s send buffer (bytes), widened to `_SEND_BUFFER` where the system allows; 0 when it is not
+    a socket."""
+    try:
+        sock = socket.socket(fileno=conn.fileno())
+    except OSError:
+        return 0
+    try:
+        with contextlib.suppress(OSError):  # (else the default one stays)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+        return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+    finally:
+        sock.detach()  # (the descriptor stays the connection's)
 
 
 class MpiExchange:
