@@ -942,15 +942,114 @@ def test_the_pipe_exchange_delivers_small_and_large_messages_sent_inline_or_from
                 assert bytes(body) == bytes(want[2].raw()), (big_rank, r, src)
 
 
-def test_two_inline_messages_fit_the_send_buffer_unread() -> None:
-    """What sending inline rests on: a rank's message of `inline_max` bytes, its last one still unread
-    by the peer, is taken by the pipe without waiting (here: a non-blocking write would fail)."""
+def test_every_message_a_rank_may_post_ahead_fits_the_send_buffer_unread() -> None:
+    """What sending inline rests on: the messages of `inline_max` bytes a rank may post before its peer
+    reads the first (``2 * (LAG + 1)``: the peer collects a window's only before running the ``LAG +
+    1``-th next) are taken by the pipe without waiting (here: a non-blocking write would fail)."""
     from multiprocessing import Pipe
 
     a, b = Pipe()
     ex = partition.PipeExchange(0, 2, {1: a})
     os.set_blocking(a.fileno(), False)
     msg = b"x" * (ex.inline_max - 12)
-    a.send_bytes(msg)
-    a.send_bytes(msg)  # (BlockingIOError if the pipe could not take it)
-    assert b.recv_bytes() == msg and b.recv_bytes() == msg
+    ahead = 2 * (partition.LAG + 1)
+    for _ in range(ahead):
+        a.send_bytes(msg)  # (BlockingIOError if the pipe could not take it)
+    assert [b.recv_bytes() for _ in range(ahead)] == [msg] * ahead
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_posted_messages_are_collected_in_the_order_posted_small_and_large_alike(size: int) -> None:
+    """Every rank posts several windows before any collects (as a rank running ahead does): small
+    messages go at once, large ones from the sending thread, and a small one posted while the thread
+    still has some to send queues behind them; each rank collects every rank's in the order posted,
+    whole, its own included."""
+    exs = _exchanges(size)
+    inline = exs[0].inline_max
+    rng = random.Random(11)
+    windows = 2 * (partition.LAG + 1)
+    sizes = [[rng.choice([1, inline // 8, 3 * inline]) for _ in range(windows)] for _ in range(size)]
+    sizes[0][:3] = [3 * inline, 1, 1]  # (behind a large one: through the thread, in order)
+    bodies = [[rng.randbytes(n) for n in row] for row in sizes]
+    for r, ex in enumerate(exs):  # (one thread posts for every rank: none may wait for a reader)
+        for w in range(windows):
+            ex.post([(r, d, w, pickle.PickleBuffer(bytearray(bodies[r][w]))) for d in range(size)])
+    for w in range(windows):
+        for r, ex in enumerate(exs):
+            got = ex.collect()
+            for src in range(size):
+                head, body = got[src][:3], got[src][3]
+                assert head == (src, r, w)
+                assert bytes(body) == bodies[src][w], (w, r, src)
+
+
+@fork_only
+@pytest.mark.parametrize("lag", range(partition.LAG + 1))
+def test_each_lag_gives_one_result_for_every_split_and_idle_time_is_skipped(lag: int) -> None:
+    """Windows of the lookahead over ``lag + 1``, ranks up to ``lag`` windows ahead: the results are those
+    of 1 rank on 2 and 3, the flows' the same at every lag, and a millisecond of idle time before the
+    flows start costs a window or two, not a thousand."""
+
+    def late(part: tuple[int, int] | None) -> FabricSim:
+        topo = FatTree.from_k(4)
+        cfg = FabricSimConfig(routing="ecmp", evs_per_qp=8, ordered=True)
+        sim = FabricSim.fat_tree(topo, cfg, owned=partition.owned_nodes(topo, part))
+        for i in range(16):
+            sim.add_flow(i, (i + 6) % 16, 60_000, 1_000_000)
+        return sim
+
+    one = _view(partition.run_local(late, 1, 10**9, lag=lag))
+    assert all(f[2] is not None for f in one["flows"])
+    lookahead = partition.lookahead_ns(late(None))
+    for ranks in (2, 3):
+        assert _view(partition.run_local(late, ranks, 10**9, lag=lag)) == one, ranks
+        windows = partition.last_times[0]["windows"]
+        busy = max(f[2] for f in one["flows"]) - 1_000_000  # (from the first flow's start to the last end)
+        assert windows <= busy // (lookahead // (lag + 1)) + 2 * (lag + 2), windows
+    other = _view(partition.run_local(late, 2, 10**9, lag=partition.LAG - lag))
+    assert other["flows"] == one["flows"]
+
+
+@fork_only
+def test_a_lag_beyond_what_the_exchange_allows_is_refused() -> None:
+    with pytest.raises(partition.PartitionError, match="lag"):
+        partition.run_local(_fat_tree, 2, 10**9, lag=partition.LAG + 1)
+
+
+def test_an_exchange_with_alltoall_alone_runs_a_split_with_the_same_results() -> None:
+    """An `Exchange` that cannot post ahead (here: threads at a barrier) runs each window's exchange as it
+    is posted: the same results as the pipes between forked ranks."""
+    import threading
+
+    one = _view(partition.run_local(_fat_tree, 1, 10**9))
+    ex = _Threads(2)
+    got: list[Any] = [None, None]
+
+    def rank(r: int) -> None:
+        got[r] = partition.run_split(_fat_tree((r, 2)), ex.rank(r), 10**9)
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads), "a rank never finished"
+    assert _view(got[0]) == one and _view(got[1]) == one
+
+
+@fork_only
+def test_ctrl_c_on_rank_0_stops_every_forked_rank_after_the_same_window(monkeypatch: Any) -> None:
+    """A KeyboardInterrupt from rank 0's progress callback reaches the others with its window's message:
+    every rank reads back what is still on its way and stops (none is left waiting, none left running)."""
+    calls = []
+
+    def progress(sim: FabricSim) -> None:
+        calls.append(sim.sim.now)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(partition, "PROGRESS_S", 0.0)
+    with pytest.raises(KeyboardInterrupt):
+        partition.run_local(_fat_tree, 2, 10**9, progress)
+    assert len(calls) == partition.LAG + 2  # (on until the window after the stop was posted comes back)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # every forked rank reaped

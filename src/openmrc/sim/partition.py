@@ -41,12 +41,20 @@ Building in parts keeps every value the results depend on the same as in one pro
   the whole run's results (`FabricSim.totals`), or, among forked ranks (`run_local`), rank 0 alone:
   the others' results would go unread.
 
-Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators: the
-lookahead ``W`` is the shortest link latency of the fabric, so a packet sent in the window ``[t, t + W)``
-arrives at ``t + W`` or later. Each rank runs the window, then every rank sends every other one the
-packets that cross to it, its next event time and its unfinished flows; the next
-window starts at the later of ``t + W`` and the earliest event anywhere. The run ends at the end of the
-window in which the last flow finished (or at ``until``), the same window whatever the split.
+Synchronisation is conservative and window-based, as in ns-3's and OMNeT++'s distributed simulators, and
+pipelined: the lookahead ``L`` is the shortest link latency of the fabric, so a packet sent at ``s``
+arrives at ``s + L`` or later, and each window is ``W = L / (LAG + 1)`` long. After each window a rank
+posts every other one the packets that cross to it, its next event time (with the earliest arrival of
+what it posted and may not have been read back yet) and its unfinished flows, without waiting; before
+window ``k`` it reads back what every rank posted after window ``k - LAG - 1``: the packets crossing into
+window ``k`` or later. So a rank runs up to ``LAG`` windows ahead of the slowest, and a rank that the
+machine slows for a while is waited for only when it falls further behind (with ``LAG`` 0, each window
+waits for the one before everywhere). What a rank reads back before window ``k`` decides, the same on
+every rank: the run ends before window ``k`` when no flow was left after window ``k - LAG - 1`` (the run
+ends ``LAG`` windows after the one in which the last flow finished, or at ``until``), and window ``k``
+starts at the earliest event anywhere when nothing was left to run before it (idle time is skipped
+``LAG`` windows late: those windows ran nothing, so nothing crossed in them). Windows, and where a run
+ends, are the same whatever the split.
 
 What crosses, and how it is packed and read back, is `openmrc.sim.crossing`. The loop runs with the
 garbage collector paused, like the engine: the objects packing and unpacking make would otherwise have it
@@ -60,7 +68,9 @@ would let one host act on another at once (flow triggers, PFC pauses, the RoCEv2
 when the run has more than one rank.
 
 Two transports carry the exchange: `PipeExchange` (processes forked from this one, no extra needed) and
-`MpiExchange` (mpi4py, the ``mpi`` extra, under ``mpiexec``). `run_split` drives either.
+`MpiExchange` (mpi4py, the ``mpi`` extra, under ``mpiexec``), both `Pipelined`. `run_split` drives either,
+or any `Exchange` with an all-to-all alone (each window's then runs as it is posted: no rank runs ahead,
+the results are the same).
 """
 
 from __future__ import annotations
@@ -70,6 +80,7 @@ import contextlib
 import dataclasses
 import os
 import pickle
+import queue
 import resource
 import signal
 import socket
@@ -84,7 +95,7 @@ from typing import Any, Final, Protocol
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.topology import Topology
 from openmrc.sim.crossing import _NEVER, _ROUTE_THERE, _Cut, _dumps
-from openmrc.sim.engine import PausedGc
+from openmrc.sim.engine import PausedGc, Simulator
 from openmrc.sim.fabric_sim import FabricSim, PortTotals, shared_switches
 from openmrc.sim.hosts import MrcHost, RemoteHost, set_dest_qp
 from openmrc.sim.metrics import LinkStat, Sample, SimResults
@@ -105,6 +116,9 @@ __all__ = [
 ]
 
 PROGRESS_S = 0.2
+LAG: Final = 1
+"""Windows a rank may run ahead of the slowest (`run_split`): each window is the lookahead over ``LAG + 1``,
+and what a rank sends after one window is read back only before its ``LAG + 1``-th next."""
 _SPARE_FDS: Final = 64
 """File descriptors left for everything but the forked ranks' pipes (`run_local`)."""
 _LINK_ROW: Final = 12
@@ -139,6 +153,19 @@ class Exchange(Protocol):
 
     def alltoall(self, out: list[Any]) -> list[Any]:
         """Send ``out[r]`` to rank ``r`` (``out[rank]`` comes back as is); returns what each rank sent."""
+        ...  # pragma: no cover - a protocol
+
+
+class Pipelined(Exchange, Protocol):
+    """An `Exchange` that also sends without waiting: what `post` sends reaches `collect` on each rank in
+    the order it was posted (a rank may post further windows before the others collect the first)."""
+
+    def post(self, out: list[Any]) -> None:
+        """Send ``out[r]`` to rank ``r``; ``out[rank]`` comes back from the matching `collect`."""
+        ...  # pragma: no cover - a protocol
+
+    def collect(self) -> list[Any]:
+        """What each rank posted, the earliest posts not yet collected (waits for them)."""
         ...  # pragma: no cover - a protocol
 
 
@@ -296,79 +323,142 @@ def _check(sim: FabricSim, ranks: int) -> None:
 
 # -- running -------------------------------------------------------------------------------------------------
 def run_split(
-    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None = None
+    sim: FabricSim,
+    ex: Exchange,
+    until: int,
+    progress: Callable[[FabricSim], None] | None = None,
+    *,
+    lag: int = LAG,
 ) -> SimResults:
     """Run this rank's share of ``sim`` to the end (every flow done) or ``until``; every rank gets the
     results of the whole run. ``progress(sim)`` is called on rank 0 about every `PROGRESS_S` seconds; a
-    KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it there."""
-    results = _run_rank(sim, ex, until, progress, True)
+    KeyboardInterrupt it raises (Ctrl-C) travels with the next exchange, and every rank raises it after
+    the same window. ``lag`` (0 to `LAG`): windows a rank may run ahead of the others (the window is the
+    lookahead over ``lag + 1``; the results of a run do not depend on its split, for a given ``lag``)."""
+    results = _run_rank(sim, ex, until, progress, True, lag)
     assert results is not None  # every rank has them
     return results
 
 
 def _run_rank(
-    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None, everyone: bool
+    sim: FabricSim,
+    ex: Exchange,
+    until: int,
+    progress: Callable[[FabricSim], None] | None,
+    everyone: bool,
+    lag: int,
 ) -> SimResults | None:
     """`run_split`; with ``everyone`` False only rank 0 gathers the shares and merges them into the
     results (the others return None): what forked ranks, whose results nobody reads, leave out."""
     with PausedGc():  # the set-up, the loop, and the results' millions of rows: see PausedGc
-        return _run_split(sim, ex, until, progress, everyone)
+        try:
+            _check(sim, ex.size)
+            if not 0 <= lag <= LAG:
+                raise PartitionError(f"lag {lag}: from 0 to {LAG} windows")
+            rank_of = _ranks_of(sim, ex.size)
+            owned = _owned(sim.topo, rank_of, ex.rank)
+            if sim.partial and sim.owned != owned:
+                whole = [r == ex.rank for r in rank_of]  # (a part built with each switch whole: runs so)
+                if sim.shared is not None or sim.owned != whole:
+                    raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
+                owned = whole
+            problem = ""
+        except PartitionError as exc:
+            problem = str(exc)
+        sharing = sim.shared is not None
+        got = ex.alltoall([(problem, sharing)] * ex.size)
+        problems = [p for p, _ in got if p]  # every rank stops, or none
+        if not problems and any(s != sharing for _, s in got):
+            problems = [
+                "the ranks' parts were built apart: some share the top switches out by port, some not"
+            ]
+        if problems:
+            raise PartitionError(problems[0])
+        w_start = time.perf_counter()
+        if sim.partial:
+            _connect_parts(sim, rank_of, ex)
+        else:  # every node built: the others stay idle replicas
+            sim.owned = owned
+            for h in sim.hosts:  # the same memory keys on every rank
+                if isinstance(h, MrcHost):
+                    h.register_flow_memory()
+        sim.faults.owned = owned
+        cut = _Cut(sim, rank_of, ex.rank, ex.size)
+        lookahead = _window(sim, owned, ex)
+        lag = min(lag, lookahead - 1)  # (a window of at least 1 ns)
+        start_s = time.perf_counter() - w_start
+        times = _windows(sim, cut, ex, until, progress, lag, lookahead // (lag + 1), owned)
+        times |= _memory_mb()
+        times |= build_times
+        times["start_s"] = start_s
+        w_end = time.perf_counter()
+        part = _partial(sim, owned, rank_of, ex.rank)
+        times["partial_s"] = time.perf_counter() - w_end
+        part["times"] = times
+        if everyone:
+            parts = ex.alltoall([part] * ex.size)
+        else:  # rank 0 alone merges: the others send it their share, and no one sends them anything
+            parts = ex.alltoall([part] + [None] * (ex.size - 1))  # (rank 0's own stays here)
+            if ex.rank:
+                return None
+        w_merge = time.perf_counter()
+        _merge(sim, parts[ex.rank :] + parts[: ex.rank])
+        results = sim.results()
+        last_times[:] = [p["times"] for p in parts]
+        last_times[ex.rank]["gather_s"] = w_merge - w_end
+        last_times[ex.rank]["merge_s"] = time.perf_counter() - w_merge
+        return results
 
 
-def _run_split(
-    sim: FabricSim, ex: Exchange, until: int, progress: Callable[[FabricSim], None] | None, everyone: bool
-) -> SimResults | None:
-    try:
-        _check(sim, ex.size)
-        rank_of = _ranks_of(sim, ex.size)
-        owned = _owned(sim.topo, rank_of, ex.rank)
-        if sim.partial and sim.owned != owned:
-            whole = [r == ex.rank for r in rank_of]  # (a part built with each switch whole: runs so)
-            if sim.shared is not None or sim.owned != whole:
-                raise PartitionError(f"rank {ex.rank}: the fabric was built for another part")
-            owned = whole
-        problem = ""
-    except PartitionError as exc:
-        problem = str(exc)
-    sharing = sim.shared is not None
-    got = ex.alltoall([(problem, sharing)] * ex.size)
-    problems = [p for p, _ in got if p]  # every rank stops, or none
-    if not problems and any(s != sharing for _, s in got):
-        problems = ["the ranks' parts were built apart: some share the top switches out by port, some not"]
-    if problems:
-        raise PartitionError(problems[0])
-    w_start = time.perf_counter()
-    if sim.partial:
-        _connect_parts(sim, rank_of, ex)
-    else:  # every node built: the others stay idle replicas
-        sim.owned = owned
-        for h in sim.hosts:  # the same memory keys on every rank
-            if isinstance(h, MrcHost):
-                h.register_flow_memory()
-    sim.faults.owned = owned
-    cut = _Cut(sim, rank_of, ex.rank, ex.size)
+def _windows(
+    sim: FabricSim,
+    cut: _Cut,
+    ex: Exchange,
+    until: int,
+    progress: Callable[[FabricSim], None] | None,
+    lag: int,
+    window: int,
+    owned: list[bool],
+) -> dict[str, float]:
+    """`run_split`'s loop: window after window until the run ends (see the module's notes), every rank
+    stopping after the same one; where this rank's time went (`last_times`)."""
     engine = sim.sim
-    window = _window(sim, owned, ex)
+    queued: Pipelined = ex if isinstance(ex, PipeExchange | MpiExchange) else _Queued(ex)
     mine_src = [f for f in sim.flows if owned[f.src]]
     mine_dst = [f for f in sim.flows if f.imm and owned[f.dst]]
-    start_s = time.perf_counter() - w_start
     with PausedGc():  # packing and unpacking make short-lived objects too: see PausedGc
-        t = engine.now
-        shown = time.perf_counter()
         times = {"run_s": 0.0, "pack_s": 0.0, "exchange_s": 0.0, "unpack_s": 0.0, "windows": 0, "crossing": 0}
         for phase in ("run", "pack", "exchange", "unpack", "loads"):
             times[f"{phase}_cpu_s"] = 0.0
-        c0 = c_after = time.process_time()  # c_after: when this rank last left an exchange
         times["critical_cpu_s"] = 0.0
+        c0 = time.process_time()
+        shown = time.perf_counter()
         halt = False
+        flying: list[int] = []  # the earliest arrival of each message posted and maybe not yet read back
+        posted = collected = 0
+        end = t = engine.now
         while True:
+            c_after = time.process_time()  # (the window's CPU time counts from here, waiting left out)
+            if posted > lag:  # what the others sent lag + 1 windows ago: for this window, and what it tells
+                got, c_after = _collect(queued, cut, engine, times)
+                collected += 1
+                if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops at the same window
+                    _drain(queued, cut, engine, times, posted - collected)
+                    raise KeyboardInterrupt
+                next_t = min(g[0] for g in got)  # the earliest event anywhere after that window
+                if sum(g[1] for g in got) == 0 or next_t >= _NEVER:
+                    break
+                if next_t > end:  # nothing ran anywhere since: skip to it
+                    t = next_t
             end = min(t + window, until + 1)
             w0, c0w = time.perf_counter(), time.process_time()
             engine.run(until=end - 1)
             w1, c1w = time.perf_counter(), time.process_time()
             nxt = engine.peek()
             soonest = min(lane.soonest for lane in cut.lanes)
-            local_next = min(soonest, _NEVER if nxt is None else nxt)
+            flying.append(soonest)
+            del flying[: -(lag + 1)]  # (read back by now: the others run no later window without them)
+            local_next = min(*flying, _NEVER if nxt is None else nxt)
             undone = sum(f.finish is None for f in mine_src) + sum(f.recv_finish is None for f in mine_dst)
             msgs = [lane.message() for lane in cut.lanes]
             busy = time.process_time() - c_after  # the window's share but its pickling (a few ms in all)
@@ -380,62 +470,82 @@ def _run_split(
                 for m in msgs
             ]
             w2, c2w = time.perf_counter(), time.process_time()
-            got = ex.alltoall(out)
-            w3, c3w = time.perf_counter(), time.process_time()
-            c_after = c3w
-            times["critical_cpu_s"] += max(g[4] for g in got)
-            if any(g[3] for g in got):  # a stop asked for on rank 0: every rank stops after the same window
-                raise KeyboardInterrupt
-            for r, g in enumerate(got):
-                events = g[2]
-                if r != ex.rank and events:
-                    c_load = time.process_time()
-                    head = pickle.loads(events)
-                    times["loads_cpu_s"] += time.process_time() - c_load
-                    times["crossing"] += cut.decode(r, head, g[5], engine)
+            queued.post(out)
+            posted += 1
             times["run_s"] += w1 - w0
             times["pack_s"] += w2 - w1
-            times["exchange_s"] += w3 - w2
-            times["unpack_s"] += time.perf_counter() - w3
-            c4w = time.process_time()
+            times["exchange_s"] += time.perf_counter() - w2
             times["run_cpu_s"] += c1w - c0w
             times["pack_cpu_s"] += c2w - c1w
-            times["exchange_cpu_s"] += c3w - c2w
-            times["unpack_cpu_s"] += c4w - c3w
+            times["exchange_cpu_s"] += time.process_time() - c2w
             times["windows"] += 1
             if progress is not None and ex.rank == 0 and time.perf_counter() - shown > PROGRESS_S:
                 shown = time.perf_counter()
                 try:
                     progress(sim)
-                except KeyboardInterrupt:  # (Ctrl-C): the others hear of it at the next exchange
+                except KeyboardInterrupt:  # (Ctrl-C): the others hear of it lag + 1 windows on
                     halt = True
-            next_t = min(g[0] for g in got)
-            if sum(g[1] for g in got) == 0 or next_t >= _NEVER or end > until:
+            if end > until:
                 break
-            t = max(end, next_t)
+            t = end
+        _drain(queued, cut, engine, times, posted - collected)  # (every rank posted as many)
     if sim.sampler is not None:
         sim.sampler.sample()
     times["cpu_s"] = time.process_time() - c0
-    times |= _memory_mb()
-    times |= build_times
-    times["start_s"] = start_s
-    w_end = time.perf_counter()
-    part = _partial(sim, owned, rank_of, ex.rank)
-    times["partial_s"] = time.perf_counter() - w_end
-    part["times"] = times
-    if everyone:
-        parts = ex.alltoall([part] * ex.size)
-    else:  # rank 0 alone merges: the others send it their share, and no one sends them anything
-        parts = ex.alltoall([part] + [None] * (ex.size - 1))  # (rank 0's own stays here)
-        if ex.rank:
-            return None
-    w_merge = time.perf_counter()
-    _merge(sim, parts[ex.rank :] + parts[: ex.rank])
-    results = sim.results()
-    last_times[:] = [p["times"] for p in parts]
-    last_times[ex.rank]["gather_s"] = w_merge - w_end
-    last_times[ex.rank]["merge_s"] = time.perf_counter() - w_merge
-    return results
+    return times
+
+
+def _collect(
+    queued: Pipelined, cut: _Cut, engine: Simulator, times: dict[str, float]
+) -> tuple[list[Any], float]:
+    """The next window's messages of every rank, their packets scheduled here: what each rank sent, and
+    the CPU time when they were all here (waiting for them is not this rank's work)."""
+    w, c = time.perf_counter(), time.process_time()
+    got = queued.collect()
+    w_got, c_got = time.perf_counter(), time.process_time()
+    times["exchange_s"] += w_got - w
+    times["exchange_cpu_s"] += c_got - c
+    times["critical_cpu_s"] += max(g[4] for g in got)
+    for r, g in enumerate(got):
+        events = g[2]
+        if r != cut.rank and events:
+            c_load = time.process_time()
+            head = pickle.loads(events)
+            times["loads_cpu_s"] += time.process_time() - c_load
+            rows = g[5]
+            if isinstance(rows, PickleBuffer):  # (an exchange that hands objects over as they are)
+                rows = rows.raw()
+            times["crossing"] += cut.decode(r, head, rows, engine)
+    times["unpack_s"] += time.perf_counter() - w_got
+    times["unpack_cpu_s"] += time.process_time() - c_got
+    return got, c_got
+
+
+def _drain(queued: Pipelined, cut: _Cut, engine: Simulator, times: dict[str, float], left: int) -> None:
+    """Read back the ``left`` windows' messages still on their way when the loop ends (every rank ends
+    it after the same window, having sent as many), so the exchange starts clean."""
+    for _ in range(left):
+        _collect(queued, cut, engine, times)
+
+
+class _Queued:
+    """An `Exchange` with `alltoall` alone, used as a `Pipelined` one: each window's all-to-all runs as it
+    is posted and its result waits for `collect` (no window runs ahead of the others; same results)."""
+
+    def __init__(self, ex: Exchange) -> None:
+        self.ex = ex
+        self.rank = ex.rank
+        self.size = ex.size
+        self.waiting: list[list[Any]] = []
+
+    def alltoall(self, out: list[Any]) -> list[Any]:
+        return self.ex.alltoall(out)
+
+    def post(self, out: list[Any]) -> None:
+        self.waiting.append(self.ex.alltoall(out))
+
+    def collect(self) -> list[Any]:
+        return self.waiting.pop(0)
 
 
 def _connect_parts(sim: FabricSim, rank_of: list[int], ex: Exchange) -> None:
@@ -625,19 +735,32 @@ class PipeExchange:
         self.conns = conns
         self._inbox: dict[tuple[int, int], bytearray] = {}
         """Where each rank's out-of-band buffers are received, by (rank, place in its message)."""
-        self.inline_max = min((_widened(c) for c in conns.values()), default=0) // 4
-        """The largest message (bytes) sent before receiving, from this thread: a quarter of the smallest
-        send buffer, so it never waits for the peer to read (even with the last exchange's tail still
-        unread); larger ones are sent from a thread while receiving."""
+        self.inline_max = min((_widened(c) for c in conns.values()), default=0) // (4 * (LAG + 1))
+        """The largest message (bytes) sent from this thread as it is posted: small enough that the
+        messages a rank may post before its peer reads the first (``2 * (LAG + 1)``) fit half the
+        smallest send buffer, so it never waits for the peer; larger ones go from a thread (`_sender`)."""
+        self._mine: list[Any] = []
+        """What this rank posted to itself, not yet collected."""
+        self._outbox: queue.SimpleQueue[list[tuple[Connection, bytes, list[memoryview]]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._queued = 0
+        """Messages handed to the sending thread (counted by this thread)."""
+        self._sent = 0
+        """Of them, sent (counted by the sending thread: neither count is written by both threads)."""
+        self._sender: threading.Thread | None = None
 
     def alltoall(self, out: list[Any]) -> list[Any]:
-        """Each object pickled, its `PickleBuffer`s apart (out of band): sent from where they are and
-        received into a buffer kept per rank and per place, so a window's tens of MB of packed packets are
-        copied once, by the pipe, into memory touched before. A received buffer stays valid until the next
-        exchange."""
-        if not self.conns:  # one rank: nothing to send
-            return list(out)
+        self.post(out)
+        return self.collect()
 
+    def post(self, out: list[Any]) -> None:
+        """Each object pickled, its `PickleBuffer`s apart (out of band), to be sent from where they are (the
+        caller leaves them as they are until they are collected back); a small message at once, a large
+        one (or any while the thread still has some to send: they keep their order) from a thread."""
+        self._mine.append(out[self.rank])
+        if not self.conns:  # one rank: nothing to send
+            return
         msgs: list[tuple[Connection, bytes, list[memoryview]]] = []
         size = 0
         for r, c in self.conns.items():
@@ -647,21 +770,35 @@ class PipeExchange:
             first = pickle.dumps((head, [v.nbytes for v in views]), 5)
             msgs.append((c, first, views))
             size = max(size, len(first) + sum(v.nbytes for v in views) + _FRAMING * (1 + len(views)))
+        if size <= self.inline_max and self._sent == self._queued:  # (a thread to wake costs ~0.3 ms)
+            _send(msgs)
+            return
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._sending, daemon=True)
+            self._sender.start()
+        self._queued += 1
+        self._outbox.put(msgs)
 
-        def send() -> None:
-            for c, first, views in msgs:
-                c.send_bytes(first)
-                for v in views:
-                    c.send_bytes(v)
+    def _sending(self) -> None:
+        """The sending thread: each message handed to it, in order (it ends when a peer has gone: that
+        rank's next `collect` from it fails)."""
+        while True:
+            msgs = self._outbox.get()
+            if msgs is None:
+                return
+            try:
+                _send(msgs)
+            except OSError:
+                return
+            self._sent += 1
 
-        sender = None
-        if size <= self.inline_max:  # (a thread to start and hand the interpreter to costs ~0.3 ms)
-            send()
-        else:  # a large message fills the pipe: receive while sending
-            sender = threading.Thread(target=send)
-            sender.start()
+    def collect(self) -> list[Any]:
+        """What every rank posted earliest and this rank has not collected yet: each message's out-of-band
+        buffers received into a buffer kept per rank and per place, so a window's tens of MB of packed
+        packets are copied once, by the pipe, into memory touched before. A received buffer stays valid
+        until the next collect."""
         got: list[Any] = [None] * self.size
-        got[self.rank] = out[self.rank]
+        got[self.rank] = self._mine.pop(0)
         for r, c in self.conns.items():
             head, sizes = pickle.loads(c.recv_bytes())
             views = []
@@ -672,9 +809,14 @@ class PipeExchange:
                 got_n = c.recv_bytes_into(into)  # (alone: compiled, a call in a slice bound may run twice)
                 views.append(memoryview(into)[:got_n])
             got[r] = pickle.loads(head, buffers=views)
-        if sender is not None:
-            sender.join()
         return got
+
+
+def _send(msgs: list[tuple[Connection, bytes, list[memoryview]]]) -> None:
+    for c, first, views in msgs:
+        c.send_bytes(first)
+        for v in views:
+            c.send_bytes(v)
 
 
 _FRAMING: Final = 12
@@ -706,13 +848,39 @@ class MpiExchange:
             from mpi4py import MPI  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:  # pragma: no cover - depends on the extra
             raise PartitionError("MPI runs need mpi4py: pip install 'openmrc[mpi]'") from exc
+        self.waitall: Callable[[list[Any]], object] = MPI.Request.Waitall
         self.comm = MPI.COMM_WORLD
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        self._mine: list[Any] = []
+        self._sends: list[Any] = []
+        """The posted messages' requests not known to be done."""
 
     def alltoall(self, out: list[Any]) -> list[Any]:
+        if self._sends:  # (every rank collected them all: done, or about to be)
+            self.waitall(self._sends)
+            self._sends = []
         got: list[Any] = self.comm.alltoall(out)
         return got
+
+    def post(self, out: list[Any]) -> None:
+        self._mine.append(out[self.rank])
+        for r in range(self.size):
+            if r != self.rank:
+                self._sends.append(self.comm.isend(out[r], dest=r, tag=_POSTED))
+
+    def collect(self) -> list[Any]:
+        got: list[Any] = [None] * self.size
+        got[self.rank] = self._mine.pop(0)
+        for r in range(self.size):
+            if r != self.rank:
+                got[r] = self.comm.recv(source=r, tag=_POSTED)  # (in the order that rank posted them)
+        self._sends = [q for q in self._sends if not q.Test()]
+        return got
+
+
+_POSTED: Final = 7
+"""The MPI tag of posted messages (a rank's reach the others in the order it sent them)."""
 
 
 def mpi_world() -> MpiExchange | None:
@@ -724,17 +892,22 @@ def mpi_world() -> MpiExchange | None:
 
 
 def run(
-    sim: FabricSim | Build, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+    sim: FabricSim | Build,
+    ranks: int,
+    until: int,
+    progress: Callable[[FabricSim], None] | None = None,
+    *,
+    lag: int = LAG,
 ) -> SimResults:
     """Run ``sim`` on ``ranks`` ranks: over MPI when started by ``mpiexec`` (its size must be ``ranks``),
     else in processes forked from this one. ``sim``: a builder (`Build`; each rank builds its part) or a
     simulation built whole."""
     ex = mpi_world()
     if ex is None:
-        return run_local(sim, ranks, until, progress)
+        return run_local(sim, ranks, until, progress, lag=lag)
     if ex.size != ranks:
         raise PartitionError(f"--ranks {ranks}, but mpiexec started {ex.size} processes")
-    return run_split(_built(sim, ex), ex, until, progress)
+    return run_split(_built(sim, ex), ex, until, progress, lag=lag)
 
 
 def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
@@ -766,7 +939,12 @@ def _built(sim: FabricSim | Build, ex: Exchange) -> FabricSim:
 
 
 def run_local(
-    sim: FabricSim | Build, ranks: int, until: int, progress: Callable[[FabricSim], None] | None = None
+    sim: FabricSim | Build,
+    ranks: int,
+    until: int,
+    progress: Callable[[FabricSim], None] | None = None,
+    *,
+    lag: int = LAG,
 ) -> SimResults:
     """Run ``sim`` split over ``ranks`` processes forked from this one (this one is rank 0). A builder
     (`Build`) is called in each rank's process after the fork, for that rank's part (for the whole
@@ -775,7 +953,7 @@ def run_local(
         _check(sim, ranks)
     if ranks == 1:
         one = PipeExchange(0, 1, {})
-        return run_split(_built(sim, one), one, until, progress)
+        return run_split(_built(sim, one), one, until, progress, lag=lag)
     if ranks < 1:
         raise PartitionError(f"--ranks {ranks}: need at least 1")
     fds = ranks * (ranks - 1)  # a pipe (two ends) between every two ranks, all made before the forks
@@ -804,14 +982,14 @@ def run_local(
             code = 0
             try:
                 ex = PipeExchange(rank, ranks, conns(rank))
-                _run_rank(_built(sim, ex), ex, until, None, False)
+                _run_rank(_built(sim, ex), ex, until, None, False, lag)
             except BaseException:
                 code = 1
             os._exit(code)
         children.append(pid)
     try:
         ex = PipeExchange(0, ranks, conns(0))
-        result = _run_rank(_built(sim, ex), ex, until, progress, False)
+        result = _run_rank(_built(sim, ex), ex, until, progress, False, lag)
         assert result is not None  # rank 0 merges
     finally:
         failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
