@@ -983,6 +983,28 @@ def test_posted_messages_are_collected_in_the_order_posted_small_and_large_alike
                 assert bytes(body) == bodies[src][w], (w, r, src)
 
 
+def test_an_all_to_all_returns_once_its_large_message_is_sent_so_the_rank_may_end() -> None:
+    """A rank's last exchange (its share of the results) is larger than its pipe: `alltoall` returns only
+    once the sending thread has sent it whole, so the rank's process may end at once (its pipe closed
+    here) and the other still reads the message whole; a thread that could not send fails `flush`."""
+    import threading
+
+    exs = _exchanges(2)
+    body = random.Random(5).randbytes(6 * exs[1].inline_max)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(exs[0].alltoall([None, None])), daemon=True)
+    reader.start()
+    assert exs[1].alltoall([body, None]) == [None, None]
+    exs[1].conns[0].close()  # (the rank's process ends)
+    reader.join(60)
+    assert got == [[None, body]]
+    exs = _exchanges(2)
+    exs[0].conns[1].close()  # (the other rank has gone: a large message cannot be sent)
+    exs[1].post([body, None])
+    with pytest.raises(OSError):
+        exs[1].flush()
+
+
 @fork_only
 @pytest.mark.parametrize("lag", range(partition.LAG + 1))
 def test_each_lag_gives_one_result_for_every_split_and_idle_time_is_skipped(lag: int) -> None:

@@ -741,18 +741,36 @@ class PipeExchange:
         smallest send buffer, so it never waits for the peer; larger ones go from a thread (`_sender`)."""
         self._mine: list[Any] = []
         """What this rank posted to itself, not yet collected."""
-        self._outbox: queue.SimpleQueue[list[tuple[Connection, bytes, list[memoryview]]] | None] = (
+        self._outbox: queue.SimpleQueue[list[tuple[Connection, bytes, list[memoryview]]]] = (
             queue.SimpleQueue()
         )
         self._queued = 0
         """Messages handed to the sending thread (counted by this thread)."""
         self._sent = 0
         """Of them, sent (counted by the sending thread: neither count is written by both threads)."""
+        self._flushed = 0
+        """Of them, known here to be sent (`flush`)."""
+        self._each_sent = threading.Semaphore(0)
+        """Released by the sending thread after each message (or when it gave up)."""
+        self._broken = False
+        """The sending thread gave up (a peer has gone)."""
         self._sender: threading.Thread | None = None
 
     def alltoall(self, out: list[Any]) -> list[Any]:
+        """`post` and `collect`, returning once this rank's messages are all sent (the process may end)."""
         self.post(out)
-        return self.collect()
+        got = self.collect()
+        self.flush()
+        return got
+
+    def flush(self) -> None:
+        """Wait until the sending thread has sent every message handed to it (OSError: it could not: a
+        peer has gone)."""
+        while self._flushed < self._queued and not self._broken:
+            self._each_sent.acquire()
+            self._flushed += 1
+        if self._broken:
+            raise OSError("a rank's message could not be sent: its peer has gone")
 
     def post(self, out: list[Any]) -> None:
         """Each object pickled, its `PickleBuffer`s apart (out of band), to be sent from where they are (the
@@ -784,13 +802,14 @@ class PipeExchange:
         rank's next `collect` from it fails)."""
         while True:
             msgs = self._outbox.get()
-            if msgs is None:
-                return
             try:
                 _send(msgs)
             except OSError:
+                self._broken = True  # (`flush` hears of it; the next `collect` fails anyway)
+                self._each_sent.release()
                 return
             self._sent += 1
+            self._each_sent.release()
 
     def collect(self) -> list[Any]:
         """What every rank posted earliest and this rank has not collected yet: each message's out-of-band
