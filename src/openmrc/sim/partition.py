@@ -274,15 +274,15 @@ def _ranks_of(sim: FabricSim, size: int) -> list[int]:
     return assign_ranks(sim, size)
 
 
-def _window(sim: FabricSim, owned: list[bool], ex: Exchange) -> int:
+def _lookahead(sim: FabricSim, owned: list[bool], ex: Exchange) -> int:
     """`lookahead_ns`, each rank looking at the links of its own nodes only (every link has a node
     somewhere)."""
     return _usable(min(ex.alltoall([_shortest_link(sim.topo, owned)] * ex.size)))
 
 
 def lookahead_ns(fabric: FabricSim | Topology) -> int:
-    """The exchange window: the shortest link latency anywhere (not only across ranks, so that the window
-    grid, and with it where a run ends, is the same for every split)."""
+    """The lookahead: the shortest link latency anywhere (not only across ranks, so that the windows, the
+    lookahead over ``LAG + 1`` each, and with them where a run ends, are the same for every split)."""
     return _usable(_shortest_link(fabric.topo if isinstance(fabric, FabricSim) else fabric, None))
 
 
@@ -384,7 +384,7 @@ def _run_rank(
                     h.register_flow_memory()
         sim.faults.owned = owned
         cut = _Cut(sim, rank_of, ex.rank, ex.size)
-        lookahead = _window(sim, owned, ex)
+        lookahead = _lookahead(sim, owned, ex)
         lag = min(lag, lookahead - 1)  # (a window of at least 1 ns)
         start_s = time.perf_counter() - w_start
         times = _windows(sim, cut, ex, until, progress, lag, lookahead // (lag + 1), owned)
