@@ -6,7 +6,8 @@ each in a process of its own, timed from spawn to exit (interpreter start-up and
 peak RSS the kernel reports for it. Pairing the rounds and taking the median of the per-round ratios keeps
 the comparison fair on a shared, noisy machine.
 
-    python benchmarks/htsim_pair.py --htsim PATH/TO/htsim_uec [--rounds 3] [--ranks 2 [--one-rank]] [--json]
+    python benchmarks/htsim_pair.py --htsim PATH/TO/htsim_uec [--rounds 3] [--ranks 2 [--one-rank]
+                                    [--side-by-side]] [--json]
 
 With ``--ranks N`` each round also runs scenario 1 split over N forked ranks (ordered mode, each rank
 building its part after the fork: ``sim_bench.py --process-ranks N``), start to exit, right after the
@@ -15,6 +16,11 @@ round over the split one), each the median of the rounds' ratios. With ``--one-r
 also runs the split run's way on one rank (ordered mode through the same machinery: `openmrc sim run
 --ranks 1`): ``speedup_ranks_vs_1rank`` (what splitting the same run gains) and ``ordered_cost`` (that run
 over the one-process one: what the partition-independent order costs in one process).
+
+With ``--side-by-side`` too, each round also runs N one-process runs at once (independent, nothing shared):
+``side_by_side_slowdown`` is how much longer each takes than the round's one-process run alone (the
+machine's own cost of running N busy processes: shared caches, memory bandwidth, a host's other guests),
+and ``speedup_ceiling`` N over it, what a split over N ranks could gain here with no cost of its own.
 
 With ``--htsim-huge-pages`` each round also runs htsim with glibc's heap on transparent huge pages
 (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``), as openmrc keeps its objects
@@ -38,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +85,12 @@ def htsim_binary(given: str | None) -> str:
 
 
 def pair(
-    htsim: str, rounds: int, ranks: int = 1, huge: bool = False, one_rank: bool = False
+    htsim: str,
+    rounds: int,
+    ranks: int = 1,
+    huge: bool = False,
+    one_rank: bool = False,
+    side_by_side: bool = False,
 ) -> dict[str, Any]:
     ratios: list[float] = []
     huge_walls: list[float] = []
@@ -91,6 +103,7 @@ def pair(
     one_walls: list[float] = []
     one_speedups: list[float] = []
     one_costs: list[float] = []
+    slowdowns: list[float] = []
     r_tail = None
     r_rss = 0.0
     h_tail = o_tail = None
@@ -126,6 +139,10 @@ def pair(
                 one_walls.append(wall_1)
                 one_speedups.append(wall_1 / wall_r)
                 one_costs.append(wall_1 / wall_o)
+            if side_by_side:
+                with ThreadPoolExecutor(ranks) as pool:
+                    walls = [w for w, _rss, _out in pool.map(timed, [bench] * ranks)]
+                slowdowns.append(statistics.mean(walls) / wall_o)
     split_figures: dict[str, Any] = {}
     if huge:
         split_figures |= {
@@ -148,6 +165,13 @@ def pair(
                 "speedup_ranks_vs_1rank": statistics.median(one_speedups),
                 "speedups_vs_1rank": [round(r, 3) for r in one_speedups],
                 "ordered_cost": statistics.median(one_costs),
+            }
+        if side_by_side:
+            slowdown = statistics.median(slowdowns)
+            split_figures |= {
+                "side_by_side_slowdown": slowdown,
+                "side_by_side_slowdowns": [round(r, 3) for r in slowdowns],
+                "speedup_ceiling": ranks / slowdown,
             }
         if huge:
             pairs = zip(r_walls, huge_walls, strict=True)
@@ -176,6 +200,11 @@ def main() -> None:
     ap.add_argument(
         "--one-rank", action="store_true", help="with --ranks: also run the split run's way on 1 rank"
     )
+    ap.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="with --ranks N: also run N one-process runs at once (what the machine allows a split)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
     if a.rounds < 1:
@@ -184,7 +213,9 @@ def main() -> None:
         ap.error("--ranks must be at least 1")
     if a.one_rank and a.ranks < 2:
         ap.error("--one-rank compares with a split run: give --ranks 2 or more")
-    out = pair(htsim_binary(a.htsim), a.rounds, a.ranks, a.htsim_huge_pages, a.one_rank)
+    if a.side_by_side and a.ranks < 2:
+        ap.error("--side-by-side runs as many processes as ranks: give --ranks 2 or more")
+    out = pair(htsim_binary(a.htsim), a.rounds, a.ranks, a.htsim_huge_pages, a.one_rank, a.side_by_side)
     if a.json:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
         return
