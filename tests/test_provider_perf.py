@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -141,3 +143,87 @@ def test_cli_end_to_end_over_two_processes() -> None:
         assert srv.wait(30) == 0
     finally:
         srv.kill()
+
+
+def _line_with(proc: subprocess.Popen[str], text: str, timeout: float) -> str:
+    """The first line of ``proc``'s stdout holding ``text`` (fails after ``timeout`` seconds)."""
+    assert proc.stdout is not None
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if select.select([proc.stdout], [], [], end - time.monotonic())[0]:
+            line = proc.stdout.readline()
+            assert line, f"the process ended (code {proc.wait()}) before printing {text!r}"
+            if text in line:
+                return line
+    raise AssertionError(f"no line with {text!r} in {timeout} s")
+
+
+def _perf_server(*args: str) -> tuple[int, int, subprocess.Popen[str]]:
+    """A ``perf server`` process on two planes of 127.X.1.* (and a TCP port), listening."""
+    x = _RNG.randrange(1, 250)
+    port = _RNG.randrange(30000, 40000)
+    srv = subprocess.Popen(
+        [*CLI, "server", *args, "--oob-port", str(port), "--oob-bind", "127.0.0.1"]
+        + [a for p in (1, 2) for a in ("--bind", f"127.{x}.1.{p}")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    _line_with(srv, "waiting", 15)
+    return x, port, srv
+
+
+def _perf_client(x: int, port: int, *args: str) -> subprocess.Popen[str]:
+    """A 20 s ``perf client`` process towards `_perf_server`'s, measuring."""
+    cli = subprocess.Popen(
+        [*CLI, "client", "127.0.0.1", "--oob-port", str(port), "-s", "64K", "--duration", "20", *args]
+        + [a for p in (1, 2) for a in ("--bind", f"127.{x}.2.{p}")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _line_with(cli, "Gb/s", 15)
+    return cli
+
+
+def test_a_client_notices_a_killed_server_at_once() -> None:
+    """SIGKILL the server mid-run: the client sees its TCP connection close and fails in well under the
+    transport's retries (4.4 s), with one line saying so."""
+    x, port, srv = _perf_server("--once")
+    cli = None
+    try:
+        cli = _perf_client(x, port, "--interval-ms", "100")
+        time.sleep(0.5)
+        srv.kill()
+        killed = time.monotonic()
+        out, err = cli.communicate(timeout=10)
+        took = time.monotonic() - killed
+        assert cli.returncode == 1, out + err
+        assert took < 4, f"the client took {took:.1f} s to notice"
+        assert "server went away" in out and "Traceback" not in out + err, out + err
+    finally:
+        srv.kill()
+        srv.wait()
+        if cli is not None:
+            cli.kill()
+            cli.wait()
+
+
+def test_a_server_outlives_a_killed_client() -> None:
+    """SIGKILL a client mid-run: the server logs it in one line and serves the next client."""
+    x, port, srv = _perf_server()
+    cli = None
+    try:
+        cli = _perf_client(x, port)
+        cli.kill()
+        assert "closed" in _line_with(srv, "client 127.0.0.1", 5)
+        rep = run_client(("127.0.0.1", port), [f"127.{x}.2.{p}" for p in (1, 2)], [65536], iters=20)
+        assert rep.hash_ok and rep.results[0].completions_ok
+        assert srv.poll() is None
+    finally:
+        srv.kill()
+        srv_out = srv.communicate()[0]
+        if cli is not None:
+            cli.kill()
+            cli.wait()
+    assert "Traceback" not in srv_out, srv_out

@@ -498,8 +498,9 @@ def ev_history(p: Pair, entropy: int) -> list[tuple[int, EVState]]:
 
 
 def test_failing_ev_is_abandoned_once_its_first_loss_is_confirmed() -> None:
-    """An inferred loss skips the EV at once; the acknowledgement of the retransmission (later than any
-    answer to the original could come) confirms the original was lost, and the EV is ASSUMED_BAD then."""
+    """An inferred loss holds the EV at once (out of the rotation, no event); the retransmission is
+    acknowledged, no duplicate of the original follows within the judging grace, and the EV is ASSUMED_BAD
+    then."""
     p, hook = transfer_pair()
     assert p.qp_a.evs is not None
     e = p.qp_a.evs.rotation[3].entropy
@@ -507,15 +508,17 @@ def test_failing_ev_is_abandoned_once_its_first_loss_is_confirmed() -> None:
     ids = write_all(p)
     run_until_completions(p, 4)
     check_done(p, ids)
+    rec = p.qp_a.requester.rec
+    p.run(lambda: not rec.judging, max_time=p.now + 10**7)
     history = ev_history(p, e)
     assert [s for _, s in history] == [BAD]
     t_bad = history[0][0]
     lost = hook.select(src="a", entropy=e, since=T_FAIL, data=True)
     assert lost, "the EV carried data after it failed"
     first_retx = min(s.time for s in hook.select(src="a", data=True) if s.rtx and s.psn == lost[0].psn)
-    req = p.qp_a.requester
-    # blamed when the retransmission's answer came: one round trip after it left, not more
-    assert T_FAIL < first_retx < t_bad <= first_retx + 2 * max(req.srtt, req.base_rtt)
+    # blamed a judging grace (the loss wait and the SACK delay) after the retransmission's answer came
+    rtt = max(rec.srtt, rec.base_rtt)
+    assert T_FAIL < first_retx < t_bad <= first_retx + 2 * rtt + rec.tlp_wait(t_bad) + rtt
     assert not hook.select(src="a", entropy=e, since=t_bad, data=True)
     assert p.a.stats.spurious_losses == 0  # the original was lost, not late
     p.run(max_time=t_bad + 3 * p.a.config.probe_interval_ns)  # the EV stays failed: probed, never used
@@ -547,11 +550,12 @@ def test_a_slow_path_is_probed_once_per_probe_timeout_and_every_answer_counts() 
     """RTTs far above the probe interval (a software NIC, a loaded peer): a bad EV's next probe waits for
     the answer to its last one, so probes do not pile up on a slow path nor go unmatched."""
     cfg = NicConfig(probe_interval_ns=50_000, base_rtt_ns=400_000)
-    p = Pair(seed=3, buf_size=4 * MiB, config=cfg, latency_ns=200_000)  # RTT 0.4 ms: 8 probe intervals
+    # RTT 0.4 ms: 8 probe intervals (and an ACK timeout of 1 ms: above it)
+    p = Pair(seed=3, buf_size=4 * MiB, config=cfg, latency_ns=200_000, timeout=10)
     hook = install(p)
     assert p.qp_a.evs is not None
     fail = [p.qp_a.evs.rotation[i].entropy for i in (1, 4, 9)]
-    p.fabric.imp.ev_fail = {e: (T_FAIL, 3_000_000) for e in fail}
+    p.fabric.imp.ev_fail = {e: (0, 3_000_000) for e in fail}  # (the whole transfer leaves at once)
     ids = write_all(p)
     run_until_completions(p, 4)
     check_done(p, ids)
@@ -594,10 +598,13 @@ def test_failed_port_is_abandoned_ev_by_ev() -> None:
     ids = write_all(p)
     run_until_completions(p, 4)
     check_done(p, ids)
+    p.run(lambda: not p.qp_a.requester.rec.judging, max_time=p.now + 10**7)  # every loss judged
     assert p.qp_a.evs is not None
     bad_at = {x.entropy: x.time for x in p.a.ev_events if x.state is BAD and x.port == port}
-    used_after = {s.entropy for s in hook.select(src="a", port=port, since=T_FAIL, data=True)}
-    assert used_after and used_after <= set(bad_at)  # every port-2 EV that lost data was marked bad
+    # every port-2 EV that lost a packet's first transmission was marked bad (a lost retransmission is
+    # judged with its original)
+    used_after = {s.entropy for s in hook.select(src="a", port=port, since=T_FAIL, data=True) if not s.rtx}
+    assert used_after and used_after <= set(bad_at)
     for entropy, t_bad in bad_at.items():
         assert not hook.select(src="a", entropy=entropy, since=t_bad, data=True)
     last = max(bad_at.values())

@@ -355,8 +355,8 @@ def unexp_nack(p: Pair, psn: int) -> Packet:
 def test_nack_unexp_event_fails_the_requester_at_once(as_bytes: bool) -> None:
     p = Pair(buf_size=1 << 16)
     ids = [p.write(0, 4 * MTU), p.write(0, MTU, signaled=False), p.write(0, MTU)]
-    for _ in range(3):  # some packets in flight
-        p.step()
+    p.step()  # every packet in flight, none acknowledged yet
+    assert len(p.qp_a.requester.outstanding) == 6 and not len(p.qp_a.send_cq)
     nack = unexp_nack(p, psn=min(p.qp_a.requester.outstanding))  # about a packet really in flight
     if as_bytes:
         feed_bytes(p.a, nack, 1, p.now, src="b")

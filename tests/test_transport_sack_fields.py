@@ -87,13 +87,15 @@ def test_a_packed_word_beyond_its_fields_is_refused(word: int, beyond: bool) -> 
 
 def requester_state(p: Pair) -> tuple[Any, ...]:
     r = p.qp_a.requester
+    rec = r.rec
     evs = p.qp_a.evs
     assert evs is not None
     return (
         p.qp_a.state,
-        r.cack, sorted(r.outstanding), r.inflight, r.next_seq, list(r.by_order), sorted(r.retx),
-        r.acked_order, r.srtt, r.rttvar, r.rtt_min, r.peer_mpr, r.congested_at, r.timeouts, r.blocked,
-        r.rto_deadline, r.check_deadline, [(t.lost, t.suspect is not None) for t in r.outstanding.values()],
+        r.cack, sorted(r.outstanding), rec.inflight, r.next_seq, list(rec.by_order), sorted(rec.retx),
+        rec.acked_order, rec.srtt, rec.rttvar, rec.rtt_min, r.peer_mpr, rec.congested_at, rec.timeouts,
+        r.blocked, rec.rto_deadline, rec.check_deadline, rec.rack_order, rec.reo_learned, sorted(rec.judging),
+        [(t.lost, t.suspect is not None) for t in r.outstanding.values()],
         [(e.state, e.skip_epoch, e.probe_ok, e.probe_out) for e in evs.entries],
         dataclasses.asdict(p.a.stats), p.a.get_timer(),
     )  # fmt: skip

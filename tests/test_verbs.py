@@ -16,7 +16,7 @@ import pytest
 
 from openmrc import verbs as v
 from openmrc.provider import Peer, UdpDevice
-from openmrc.transport import LocalProtocolError
+from openmrc.transport import AckTimeoutWarning, LocalProtocolError
 
 _RNG = random.Random()
 
@@ -96,7 +96,7 @@ def _to_rts(qp: v.Qp, peer: UdpDevice, dest_qpn: int) -> None:
         qp,
         v.QpAttr(qp_state=v.QpState.RTS, sq_psn=0),
         v.QpAttrMask.STATE | v.QpAttrMask.SQ_PSN,
-        v.MrcQpAttr(mpr=8, max_wimm=128, timeout=8, linear_cnt=7, exp_cnt=25),
+        v.MrcQpAttr(mpr=8, max_wimm=128, timeout=14, linear_cnt=7, exp_cnt=25),
         M.MPR | M.MAX_WIMM | M.TIMEOUT | M.RETRY_CNT,
     )
 
@@ -398,9 +398,13 @@ def test_modify_qp_required_attributes_and_refusals(devices: tuple[str, str, Udp
     assert "mpr_dest" in str(e.value) and "1..255" in str(e.value)
     assert s.qp.state is v.QpState.INIT
     _to_rts(s.qp, b, 5)
-    # in RTS: TIMEOUT may change in place, MPR may not; to ERROR and back to RESET need nothing
-    v.modify_qp(s.qp, None, 0, v.MrcQpAttr(timeout=12), M.TIMEOUT)
-    assert v.query_qp(s.qp, 0, M.TIMEOUT).mrc_attr.timeout == 12
+    # in RTS: TIMEOUT may change in place (below the software NIC's floor: raised to it, with a warning),
+    # MPR may not; to ERROR and back to RESET need nothing
+    v.modify_qp(s.qp, None, 0, v.MrcQpAttr(timeout=15), M.TIMEOUT)
+    assert v.query_qp(s.qp, 0, M.TIMEOUT).mrc_attr.timeout == 15 and s.qp.core.ack_timeout_ns == 1024 << 15
+    with pytest.warns(AckTimeoutWarning, match="floor"):
+        v.modify_qp(s.qp, None, 0, v.MrcQpAttr(timeout=12), M.TIMEOUT)
+    assert v.query_qp(s.qp, 0, M.TIMEOUT).mrc_attr.timeout == 12 and s.qp.core.ack_timeout_ns == 1024 << 13
     with pytest.raises(v.VerbsError):
         v.modify_qp(s.qp, None, 0, v.MrcQpAttr(mpr=4), M.MPR)
     v.modify_qp(s.qp, v.QpAttr(qp_state=v.QpState.ERROR), Q.STATE)

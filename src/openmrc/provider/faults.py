@@ -40,6 +40,9 @@ class Impairments:
     """Port -> (down from, up again at or None): every packet of that port is lost in the window."""
     ev_fail: dict[int, tuple[int, int | None]] = field(default_factory=dict)
     """Entropy (32-bit EV echo value) -> (blackholed from, until or None)."""
+    ev_slow: dict[int, int] = field(default_factory=dict)
+    """Entropy -> extra delay (ns) of every packet along that EV: a slow path (a deep queue), not a lossy
+    one."""
     data_only: bool = False
     """Only data packets suffer random loss (control traffic protected)."""
     corrupt: float = 0.0
@@ -67,6 +70,7 @@ class Impairments:
             or self.ecn
             or self.port_fail
             or self.ev_fail
+            or self.ev_slow
             or self.corrupt
         )
 
@@ -109,6 +113,8 @@ def fates(
         corrupt = bool(imp.corrupt) and rng.random() < imp.corrupt
         ecn = is_data and rng.random() < imp.ecn
         delay = rng.randrange(imp.reorder_ns) if imp.reorder_ns else 0
+        if imp.ev_slow:
+            delay += imp.ev_slow.get(entropy, 0)
         out.append(Fate(delay, trim, ecn, corrupt))
     return out
 

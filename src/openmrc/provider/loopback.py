@@ -11,6 +11,12 @@ single EVs from a time on (optionally until a recovery time).
 In wire mode every packet travels as the bytes a UDP socket would carry: sealed with the real ICRC for its
 addressing (each NIC port has an IPv6 address of its own, the UDP source port and flow label come from the
 EV) and handed to `Nic.receive_datagram`, which checks it.
+
+*Host stalls* (`HostStalls`) model a software NIC on a busy host: its process is descheduled from time to
+time and runs nothing then (no receive, no timer, no send). What arrives meanwhile waits in one socket
+queue per port, and when the process runs again it reads the queues in turns of a few packets per port,
+as `openmrc.provider.udp` does, handing each packet the time the kernel stamped on its arrival (or, without
+kernel timestamps, the time it is read); late timers fire then, and the packets it may send leave.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from openmrc.transport.types import (
 )
 from openmrc.wire import DATA_OPCODES, Addressing, Packet, seal, trim_datagram
 
-__all__ = ["Fabric", "Impairments", "Pair", "port_address"]
+__all__ = ["Fabric", "HostStalls", "Impairments", "Pair", "port_address"]
 
 _DATA = frozenset(int(o) for o in DATA_OPCODES)
 
@@ -52,6 +58,49 @@ def port_address(nic: str, port: int) -> str:
 
 def _other(nic: str) -> str:
     return "b" if nic == "a" else "a"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostStalls:
+    """When a NIC's host does not run it: stalls of about ``length_ns`` (uniformly 0.5-1.5 times) about every
+    ``every_ns`` (the same spread), drawn from ``seed``."""
+
+    every_ns: int
+    length_ns: int
+    turn: int = 4
+    """Packets read from one port's queue before the next port's turn (`openmrc.provider.udp` reads four
+    GRO batches)."""
+    kernel_time: bool = True
+    """Hand each packet the time it arrived (a kernel receive timestamp) rather than the time it is read."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.every_ns <= 0 or self.length_ns <= 0 or self.turn < 1:
+            raise ValueError(f"HostStalls: every_ns, length_ns and turn must be positive: {self!r}")
+
+
+class _Host:
+    """A NIC's host under `HostStalls`: its current (or next) stall and the packets waiting for it."""
+
+    def __init__(self, stalls: HostStalls, ports: int) -> None:
+        self.stalls = stalls
+        self.rng = random.Random(stalls.seed)
+        self.start = self.end = 0
+        self._next(0)
+        self.queues: list[list[tuple[int, tuple[Any, ...]]]] = [[] for _ in range(ports + 1)]
+        self.waiting = 0
+        self.fed = 0  # the last time handed to the NIC
+
+    def _next(self, after: int) -> None:
+        s, r = self.stalls, self.rng
+        self.start = after + int(s.every_ns * r.uniform(0.5, 1.5))
+        self.end = self.start + max(1, int(s.length_ns * r.uniform(0.5, 1.5)))
+
+    def awake_at(self, t: int) -> int:
+        """``t``, or the end of the stall that ``t`` falls in."""
+        while self.end <= t:
+            self._next(self.end)
+        return self.end if self.start <= t else t
 
 
 class Fabric:
@@ -132,20 +181,30 @@ class Fabric:
     def next_time(self) -> int | None:
         return self.events[0][0] if self.events else None
 
-    def deliver_until(self, now: int) -> None:
+    def deliver_until(
+        self, now: int, hold: Callable[[Nic, int, tuple[Any, ...]], bool] | None = None
+    ) -> None:
+        """Hand every packet that has arrived by ``now`` to its NIC (``hold``: takes it instead when it
+        returns True, for a host that does not run now)."""
         ev = self.events
         while ev and ev[0][0] <= now:
-            _t, _s, dst, obj, port, ecn, entropy, trim, src, addr = heapq.heappop(ev)
-            kw: dict[str, Any] = {"ecn": ecn, "entropy": entropy, "trim": trim, "src": src}
+            e = heapq.heappop(ev)
+            dst, obj, port = e[2], e[3], e[4]
+            kw: dict[str, Any] = {"ecn": e[5], "entropy": e[6], "trim": e[7], "src": e[8]}
             for observe in self.observers:
                 observe(dst, obj, port, now, kw)
-            if isinstance(obj, Packet):
-                dst.receive(obj, port, now, ecn, entropy, trim, src)
-            else:
-                assert addr is not None and isinstance(obj, bytes)
-                dst.receive_datagram(
-                    obj, port, now, addr, ecn=ecn, flow_label=entropy >> 16, trim=trim, src=src
-                )
+            if hold is None or not hold(dst, now, e):
+                self.hand(e, now)
+
+    @staticmethod
+    def hand(e: tuple[Any, ...], at: int) -> None:
+        """Give the arrival ``e`` (an `events` entry) to its NIC at time ``at``."""
+        _t, _s, dst, obj, port, ecn, entropy, trim, src, addr = e
+        if isinstance(obj, Packet):
+            dst.receive(obj, port, at, ecn, entropy, trim, src)
+        else:
+            assert addr is not None and isinstance(obj, bytes)
+            dst.receive_datagram(obj, port, at, addr, ecn=ecn, flow_label=entropy >> 16, trim=trim, src=src)
 
 
 class Pair:
@@ -160,6 +219,7 @@ class Pair:
         imp: Impairments | None = None,
         config: NicConfig | None = None,
         latency_ns: int = 2_000,
+        link_bps: int = 100_000_000_000,
         wire: bool = False,
         timeout: int = 8,
         retry_linear: int = 7,
@@ -170,12 +230,15 @@ class Pair:
         max_wimm: int = 0,
         max_wimm_dest: int = 0,
         access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+        stalls: dict[str, HostStalls] | None = None,
     ) -> None:
         self.rng = random.Random(seed)
         cfg = config or NicConfig()
         self.a = Nic(ports, rng=random.Random(seed * 7 + 1), config=cfg)
         self.b = Nic(ports, rng=random.Random(seed * 7 + 2), config=cfg)
-        self.fabric = Fabric(self.rng, imp or Impairments(), latency_ns=latency_ns, wire=wire)
+        self.fabric = Fabric(
+            self.rng, imp or Impairments(), latency_ns=latency_ns, link_bps=link_bps, wire=wire
+        )
         self.now = 0
         self.src = bytearray(self.rng.randbytes(buf_size))
         self.dst = bytearray(buf_size)
@@ -202,6 +265,15 @@ class Pair:
                 retry_exp=retry_exp,
             )
         self.wr_id = itertools.count(1)
+        self.hosts: dict[int, _Host] = {}
+        """By `id` of the NIC: the hosts that stall (``stalls``, by NIC name "a" / "b")."""
+        for name, s in (stalls or {}).items():
+            self.hosts[id(self._nic(name))] = _Host(s, ports)
+
+    def _nic(self, name: str) -> Nic:
+        if name not in ("a", "b"):
+            raise ValueError(f"no NIC {name!r} (a or b)")
+        return self.a if name == "a" else self.b
 
     def _qp(self, nic: Nic) -> Qp:
         return nic.create_qp(QpInitAttr(send_cq=nic.create_cq(), recv_cq=nic.create_cq()))
@@ -242,21 +314,43 @@ class Pair:
     def step(self) -> bool:
         """Advance to the next event; False when nothing is left to happen. Raises `AssertionError` if a
         NIC breaks the timer contract (after ``handle_timer(now)`` its deadline is None or after ``now``)."""
+        hosts = self.hosts
         for nic, other, name in ((self.a, self.b, "a"), (self.b, self.a, "b")):
+            h = hosts.get(id(nic))
+            if h is not None and h.awake_at(self.now) != self.now:
+                continue  # stalled: sends nothing
             for t in nic.datagrams_to_send(self.now):
                 self.fabric.send(nic, other, t, self.now, name)
         for nic in (self.a, self.b):  # `timer_floor`: never after the deadline, -1 once none is left
             floor, deadline = nic.timer_floor(), nic.get_timer()
             if not (0 <= floor <= deadline if deadline is not None else nic.timer_floor() < 0):
                 raise AssertionError(f"timer floor {floor} against the deadline {deadline}")
-        times = [
-            t for t in (self.fabric.next_time(), self.a.get_timer(), self.b.get_timer()) if t is not None
-        ]
+        times = [t for t in (self.fabric.next_time(),) if t is not None]
+        for nic in (self.a, self.b):
+            due = nic.get_timer()
+            h = hosts.get(id(nic))
+            if h is not None:
+                if due is not None:
+                    due = h.awake_at(due)  # a stalled host's timer fires when it runs again
+                if h.waiting:
+                    w = h.awake_at(self.now)
+                    due = w if due is None or w < due else due
+            if due is not None:
+                times.append(due)
         if not times:
             return False
         self.now = max(self.now, min(times))
-        self.fabric.deliver_until(self.now)
+        if hosts:
+            self.fabric.deliver_until(self.now, self._hold)
+        else:
+            self.fabric.deliver_until(self.now)
+        for h in hosts.values():
+            if h.waiting and h.awake_at(self.now) == self.now:
+                self._drain(h)
         for nic in (self.a, self.b):
+            h = hosts.get(id(nic))
+            if h is not None and h.awake_at(self.now) != self.now:
+                continue
             timer = nic.get_timer()
             if timer is not None and timer <= self.now:
                 nic.handle_timer(self.now)
@@ -264,6 +358,32 @@ class Pair:
                 if after is not None and after <= self.now:
                     raise AssertionError(f"timer contract broken: deadline {after} ≤ now {self.now}")
         return True
+
+    def _hold(self, dst: Nic, now: int, e: tuple[Any, ...]) -> bool:
+        """Queue an arrival for a host that is stalled (or still has older arrivals to read)."""
+        h = self.hosts.get(id(dst))
+        if h is None:
+            return False
+        if h.awake_at(now) == now and not h.waiting:
+            h.fed = now
+            return False
+        h.queues[e[4]].append((now, e))
+        h.waiting += 1
+        return True
+
+    def _drain(self, h: _Host) -> None:
+        """The host runs again: its port queues, read in turns, each arrival at its own time."""
+        turn, stamped = h.stalls.turn, h.stalls.kernel_time
+        queues = h.queues
+        while h.waiting:
+            for q in queues:
+                take, q[:] = q[:turn], q[turn:]
+                for arrived, e in take:
+                    at = max(arrived if stamped else self.now, h.fed)
+                    h.fed = at
+                    h.waiting -= 1
+                    self.fabric.hand(e, at)
+        h.fed = self.now
 
     def run(
         self, until: Callable[[], bool] | None = None, *, max_time: int = 10**12, max_steps: int = 10**7

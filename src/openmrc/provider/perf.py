@@ -13,6 +13,11 @@ line (``ok`` or ``error`` with a reason). Impairments asked for by the client (`
 fails at a time) apply to both directions: the client impairs what it sends and asks the server to do
 the same for what it sends.
 
+*A server that goes away.* While it measures, the client looks at the out-of-band connection every
+``_OOB_CHECK_S`` (a non-blocking peek): the server never speaks unasked, so an end of file or a reset
+there means its process is gone, and the client fails at once rather than waiting for the transport's
+retries to run out (with the default connect attributes, 4.4 s of silence).
+
 *Entropy.* ``ev_mode`` chooses the QPs' EV profiles, on both sides: ``udp`` (the device's default
 profile: UDP source ports), ``stev`` (UDP source ports and IPv6 flow labels, for fabrics that hash on the
 flow label) or ``srv6`` (one uSID path per EV over every plane and spine, from a fabric export written by
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import select
 import socket
 import threading
 import time
@@ -71,6 +77,7 @@ OOB_PORT = 18515
 MAX_SIZE = 1 << 30
 EV_MODES = ("udp", "stev", "srv6")
 _PROFILE = 1  # the EV profile id perf installs for stev and srv6
+_OOB_CHECK_S = 0.05  # how often a measuring client looks whether the server's connection closed
 
 
 class PerfError(RuntimeError):
@@ -110,6 +117,8 @@ class SizeResult:
     retransmits: int
     ev_state_changes: int
     completions_ok: bool
+    evs_marked_bad: int = 0
+    """EV events of the run that marked an EV ASSUMED_BAD (``ev_state_changes`` counts those to GOOD too)."""
 
 
 @dataclass
@@ -165,6 +174,18 @@ class _Channel:
     def call(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.send(msg)
         return self.recv()
+
+    def peer_closed(self) -> bool:
+        """Whether the peer closed or reset the connection; never blocks. Only for a side that expects
+        nothing unasked: bytes waiting to be read count as open."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            # a peek (the line reader's buffer is empty between calls): b"" is the end of file
+            return bool(readable) and not self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):  # a reset, or the socket already closed here
+            return True
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -494,7 +515,7 @@ def _client_session(
             n = run.iters or max(16, int(run.duration * dev.num_ports * dev.config.link_bps / 8 / size))
         if imm:
             ch.call({"op": "recvs", "n": n})
-        res = _measure(dev, target, size, n, imm, run, failure, ticker)
+        res = _measure(dev, target, size, n, imm, run, failure, ch, ticker)
         results.append(res)
         if on_result is not None:
             on_result(res)
@@ -592,6 +613,7 @@ def _measure(
     imm: bool,
     run: _Run,
     failure: _PortFailure,
+    ch: _Channel,
     ticker: _Ticker | None = None,
 ) -> SizeResult:
     tx_depth, timeout = run.tx_depth, run.timeout
@@ -599,15 +621,26 @@ def _measure(
     stats = dev.nic.stats
     retx0 = stats.retransmits
     events0 = _ev_changes(dev)
+    bad0 = _ev_changes(dev, (EVState.ASSUMED_BAD,))
     op = WrOpcode.RDMA_WRITE_WITH_IMM if imm else WrOpcode.RDMA_WRITE
     posted = done = 0
     ok = True
+    failed: WcStatus | None = None  # the first error: the flushes that follow it say less
     stamps: list[float] = []
     t0 = time.perf_counter()
     deadline = time.monotonic() + timeout + (run.duration or 0.0)
     until = None if run.duration is None else time.monotonic() + run.duration
+    check_oob = time.monotonic() + _OOB_CHECK_S
     while done < n:
         failure.poll()
+        if time.monotonic() >= check_oob:
+            if ch.peer_closed():
+                of = f"{done} of {n}" if until is None else f"{done} (in {time.perf_counter() - t0:.1f} s)"
+                raise PerfError(
+                    f"{size} B: the server went away (its out-of-band connection closed) after {of} Writes"
+                    " completed"
+                )
+            check_oob = time.monotonic() + _OOB_CHECK_S
         if until is not None and posted < n and time.monotonic() >= until:
             n = posted  # the time is up: wait for what is in flight
             continue
@@ -630,14 +663,18 @@ def _measure(
             stamps.append(time.perf_counter())
             if wc.status is not WcStatus.SUCCESS:
                 ok = False
+                failed = failed or wc.status
             elif ticker is not None:
                 ticker.completed(size)
         if ticker is not None:
             ticker.poll()
         if time.monotonic() > deadline:
             raise PerfError(f"{size} B: {done} of {n} Writes completed in {timeout:.0f} s")
-        if not ok:
-            raise PerfError(f"{size} B: a Write failed ({wc.status.name})")
+        if failed is not None:
+            why = "; ".join(sorted({q.error_detail for q in qps if q.error_detail}))
+            raise PerfError(
+                f"{size} B: a Write failed ({why or failed.name}) after {done - 1} of {n} completed"
+            )
     if ticker is not None:
         ticker.poll(final=True)
     secs = time.perf_counter() - t0
@@ -659,8 +696,10 @@ def _measure(
         stats.retransmits - retx0,
         _ev_changes(dev) - events0,
         ok,
+        _ev_changes(dev, (EVState.ASSUMED_BAD,)) - bad0,
     )
 
 
-def _ev_changes(dev: UdpDevice) -> int:
-    return sum(1 for e in dev.nic.ev_events if e.state in (EVState.ASSUMED_BAD, EVState.GOOD))
+def _ev_changes(dev: UdpDevice, states: tuple[EVState, ...] = (EVState.ASSUMED_BAD, EVState.GOOD)) -> int:
+    """EV events (of the queue, 65,536 deep) that moved an EV to one of ``states``."""
+    return sum(1 for e in dev.nic.ev_events if e.state in states)

@@ -110,7 +110,16 @@ from openmrc.wire import (
 )
 from openmrc.wire.constants import is_data_opcode
 
-__all__ = ["DeviceStats", "Peer", "UdpDevice", "gso_burst", "parse_endpoint", "software_config"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "SOFTWARE_MIN_ACK_TIMEOUT_NS",
+    "DeviceStats",
+    "Peer",
+    "UdpDevice",
+    "gso_burst",
+    "parse_endpoint",
+    "software_config",
+]
 
 # Linux socket options the socket module does not name
 SO_SNDBUFFORCE: Final = 32
@@ -123,6 +132,9 @@ UDP_NO_CHECK6_RX: Final = 102
 UDP_SEGMENT: Final = 103
 UDP_GRO: Final = 104
 SOL_UDP: Final = 17
+SO_TIMESTAMPNS: Final = 35  # SCM_TIMESTAMPNS: the kernel's receive time, a struct timespec (realtime)
+SO_RXQ_OVFL: Final = 40  # datagrams the kernel dropped from this socket's full buffer so far (uint32)
+_SOL_SOCKET: Final = int(socket.SOL_SOCKET)
 
 ECT0: Final = 0x02
 CE: Final = 0x03
@@ -139,6 +151,8 @@ _HEADER_BYTES: Final = 100  # IP + UDP + MRC headers of a data packet, for pacin
 _ICRC_SIZE: Final = 4
 _MRC_OVERHEAD: Final = 64  # MRC headers and ICRC of a data packet (at most), past its payload
 _INT: Final = struct.Struct("i")
+_UINT: Final = struct.Struct("I")
+_TIMESPEC: Final = struct.Struct("qq")
 _STORE_POLL_NS: Final = 50_000_000  # how often a device using a profile store looks at it
 
 Endpoint = tuple[str, int]
@@ -150,12 +164,23 @@ def gso_burst(mtu: int) -> int:
     return max(1, min(_GSO_MAX_SEGS, _GSO_MAX_BYTES // (mtu + _MRC_OVERHEAD)))
 
 
+SOFTWARE_MIN_ACK_TIMEOUT_NS: Final = 1024 << 13
+"""The floor of a software NIC's retransmission timeout (8.39 ms: ``timeout`` 13)."""
+DEFAULT_TIMEOUT: Final = 14
+"""`UdpDevice.connect`'s ACK timeout exponent: 16.8 ms, and with the default retries (7 linear, 7
+exponential) a peer that answers nothing fails the QP with RETRY_EXC_ERR after 4.4 s."""
+
+
 def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
     """Transport settings for a software NIC (the device's default): ``link_gbps`` per port; timers for the
     RTT of a user-space stack (a base RTT of 200 µs, SACKs coalesced over 32 packets or 20 µs), a
     reordering allowance of 128 packets (sockets are drained in turns, so sprayed packets arrive less in
     order than through a NIC's ring), spray bursts of `gso_burst` packets and EVs from the dynamic UDP port
-    range."""
+    range. A process is descheduled for milliseconds, so a packet thought lost holds its EV until the loss
+    is judged (it is mostly late: `NicConfig.late_host`), the retransmission timeout is at least
+    ``SOFTWARE_MIN_ACK_TIMEOUT_NS`` (8.39 ms, the QP attribute ``timeout`` 13, whatever lower value a QP
+    asks for), and a path that stays down is probed at least every 20 ms once its probes go unanswered
+    (a failed path comes back within that, a dead one costs 50 probes a second)."""
     return NicConfig(
         mtu=mtu,
         link_bps=int(link_gbps * 1e9),
@@ -167,6 +192,9 @@ def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
         spray_burst=gso_burst(mtu),
         max_send_wr=8192,
         max_recv_wr=8192,
+        min_ack_timeout_ns=SOFTWARE_MIN_ACK_TIMEOUT_NS,
+        probe_backoff_max_ns=20_000_000,
+        late_host=True,
     )
 
 
@@ -238,6 +266,12 @@ class DeviceStats:
     rx_gro_batches: int = 0
     rx_truncated: int = 0
     rx_errors: int = 0
+    rx_overflow: int = 0
+    """Datagrams the kernel dropped because a port's socket buffer was full (``SO_RXQ_OVFL``): real losses
+    in this host, which the transport recovers like any other."""
+    rx_delay_max_ns: int = 0
+    """The longest a datagram waited in a socket buffer before the device read it (kernel receive
+    timestamp to read): how late this host was."""
     tx_datagrams: int = 0
     tx_gso_batches: int = 0
     tx_errors: int = 0
@@ -256,7 +290,7 @@ class DeviceStats:
 
 
 class _Port:
-    __slots__ = ("family", "free_at", "index", "ip", "packed", "sock", "udp_port")
+    __slots__ = ("family", "free_at", "index", "ip", "overflow", "packed", "sock", "udp_port")
 
     def __init__(self, index: int, ep: Endpoint, sock: socket.socket) -> None:
         self.index = index
@@ -265,6 +299,7 @@ class _Port:
         self.family = socket.AF_INET6 if len(self.packed) == 16 else socket.AF_INET
         self.sock = sock
         self.free_at = 0
+        self.overflow = 0  # the kernel's drop count the socket last reported (SO_RXQ_OVFL)
 
 
 # (socket, destination sockaddr, ICRC addressing, the peer) for one (port, entropy, peer, SRv6 destination)
@@ -315,6 +350,12 @@ class UdpDevice:
         self.config = cfg
         self._clock = clock
         self._t0 = clock()
+        # Each datagram is handed to the NIC at the time the kernel stamped it on arrival (read against the
+        # real-time clock), so that how late this process read it is not taken for network delay; only with
+        # the default clock (a test's own clock has no relation to the kernel's).
+        self._kernel_time = clock is time.monotonic_ns
+        self._rt_now = 0
+        self._fed = 0  # the last time handed to the NIC: arrivals are never handed to it earlier
         self.rng = random.Random(seed)
         self.nic = Nic(len(eps), rng=self.rng, config=cfg)
         self.stats = DeviceStats()
@@ -397,6 +438,9 @@ class UdpDevice:
             if gro:
                 with contextlib.suppress(OSError):  # older kernels: datagram by datagram
                     s.setsockopt(SOL_UDP, UDP_GRO, 1)
+            with contextlib.suppress(OSError):  # when each datagram reached the host, and what overflowed
+                s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
             try:
                 s.bind(ep)
             except OSError as exc:
@@ -553,13 +597,18 @@ class UdpDevice:
         mpr_dest: int = 8,
         max_wimm: int = 16,
         max_wimm_dest: int = 16,
-        timeout: int = 16,
+        timeout: int = DEFAULT_TIMEOUT,
         retry_linear: int = 7,
         retry_exp: int = 7,
     ) -> None:
         """Take ``qp`` from RESET to RTS towards ``dest_qp_num`` on ``peer`` and make sure every EV of its
         profile can be carried: raises `LocalProtocolError` with the reason (an IPv4 port for STEV or
-        SRv6 EVs, an SRH segment, a source port that cannot be bound) and leaves the QP in RESET."""
+        SRv6 EVs, an SRH segment, a source port that cannot be bound) and leaves the QP in RESET.
+
+        ``timeout``: the ACK timeout, 1.024 µs · 2^timeout (14: 16.8 ms; raised to the device's floor,
+        `software_config`); ``retry_linear`` timeouts at that interval, then ``retry_exp`` doubling it
+        (25: for ever), and the QP fails with RETRY_EXC_ERR: with the defaults 4.4 s after the peer's
+        last answer (`openmrc.transport.Qp.time_to_error`)."""
         with self._lock:
             self._check_open()
             self.add_peer(peer)
@@ -761,6 +810,9 @@ class UdpDevice:
     def _round(self) -> int:
         nic = self.nic
         now = self.now()
+        if self._kernel_time:
+            # the kernel stamps arrivals on the real-time clock: its reading now, against ours
+            self._rt_now = time.time_ns()
         self.stats.rounds += 1
         n = 0
         # Ports are drained in turns of a few datagrams, so that packets sprayed over the planes are handed
@@ -791,6 +843,7 @@ class UdpDevice:
         timer = nic.get_timer()
         if timer is not None and timer <= now:
             nic.handle_timer(now)
+        self._fed = now
         n += self._send(now)
         if not self._cq_signalled:
             for cq in self._cqs:
@@ -818,13 +871,30 @@ class UdpDevice:
                 stats.rx_errors += 1
                 break
             tos = flow = seg = 0
+            at = now
             for level, kind, data in anc:
-                if level == SOL_UDP and kind == UDP_GRO:
+                if level == _SOL_SOCKET:
+                    if kind == SO_TIMESTAMPNS:
+                        if self._kernel_time:
+                            sec, nsec = _TIMESPEC.unpack_from(data)
+                            waited = self._rt_now - (sec * 1_000_000_000 + nsec)
+                            if waited > 0:
+                                at = now - waited
+                                if waited > stats.rx_delay_max_ns:
+                                    stats.rx_delay_max_ns = waited
+                    elif kind == SO_RXQ_OVFL:
+                        total = _UINT.unpack_from(data)[0]
+                        if total != port.overflow:
+                            stats.rx_overflow += (total - port.overflow) & 0xFFFFFFFF
+                            port.overflow = total
+                elif level == SOL_UDP and kind == UDP_GRO:
                     seg = _INT.unpack_from(data)[0]
                 elif kind == IPV6_FLOWINFO and level == socket.IPPROTO_IPV6:
                     flow = int.from_bytes(data[:4], "big") & _FLOW_MASK
                 elif data:
                     tos = data[0] if len(data) == 1 else _INT.unpack_from(data)[0]
+            if at < self._fed:
+                at = self._fed  # the core's time never goes back
             if flags & _MSG_TRUNC:
                 stats.rx_truncated += 1
                 continue
@@ -853,7 +923,7 @@ class UdpDevice:
             stats.rx_datagrams += count
             got += count
             nic.receive_segments(
-                view[:nbytes], seg, port.index, now, addr, ecn=ecn, flow_label=flow, trim=trim, src=peer
+                view[:nbytes], seg, port.index, at, addr, ecn=ecn, flow_label=flow, trim=trim, src=peer
             )
         return got
 

@@ -13,6 +13,7 @@ from openmrc.transport.qp import TRANSITIONS, Qp, QpAttr, QpInitAttr
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import (
     Access,
+    AckTimeoutWarning,
     LocalProtocolError,
     QpCapFlags,
     QpState,
@@ -34,6 +35,7 @@ from openmrc.transport.types import (
 __all__ = [
     "TRANSITIONS",
     "Access",
+    "AckTimeoutWarning",
     "Arrival",
     "CompletionQueue",
     "CongestionControl",

@@ -40,6 +40,25 @@ class NicConfig:
     """How often an ASSUMED_BAD EV is probed; never more often than its QP's probe timeout
     (about 2 · srtt, at least half the base RTT), so that a probe is not repeated while its answer can
     still come."""
+    late_host: bool = False
+    """The NIC runs in a process that is descheduled for milliseconds (a software NIC:
+    `openmrc.provider.udp.software_config`), so a packet thought lost is often only late: its EV is held out
+    of the rotation until the loss is judged, and blamed (ASSUMED_BAD) only once a grace has passed after the
+    retransmission was acknowledged with no copy of the original turning up (`openmrc.transport.recovery`).
+    Without it (a hardware NIC, the simulator's hosts), the EV is skipped for the rest of the rotation and
+    blamed when the retransmission is acknowledged, as MRC's rule has it; a fabric with random loss recovers
+    faster so."""
+    probe_backoff_max_ns: int = 50_000
+    """The longest spacing between probes of one ASSUMED_BAD EV: each probe that goes unanswered doubles the
+    EV's spacing up to this (the default, ``probe_interval_ns``: no backoff)."""
+    silent_probe_interval_ns: int = 10_000_000
+    """While a QP's peer answers nothing (no acknowledgement or probe answer for a retransmission timeout and
+    at least this long), the QP sends at most one probe this often (10 ms: 100 probe datagrams a second
+    towards a dead peer)."""
+    min_ack_timeout_ns: int = 0
+    """A floor under the retransmission timeout the QP attribute ``timeout`` gives (1.024 µs · 2^timeout): a
+    software NIC is descheduled for milliseconds, and a timeout shorter than that fires for nothing
+    (`openmrc.provider.udp.software_config`: 8.39 ms, ``timeout`` 13)."""
     probes_to_restore: int = 2
     """Consecutive successful probes that turn an ASSUMED_BAD EV back to GOOD."""
     default_ev_count: int = 128
@@ -67,6 +86,9 @@ class NicConfig:
             "active_ev_fraction": 0 < self.active_ev_fraction <= 1,
             "probe_interval_ns": self.probe_interval_ns > 0,
             "probes_to_restore": self.probes_to_restore >= 1,
+            "probe_backoff_max_ns": self.probe_backoff_max_ns > 0,
+            "silent_probe_interval_ns": self.silent_probe_interval_ns > 0,
+            "min_ack_timeout_ns": 0 <= self.min_ack_timeout_ns <= 1024 << 24,
             "default_ev_count": self.default_ev_count >= 1,
             "default_ev_sports": len(self.default_ev_sports) == 2
             and 1 <= self.default_ev_sports[0] < self.default_ev_sports[1] <= 65536

@@ -3,11 +3,13 @@
 Theory of operation (MRC-SPEC-NOTES §2)
 ---------------------------------------
 A QP sprays each packet on the next usable EV of a pseudo-random *rotation* over its active EV set, which
-is drawn equally from all planes (NIC ports); the rotation is re-shuffled every ``reshuffle_rotations``
-complete passes (an *epoch* is one pass). With a ``burst`` above 1, new data stays on the EV it took for
-that many packets before the rotation moves on (a software NIC's segmentation offload needs runs of
-packets with one addressing); retransmissions and probes still take the next EV. An EV is usable when it
-is GOOD (or SKIP from an earlier epoch) and both its local port and the peer's port of that plane are up.
+is drawn equally from all planes (NIC ports) and takes the planes in turn (one EV of each plane, then the
+next of each: spraying loads every plane alike at any time, not only on average); the EVs of each plane
+are re-shuffled every ``reshuffle_rotations`` complete passes (an *epoch* is one pass). With a ``burst``
+above 1, new data stays on the EV it took for that many packets before the rotation moves on (a software
+NIC's segmentation offload needs runs of packets with one addressing); retransmissions and probes still
+take the next EV. An EV is usable when it is GOOD (or SKIP from an earlier epoch) and both its local port
+and the peer's port of that plane are up.
 
 * ECN echo (SACK M=SKIP_ONCE) or a trim NACK that is not last-hop → SKIP: not used for the rest of the
   current rotation.
@@ -15,9 +17,14 @@ is GOOD (or SKIP from an earlier epoch) and both its local port and the peer's p
   rotation and a GOOD backup *of the same plane* takes its slot, so planes stay balanced. If no backup is
   left, the EV stays in its slot but is skipped. Never below ``min_active`` usable EVs: at the floor a bad
   EV is only skipped for the rotation.
+* A packet sent on an EV is thought lost but not yet judged (`openmrc.transport.recovery`) → skipped for the
+  rotation, or, on a NIC whose host is late (`NicConfig.late_host`), *held*: out of the rotation until
+  it is released (the loss was spurious) or blamed (ASSUMED_BAD); no EV event until it is blamed. Not below
+  ``min_active`` usable EVs: at the floor it is only skipped for the rotation.
 * ASSUMED_BAD EVs are probed every ``probe_interval``, or every probe timeout of the QP when that is longer
   (`due_probes`' ``spacing``: a probe is not repeated while its answer can still come, so a slow path or a
-  slow peer is not flooded with probes); ``probes_to_restore`` successful probes in a row
+  slow peer is not flooded with probes), the spacing doubling with every probe of the EV that went
+  unanswered, up to ``probe_backoff_max``; ``probes_to_restore`` successful probes in a row
   restore them to GOOD (they return to their slot if it is still theirs, else to the backups).
 * DENIED is set and cleared only by the controller; a denied EV is never used nor probed.
 * A plane the local port has up but the peer says is down (a port status update) is *doubted*, not
@@ -34,7 +41,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from mypy_extensions import mypyc_attr
 
@@ -47,12 +54,29 @@ _GOOD: Final = EVState.GOOD
 _SKIP: Final = EVState.SKIP
 _BAD: Final = EVState.ASSUMED_BAD
 _DENIED: Final = EVState.DENIED
+_T = TypeVar("_T")
+_HELD: Final = 1 << 30
+"""The skip epoch of a held EV: after every rotation's (a rotation skips an EV until its epoch is past)."""
 
 
 def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
     """``rng.shuffle(x)``, drawing the very same numbers, at a fraction of the cost for a plain
     `random.Random` (the rotation is re-shuffled once per pass, so this is on the per-packet path)."""
     _Draws(rng, len(x) - 1).shuffle(x)
+
+
+def _interleave(planes: list[list[EvEntry]]) -> list[EvEntry]:
+    """The rotation from each plane's EVs (the planes in a drawn order): one EV of every plane in turn, so
+    that any run of as many consecutive picks as there are planes spreads over all of them (with bursts,
+    each plane carries every so many bursts: one plane is never sent several bursts in a row while another
+    idles)."""
+    out: list[EvEntry] = []
+    longest = max(len(g) for g in planes)
+    for i in range(longest):
+        for g in planes:
+            if i < len(g):
+                out.append(g[i])
+    return out
 
 
 def _round(x: float) -> int:
@@ -87,7 +111,7 @@ class _Draws:
         self.words = b""  # the batch, little-endian: word w is bytes 4w..4w+3
         self.w = 0
 
-    def shuffle(self, x: list[EvEntry]) -> None:
+    def shuffle(self, x: list[_T]) -> None:
         rng = self.rng
         if type(rng) is not random.Random:
             rng.shuffle(x)  # a subclass may draw differently
@@ -124,12 +148,13 @@ class _Probing:
     """An EV's probe state, made when it is first probed or marked bad (most EVs never are: a QP's table
     is 32 EVs or more, and a fabric has millions of them)."""
 
-    __slots__ = ("next_probe", "ok", "out")
+    __slots__ = ("misses", "next_probe", "ok", "out")
 
     def __init__(self) -> None:
         self.next_probe = 0
         self.ok = 0
         self.out = False
+        self.misses = 0  # probes sent while the one before was still unanswered, since the last answer
 
 
 # acyclic: no cyclic-GC header (16 bytes an EV, millions of them); an EV refers to nothing that refers back
@@ -189,6 +214,11 @@ class EvEntry:
     def probe_out(self, out: bool) -> None:
         if out or self._probing is not None:
             self._probe_state().out = out
+
+    @property
+    def held(self) -> bool:
+        """Out of the rotation until a loss thought to have happened on it is judged."""
+        return self.state is _SKIP and self.skip_epoch == _HELD
 
     @property
     def probe_ok(self) -> int:
@@ -288,6 +318,7 @@ class EvTable:
         reshuffle_rotations: int = 1,
         burst: int = 1,
         probe_interval: int = 50_000,
+        probe_backoff_max: int = 50_000,
         probes_to_restore: int = 2,
         emit: Callable[[EvEvent], None] | None = None,
         qp_num: int = 0,
@@ -310,6 +341,7 @@ class EvTable:
         self.min_active = min_active
         self.reshuffle_rotations = reshuffle_rotations
         self.probe_interval = probe_interval
+        self.probe_backoff_max = probe_backoff_max
         self.probes_to_restore = probes_to_restore
         self._emit = emit
         self.qp_num = qp_num
@@ -321,14 +353,16 @@ class EvTable:
         self._backups: list[EvEntry] = []  # every plane's, in order (a QP has few: no list per plane)
         ports = sorted(per_port)
         actives = [max(1, _round(len(per_port[p]) * active_fraction)) for p in ports]
-        # each plane's shuffle, then the rotation's: one batch of the generator's words serves them all
-        draws = _Draws(rng, len(self.entries) - len(ports) + sum(actives) - 1)
+        # each plane's shuffle, then the planes' order: one batch of the generator's words serves them all
+        draws = _Draws(rng, len(self.entries) - 1)
+        actives_by_plane = []
         for port, n_active in zip(ports, actives, strict=True):
             group = per_port[port]
             draws.shuffle(group)
-            self.rotation.extend(group[:n_active])
+            actives_by_plane.append(group[:n_active])
             self._backups.extend(group[n_active:])
-        draws.shuffle(self.rotation)
+        draws.shuffle(actives_by_plane)  # which plane a QP's first packet takes is drawn too
+        self.rotation = _interleave(actives_by_plane)
         for i, e in enumerate(self.rotation):
             e.slot = i
         self._pos = 0
@@ -424,7 +458,7 @@ class EvTable:
         for e in self.entries:
             good = e.state is _GOOD or e.state is _SKIP
             active = e.slot >= 0
-            usable = good and active and bool((mask >> (e.port - 1)) & 1)
+            usable = good and active and bool((mask >> (e.port - 1)) & 1) and not e.held
             out.append(EvStatus(e.port, e.expanded, e.entropy, _GOOD if good else e.state, active, usable))
         return out
 
@@ -454,7 +488,7 @@ class EvTable:
                 self._pos = pos + 1
                 return self._take(e, new_data)
         fallback = None
-        for _ in range(n):
+        for _ in range(2 * n):  # (a wrap re-shuffles: the whole new rotation is looked at too)
             if pos >= n:  # wrap lazily, so `epoch` is the rotation of the EV read below
                 self._new_epoch()
                 pos = 0
@@ -463,7 +497,7 @@ class EvTable:
             if port and e.port != port:  # cheapest test first: a control packet skips ~(ports-1)/ports
                 continue
             st = e.state
-            if st is _GOOD or (st is _SKIP and e.skip_epoch != self.epoch):
+            if st is _GOOD or (st is _SKIP and e.skip_epoch < self.epoch):
                 if not (mask >> (e.port - 1)) & 1:
                     continue
                 if e is avoid:
@@ -487,20 +521,65 @@ class EvTable:
         self.epoch += 1
         if self.epoch % self.reshuffle_rotations == 0:
             rot = self.rotation
-            shuffle(self._rng, rot)
+            planes: dict[int, list[EvEntry]] = {}
+            for e in rot:
+                group = planes.get(e.port)
+                if group is None:
+                    planes[e.port] = [e]
+                else:
+                    group.append(e)
+            groups = [planes[port] for port in sorted(planes)]
+            draws = _Draws(self._rng, len(rot) - 1)
+            for group in groups:
+                draws.shuffle(group)
+            draws.shuffle(groups)
+            rot[:] = _interleave(groups)
             for i, e in enumerate(rot):
                 e.slot = i
 
     def usable_count(self) -> int:
+        """EVs of the rotation that may carry packets (GOOD, or skipped for the rotation; not held) on usable
+        planes."""
         mask = self.port_mask
-        return sum(1 for e in self.rotation if e.state in (_GOOD, _SKIP) and (mask >> (e.port - 1)) & 1)
+        n = 0
+        for e in self.rotation:
+            st = e.state
+            if (st is _GOOD or (st is _SKIP and e.skip_epoch != _HELD)) and (mask >> (e.port - 1)) & 1:
+                n += 1
+        return n
+
+    def _at_floor(self, e: EvEntry) -> bool:
+        """Whether taking ``e`` out of use would leave fewer than ``min_active`` usable EVs."""
+        if e.slot < 0:
+            return False
+        n = self.usable_count()
+        st = e.state
+        if (st is _GOOD or (st is _SKIP and e.skip_epoch != _HELD)) and (self._port_mask >> (e.port - 1)) & 1:
+            n -= 1
+        return n < self.min_active
 
     # -- feedback ------------------------------------------------------------------------------------------
     def skip(self, e: EvEntry) -> None:
-        """ECN echo or a (not last-hop) trim: do not use ``e`` for the rest of this rotation."""
-        if e.state is _GOOD or e.state is _SKIP:
+        """ECN echo, a (not last-hop) trim, or a loss not judged yet: do not use ``e`` for the rest of this
+        rotation (a held EV stays held)."""
+        if e.state is _GOOD or (e.state is _SKIP and e.skip_epoch != _HELD):
             e.state = _SKIP
             e.skip_epoch = self.epoch
+
+    def hold(self, e: EvEntry) -> None:
+        """A packet sent on ``e`` is thought lost: keep ``e`` out of the rotation until `release` or
+        `mark_bad` (at the ``min_active`` floor, only for this rotation)."""
+        if e.state is _GOOD or e.state is _SKIP:
+            if self._at_floor(e):
+                self.skip(e)
+                return
+            e.state = _SKIP
+            e.skip_epoch = _HELD
+
+    def release(self, e: EvEntry) -> None:
+        """The loss that held ``e`` was spurious: back in the rotation."""
+        if e.state is _SKIP and e.skip_epoch == _HELD:
+            e.state = _GOOD
 
     def mark_bad(self, e: EvEntry, now: int) -> None:
         """Loss without trim, timeout, or M=ALWAYS_SKIP: ASSUMED_BAD now, replaced from the same plane."""
@@ -508,13 +587,16 @@ class EvTable:
             if e.state is _BAD:
                 e.probe_ok = 0
             return
-        if e.slot >= 0 and self.usable_count() <= self.min_active:
+        if self._at_floor(e):
+            if e.skip_epoch == _HELD:
+                e.state = _GOOD  # judged: no longer held
             self.skip(e)  # at the floor: keep the EV, only rest it for this rotation
             return
         self._retire(e)
         self._set_state(e, _BAD, now)
-        e.probe_ok = 0
-        e.next_probe = now + self.probe_interval
+        probing = e._probe_state()
+        probing.ok = probing.misses = 0
+        probing.next_probe = now + self.probe_interval
         self.bad[e] = None
         self._probe_dirty = True
 
@@ -546,14 +628,25 @@ class EvTable:
         out = []
         mask = self.port_mask
         every = max(self.probe_interval, spacing)
+        cap = self.probe_backoff_max
         for e in self.bad:
             if e.next_probe <= now and (mask >> (e.port - 1)) & 1:
-                e.next_probe = now + every
+                p = e._probe_state()
+                if p.out:  # the last probe went unanswered: wait longer for this one
+                    p.misses += 1
+                wait = every << min(p.misses, 20)
+                e.next_probe = now + (wait if wait < cap or every >= cap else cap)
                 out.append(e)
         if out:
             self._probe_dirty = True
         out.sort(key=lambda e: e.entropy)  # set order is not deterministic across runs
         return out
+
+    def defer_probe(self, e: EvEntry, at: int) -> None:
+        """Probe ASSUMED_BAD ``e`` no sooner than ``at``."""
+        if e.next_probe < at:
+            e.next_probe = at
+            self._probe_dirty = True
 
     def next_probe_time(self) -> int | None:
         """When the next probe is due (EVs of unusable ports are not probed until their port is back)."""
@@ -567,10 +660,12 @@ class EvTable:
         """A probe (or any packet) sent on ASSUMED_BAD ``e`` was acknowledged; ``good``: with M=NONE."""
         if e.state is not _BAD:
             return
+        p = e._probe_state()
+        p.misses = 0
         if not good:
-            e.probe_ok = 0
+            p.ok = 0
             return
-        e.probe_ok += 1
+        p.ok += 1
         if e.probe_ok >= self.probes_to_restore:
             self.bad.pop(e, None)
             self._probe_dirty = True

@@ -548,7 +548,7 @@ class Nic:
 
     def _wake_now(self, qp: Qp) -> None:
         r = qp.requester
-        if qp.state is _RTS and (r.unsent or r.retx) and not r.blocked:  # work waiting and not blocked
+        if qp.state is _RTS and (r.unsent or r.rec.retx) and not r.blocked:  # work waiting and not blocked
             self._active[qp] = None
         t = qp.next_timer()
         if t is None:
@@ -585,18 +585,19 @@ class Nic:
             budget = 1 << 61 if max_data is None else max_data  # (below 2**62: unboxed when compiled)
             for qp in active:
                 r = qp.requester
+                rec = r.rec
                 if (
                     budget <= 0
                     and not r.blocked
                     and qp.state is _RTS
                     and not qp.evs.bad  # type: ignore[union-attr]
-                    and not r.pending_probes
-                    and r.plane_probe_at is None
+                    and not rec.pending_probes
+                    and rec.plane_probe_at is None
                 ):
                     # A pacing driver polls often with no room left. Without bad EVs (no probe can be due)
                     # emit() would change nothing, and nothing else changed since this QP's last wake()
                     # (every state change ends in one), so its timer stands: it only stays in the set.
-                    if r.unsent or r.retx:
+                    if r.unsent or rec.retx:
                         self._active[qp] = None
                     continue
                 # Even with no data budget left a QP sends its due probes (tiny, not rate-limited), so
@@ -674,5 +675,5 @@ class Nic:
         for qp in due:
             qp.on_timer(now)
             self._wake_now(qp)
-            if qp.requester.pending_probes and qp.state is _RTS:
+            if qp.requester.rec.pending_probes and qp.state is _RTS:
                 self._active[qp] = None  # probes to send

@@ -298,6 +298,7 @@ class ProfileTable:
             reshuffle_rotations=cfg.reshuffle_rotations,
             burst=cfg.spray_burst,
             probe_interval=cfg.probe_interval_ns,
+            probe_backoff_max=cfg.probe_backoff_max_ns,
             probes_to_restore=cfg.probes_to_restore,
             emit=b,
             qp_num=qp_num,

@@ -200,6 +200,8 @@ class Qp:
         self.timer_seq = 0
         self.heap_at = -1
         self.heap_seq = 0
+        self.error_detail: str | None = None
+        """Why the transport put the QP in ERROR (the status and what led to it), None until then."""
         self.requester = Requester(self)
         self.responder = Responder(self)
 
@@ -214,7 +216,7 @@ class Qp:
         is in ERROR and refuses any further use (`destroyed`)."""
         requester = self.requester
         del requester.qp, self.responder.qp
-        requester.cc = None
+        requester.rec.detach()
         self.evs = None
         self.state = QpState.ERROR
 
@@ -264,6 +266,8 @@ class Qp:
             self.responder.start(now)
         elif state is QpState.RTS and old is QpState.RTR:
             self.requester.start(now)
+        elif state is QpState.RTS and old is QpState.RTS:
+            self.requester.configure()  # the timeout and retry counts may have changed
         elif state is QpState.ERROR and old is not QpState.ERROR:
             self._flush(now)
         elif state is QpState.RESET:
@@ -334,10 +338,12 @@ class Qp:
             raise LocalProtocolError(errno.EINVAL, f"no {missing_profile[0]} profile {missing_profile[1]!r}")
         raise AssertionError(f"_fits and _refuse disagree on {attrs!r}")  # pragma: no cover
 
-    def set_error(self, now: int, status: WcStatus) -> None:
-        """A fatal transport event: ERROR, the first outstanding WR fails with ``status``, the rest flush."""
+    def set_error(self, now: int, status: WcStatus, detail: str = "") -> None:
+        """A fatal transport event: ERROR, the first outstanding WR fails with ``status``, the rest flush;
+        ``detail`` says why (`error_detail`)."""
         if self.state is QpState.ERROR:
             return
+        self.error_detail = f"{status.name}: {detail}" if detail else status.name
         self.requester.fail_head(status)
         self.modify(QpState.ERROR, now=now)
         self.nic.stats.qp_errors += 1
@@ -354,27 +360,27 @@ class Qp:
 
     # -- timers --------------------------------------------------------------------------------------------
     def next_timer(self) -> int | None:
-        """The earliest of the responder's SACK deadline, the retransmission timeout and the next EV probe
-        (nothing is sent or probed outside RTS). Asked after every packet, hence one flat function."""
+        """The earliest of the responder's SACK deadline and the requester's recovery deadlines (timeout,
+        loss check, judgement, plane and EV probes; nothing is sent or probed outside RTS)."""
         b = self.responder.sack_deadline
         if self.state is not _RTS:
             return b
-        req = self.requester
-        a = req.rto_deadline
-        c = req.check_deadline
-        if c is not None and (a is None or c < a):
-            a = c
-        c = req.plane_probe_at
-        if c is not None and (a is None or c < a):
-            a = c
-        evs = self.evs
-        if evs is not None and evs.bad:
-            pt = evs.next_probe_time()
-            if pt is not None and (a is None or pt < a):
-                a = pt
+        a = self.requester.rec.next_timer()
         if a is None:
             return b
         return a if b is None or a < b else b
+
+    @property
+    def ack_timeout_ns(self) -> int:
+        """The retransmission timeout in effect from RTS on: 1.024 µs · 2^``timeout``, at least the NIC's
+        floor (`NicConfig.min_ack_timeout_ns`); the first ``retry_linear`` retries wait that long, the next
+        ``retry_exp`` double it each time."""
+        return self.requester.rec.rto_base
+
+    def time_to_error(self) -> float:
+        """Seconds from a peer's last answer to RETRY_EXC_ERR when nothing more comes back (inf with
+        ``retry_exp`` 25): ``ack_timeout · (1 + retry_linear + 2 + 4 + … + 2^retry_exp)``."""
+        return self.requester.rec.time_to_error()
 
     def ev_states(self) -> list[EvStatus]:
         """Every EV of this QP with its port, value, state (GOOD, ASSUMED_BAD, DENIED) and whether it is

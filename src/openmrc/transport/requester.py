@@ -13,41 +13,21 @@ the responder can place any packet on arrival. A new packet is sent only while
     Write-with-Imm messages in flight < max_wimm
 
 and each packet (new or retransmitted) goes on the next usable EV of the QP's rotation (`EvTable`).
+Retransmissions go first, oldest PSN first, with BTH.RTX set, each on a fresh EV.
 
-Loss detection is by *transmission order*, not by PSN, so that retransmissions are judged fairly: every
-transmission gets an order number, and a packet is lost once more than ``reorder_allowance`` packets sent
-after it have been acknowledged *and* it was sent long enough ago (RACK-like; `_loss_wait`): while the
-QP sees congestion (trims, ECN echoes) max(2·srtt, srtt + 4·rttvar, base RTT) — spraying over paths with
-different queues reorders far more than a single path does, and with trimming congestion does not lose
-packets silently, so an inferred loss must be a clear one — and otherwise srtt + max(4·rttvar, srtt/4),
-this QP's own RTT rather than the fabric's longest base RTT: a short path (one T0) would otherwise wait
-several of its RTTs per random loss. Near the tail of what has been sent (fewer than
-``reorder_allowance`` packets after it) the count cannot be reached, so there any later packet
-acknowledged is enough, with the same age rule; a check timer re-runs the rule when only the age is
-missing. If the tail itself is lost nothing later can be acknowledged: when the newest packet has had no
-acknowledgement for that wait plus the SACK coalescing delay, it is sent again (a tail loss probe, RFC
-8985's idea; no EV penalty), and its acknowledgement exposes the holes before it. Small messages (one
-collective step of a few packets) then recover in about two RTTs instead of a retransmission timeout.
-A lost packet is queued for retransmission (oldest PSN first, BTH.RTX set, on a fresh EV). Its EV is
-skipped for the rotation at once and becomes ASSUMED_BAD only when the packet's acknowledgement shows
-that the original was lost: an acknowledgement that comes sooner after the retransmission than the
-smallest RTT seen (or before it left) answers the original, which was late in deep queues, not lost;
-a trim NACK for it explains it as congestion too. A NACK queues its PSN at once (TRIMMED: the EV is skipped
-for the rotation; TRIMMED_LASTHOP: no EV penalty; both restart the retransmission timer, since a trim
-proves the path alive; UNEXP_EVENT: the QP fails). The retransmission timer
-(1.024 µs · 2^timeout) fires when nothing is acknowledged for that long: every outstanding packet is then
-retransmitted. ``retry_linear`` timeouts at the fixed interval, then ``retry_exp`` with doubling
-(25 = forever), and a packet NACKed more than that many times, exhaust the retries: the QP goes to ERROR
-with RETRY_EXC_ERR. Any acknowledgement of new data resets the timeout count.
+What is lost, when, whose fault it was, the retransmission timer and the probes are the business of the
+QP's `openmrc.transport.recovery.Recovery` (``rec``): this module tells it what was sent and what each
+acknowledgement acknowledged. A NACK queues its PSN at once (TRIMMED: the EV is skipped for the rotation;
+TRIMMED_LASTHOP: no EV penalty; both restart the retransmission timer, since a trim proves the path alive;
+UNEXP_EVENT: the QP fails); a packet NACKed more times than the retry counts allow fails the QP with
+RETRY_EXC_ERR.
 
 A QP with work but no usable path (every plane down locally, or said down by the peer, or every EV
 denied) and nothing in flight keeps the retransmission timer all the same: each expiry counts against the
 retry budget, and when it runs out the QP goes to ERROR with RETRY_EXC_ERR and every WR is flushed. While
-it has work, a QP probes each *doubted* plane (up locally, down by the peer's word) every probe interval
-(or PTO, when longer: a probe is not repeated while its answer can still come),
-so a wrong or stale port status update is found out by the first answer; a port coming back resumes it.
-Probes of ASSUMED_BAD EVs and of doubted planes that the timer finds due are queued and leave with the
-next `emit`, so the timer always moves past ``now``.
+it has work, a QP probes each *doubted* plane (up locally, down by the peer's word), so a wrong or stale
+port status update is found out by the first answer; a port coming back resumes it. Probes the timer finds
+due are queued and leave with the next `emit`, so the timer always moves past ``now``.
 
 Feedback is checked before it is believed: a SACK, NACK or AETH from another QP id pair, or whose PSN
 (cumulative PSN, bitmap, NACK PSN, AETH PSN) is not within what this QP has outstanding, and a probe answer
@@ -63,15 +43,16 @@ Signaled Writes complete in post order once every packet of them is acknowledged
 from __future__ import annotations
 
 import heapq
+import warnings
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Final
 
-from mypy_extensions import mypyc_attr
-
-from openmrc.transport.cc import CongestionControl
 from openmrc.transport.evtable import EvEntry
+from openmrc.transport.recovery import Recovery
+from openmrc.transport.sent import NO_WINDOW, NONE_POSTED, PostedWrite, SentPacket, Window
 from openmrc.transport.types import (
+    AckTimeoutWarning,
     QpCapFlags,
     QpState,
     SendWR,
@@ -79,7 +60,6 @@ from openmrc.transport.types import (
     WcOpcode,
     WcStatus,
     WorkCompletion,
-    WrOpcode,
     data_transmit,
     unwrap_psn,
 )
@@ -94,14 +74,7 @@ from openmrc.wire import (
     Packet,
     SackM,
 )
-from openmrc.wire.constants import (
-    OP_WRITE_FIRST,
-    OP_WRITE_LAST,
-    OP_WRITE_LAST_WITH_IMM,
-    OP_WRITE_MIDDLE,
-    OP_WRITE_ONLY,
-    OP_WRITE_ONLY_WITH_IMM,
-)
+from openmrc.wire.constants import OP_WRITE_MIDDLE
 
 if TYPE_CHECKING:
     from openmrc.transport.qp import Qp
@@ -110,12 +83,8 @@ __all__ = ["Requester"]
 
 # Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
 _heappop: Final = heapq.heappop
-_heappush: Final = heapq.heappush
 
-_INFINITE_EXP: Final = 25
 _DYNAMIC_MPR: Final = int(QpCapFlags.DYNAMIC_MPR)  # a plain int: see the responder's
-_CONGESTED_RTTS: Final = 8
-"""A QP that saw a trim or an ECN echo this many RTTs ago or less is congested (`Requester._loss_wait`)."""
 _EMPTY: Final = memoryview(b"")
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _RTS: Final = QpState.RTS
@@ -127,227 +96,29 @@ _TRIMMED_LASTHOP: Final = NackReason.TRIMMED_LASTHOP
 _UNEXP_EVENT: Final = NackReason.UNEXP_EVENT
 
 
-@mypyc_attr(acyclic=True)
-class _Wr:
-    """A posted Write while it is being sent and acknowledged."""
-
-    __slots__ = (
-        "acked",
-        "first_seq",
-        "imm",
-        "imm_data",
-        "msn",
-        "next_index",
-        "npkts",
-        "op_first",
-        "op_last",
-        "rkey",
-        "rqmsn",
-        "signaled",
-        "total",
-        "tpl",
-        "va",
-        "view",
-        "views",
-        "wr",
-    )
-
-    def __init__(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool, mtu: int) -> None:
-        self.wr = wr
-        self.views = views
-        self.view = views[0] if len(views) == 1 else None  # the common single-SGE Write, sliced directly
-        self.total = total
-        self.signaled = signaled
-        self.npkts = max(1, -(-total // mtu))
-        self.next_index = 0
-        self.acked = 0
-        self.first_seq = -1
-        self.msn = 0
-        self.rqmsn = 0
-        self.tpl: DataTemplate | None = None  # what every packet of the Write repeats; set with msn/rqmsn
-        self.imm = imm = wr.opcode is WrOpcode.RDMA_WRITE_WITH_IMM
-        self.imm_data = (wr.imm_data or 0) if imm else None
-        self.va = wr.remote_addr
-        self.rkey = wr.rkey
-        if self.npkts == 1:
-            self.op_first = self.op_last = OP_WRITE_ONLY_WITH_IMM if imm else OP_WRITE_ONLY
-        else:
-            self.op_first = OP_WRITE_FIRST
-            self.op_last = OP_WRITE_LAST_WITH_IMM if imm else OP_WRITE_LAST
-
-    def payload(self, offset: int, size: int) -> memoryview:
-        views = self.views
-        if len(views) == 1:
-            return views[0][offset : offset + size]
-        out = bytearray()
-        pos = 0
-        for v in views:  # gather across SGEs (one copy, only for multi-SGE Writes)
-            end = pos + len(v)
-            if end > offset and pos < offset + size:
-                out += v[max(offset - pos, 0) : min(offset + size - pos, len(v))]
-            pos = end
-        return memoryview(out)
-
-
-_NONE_POSTED: Final[deque[_Wr]] = deque()
-"""A requester's ``wrs`` and ``unsent`` while it has no Write (shared and never appended to: an empty deque
-is 600 bytes, and a large simulation's receiving QPs never post)."""
-
-
-# acyclic: no cyclic-GC header (16 bytes an outstanding packet); neither refers to anything that refers back
-@mypyc_attr(acyclic=True)
-class _Tx:
-    """One outstanding (unacknowledged) packet: ``seq`` its unwrapped PSN, ``size`` its payload bytes.
-    Each transmission of it is a `Transmit` of its own (`_transmit`), which lives only while in flight
-    (and which the fabric may write). Not the record itself: a packet stays unacknowledged well after
-    it has arrived (at the data peak of a large permutation only about 40 % of a host's unacknowledged
-    packets are in flight), so a small record and a Transmit in flight take less memory than one
-    object as large as both, at the same speed."""
-
-    __slots__ = ("entry", "lost", "order", "resent", "retries", "sent_at", "seq", "size", "suspect", "wr")
-
-    def __init__(self, seq: int, wr: _Wr, size: int, entry: EvEntry) -> None:
-        self.seq = seq
-        self.wr = wr
-        self.size = size
-        self.entry = entry
-        self.sent_at = 0
-        self.order = 0
-        self.lost = False
-        self.resent = False  # (the flags side by side: the compiled build packs them into one word)
-        self.retries = 0
-        self.suspect: EvEntry | None = None  # the EV of a transmission inferred lost, until it is judged
-
-
-class _Window:
-    """Packets under consecutive keys (PSNs, transmission orders), added in key order: a list from key
-    ``base`` on, None where a packet left, its empty head dropped as it goes. Eight bytes a packet where a
-    dict entry takes about thirty (and a dict keeps the table it grew to), and a lookup is an index."""
-
-    __slots__ = ("base", "live", "slots")
-
-    def __init__(self) -> None:
-        self.base = 0
-        self.slots: list[_Tx | None] = []
-        self.live = 0  # packets held
-
-    def __len__(self) -> int:
-        return self.live
-
-    def __iter__(self) -> Iterator[int]:
-        """The keys held, in order."""
-        base = self.base
-        return iter([base + i for i, p in enumerate(self.slots) if p is not None])
-
-    def __contains__(self, key: int) -> bool:
-        return self.get(key) is not None
-
-    def values(self) -> list[_Tx]:
-        """The packets held, in key order."""
-        return [p for p in self.slots if p is not None]
-
-    def get(self, key: int) -> _Tx | None:
-        i = key - self.base
-        slots = self.slots
-        return slots[i] if 0 <= i < len(slots) else None
-
-    def add(self, key: int, p: _Tx) -> None:
-        """Hold ``p`` under ``key``, which follows every key held so far."""
-        slots = self.slots
-        if not slots:
-            self.base = key
-        gap = key - self.base - len(slots)
-        assert gap >= 0, "keys are added in order"
-        if gap:
-            slots.extend([None] * gap)
-        slots.append(p)
-        self.live += 1
-
-    def pop(self, key: int) -> _Tx | None:
-        """Remove and return the packet under ``key`` (None: none)."""
-        i = key - self.base
-        slots = self.slots
-        if i < 0 or i >= len(slots):
-            return None
-        p = slots[i]
-        if p is None:
-            return None
-        slots[i] = None
-        self.live -= 1
-        if not self.live:
-            slots.clear()  # frees the list's storage
-        elif not i:
-            n = 1
-            while slots[n] is None:
-                n += 1
-            del slots[:n]
-            self.base += n
-        return p
-
-    def newest(self) -> _Tx | None:
-        """The packet under the highest key held."""
-        slots = self.slots
-        i = len(slots) - 1
-        while i >= 0:
-            p = slots[i]
-            if p is not None:
-                return p
-            i -= 1
-        return None
-
-    def clear(self) -> None:
-        self.slots.clear()
-        self.live = 0
-
-
-_NO_WINDOW: Final = _Window()
-"""A requester's ``outstanding`` and ``by_order`` until it posts a Write (shared, only ever read or cleared:
-nothing is sent without a Write)."""
-
-
 class Requester:
     __deletable__ = ("qp",)  # `Qp.detach` breaks the cycle (compiled: only listed attributes can be deleted)
 
     def __init__(self, qp: Qp) -> None:
         self.qp = qp
-        self.wrs = _NONE_POSTED  # posted, not yet completed, in post order
-        self.unsent = _NONE_POSTED  # posted, not every packet sent yet
-        self.outstanding = _NO_WINDOW  # seq -> packet, unacknowledged
-        self.by_order = _NO_WINDOW  # transmission order -> packet in flight
-        self.retx: list[int] = []  # heap of lost seqs awaiting retransmission
+        self.wrs = NONE_POSTED  # posted, not yet completed, in post order
+        self.unsent = NONE_POSTED  # posted, not every packet sent yet
+        self.outstanding = NO_WINDOW  # seq -> packet, unacknowledged
         self.next_seq = 0
         self.cack = 0
-        self.inflight = 0
-        self.order = 0
-        self.acked_order = -1
         self.msn = 0
         self.rqmsn = 0
         self.imm_inflight = 0
         self.peer_mpr = 0
-        self.srtt = 0
-        self.rttvar = 0
-        self.rtt_min = 0  # the smallest RTT sample: no answer to a transmission can come back sooner
         # Set when emit() stopped with work left (window, cwnd, WIMM, no usable EV); any feedback (ACK,
         # NACK, timer, EV or port change, new WR) clears it, so idle polls skip the QP.
         self.blocked = False
-        self.rto_deadline: int | None = None
-        self.check_deadline: int | None = None  # tail loss check / probe (see the module docstring)
-        self.tlp_order = 0  # the transmission the last tail loss probe followed; one probe per tail
-        self.timeouts = 0
-        self.cc: CongestionControl | None = None
-        self.cc_on_send = False
         self.probe_id = 0
-        self.pending_probes: list[EvEntry] = []  # probes the timer found due, sent by the next emit()
-        self.plane_probe_at: int | None = None  # next probe of the doubted planes (while there is work)
         cfg = qp.nic.config  # frozen: per-packet paths read these copies
-        self.probe_interval = cfg.probe_interval_ns
         self._peer_port_alive = qp.nic.peer_port_alive
         self.mtu = cfg.mtu
-        self.reorder_allowance = cfg.reorder_allowance
-        self.sack_delay = cfg.sack_delay_ns
-        self.congested_at = -(1 << 62)  # last trim or ECN echo (see `_loss_wait`)
-        self.base_rtt = cfg.base_rtt_ns
         self.stats = qp.nic.stats
+        self.rec = Recovery(cfg, self.stats, qp.set_error)
         self.qp_num = qp.qp_num
         self.dest_qp = 0
         self.peer: Hashable = None
@@ -356,34 +127,66 @@ class Requester:
 
     # -- setup ---------------------------------------------------------------------------------------------
     def start(self, now: int) -> None:
-        a = self.qp.attr
-        assert a.sq_psn is not None
+        qp = self.qp
+        a = qp.attr
+        assert a.sq_psn is not None and qp.evs is not None
         self.next_seq = self.cack = a.sq_psn
-        self.cc = self.qp.nic.make_cc(a.cc_profile_id or 0, now)
-        self.cc_on_send = type(self.cc).on_send is not CongestionControl.on_send
+        self.rec.start(qp.nic.make_cc(a.cc_profile_id or 0, now), qp.evs, now)
+        self.configure()
         self.dest_qp = a.dest_qp_num or 0
         self.peer = a.peer
         self.mpr = a.mpr or 1  # fixed from RTS on (RTS -> RTS cannot change it, nor cap)
         self.dynamic_mpr = bool(int(a.cap or 0) & _DYNAMIC_MPR)
 
-    def rto(self) -> int:
+    def configure(self) -> None:
+        """The QP's timeout and retry attributes changed (RTS, RTS -> RTS). A timeout below the NIC's floor
+        is raised to it, with an `AckTimeoutWarning` saying so."""
         a = self.qp.attr
-        base = 1024 << (a.timeout or 0)
-        lin = a.retry_linear or 0
-        return base if self.timeouts <= lin else base << min(self.timeouts - lin, 32)
+        t = a.timeout or 0
+        rec = self.rec
+        rec.configure(t, a.retry_linear or 0, a.retry_exp or 0)
+        if rec.rto_base > 1024 << t:
+            warnings.warn(
+                f"timeout={t} (1.024 µs · 2^{t} = {(1024 << t) / 1e6:.3g} ms) is below this NIC's floor: "
+                f"the ACK timeout is {rec.rto_base / 1e6:.3g} ms (NicConfig.min_ack_timeout_ns; a software "
+                "NIC is descheduled for milliseconds, and a shorter timeout only fires for nothing)",
+                AckTimeoutWarning,
+                stacklevel=2,
+            )
 
-    def _retry_limit(self) -> float:
-        a = self.qp.attr
-        exp = a.retry_exp or 0
-        return float("inf") if exp >= _INFINITE_EXP else (a.retry_linear or 0) + exp
+    @property
+    def cc(self) -> object:
+        """The QP's congestion control (`Recovery.cc`)."""
+        return self.rec.cc
+
+    @property
+    def srtt(self) -> int:
+        return self.rec.srtt
+
+    @property
+    def inflight(self) -> int:
+        """Bytes in flight (`Recovery.inflight`)."""
+        return self.rec.inflight
+
+    @property
+    def retx(self) -> list[int]:
+        """PSNs to send again, a heap (`Recovery.retx`)."""
+        return self.rec.retx
+
+    @property
+    def pending_probes(self) -> list[EvEntry]:
+        return self.rec.pending_probes
+
+    @property
+    def plane_probe_at(self) -> int | None:
+        return self.rec.plane_probe_at
 
     # -- posting -------------------------------------------------------------------------------------------
     def post(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool) -> None:
         self.blocked = False
-        w = _Wr(wr, views, total, signaled, self.qp.nic.config.mtu)
-        if self.wrs is _NONE_POSTED:
-            self.outstanding = _Window()
-            self.by_order = _Window()
+        w = PostedWrite(wr, views, total, signaled, self.qp.nic.config.mtu)
+        if self.wrs is NONE_POSTED:
+            self.outstanding = Window()
             self.wrs = deque()
             self.unsent = deque()
         self.wrs.append(w)
@@ -397,31 +200,31 @@ class Requester:
         if qp.state is not _RTS:
             return 0
         evs = qp.evs
-        cc = self.cc
+        rec = self.rec
+        cc = rec.cc
         assert evs is not None and cc is not None
-        if evs.bad:
-            for bad in evs.due_probes(now, self._pto()):  # probes are tiny and not window-limited
-                self._probe(bad, now, out)
-        if self.pending_probes:
-            for e in self.pending_probes:
+        if evs.bad or rec.pending_probes or evs.doubted or rec.plane_probe_at is not None:
+            probes: list[EvEntry] = []
+            rec.collect_probes(now, bool(self.wrs), probes)  # tiny and not window-limited
+            for e in probes:
                 self._probe(e, now, out)
-            self.pending_probes = []
-        if evs.doubted and self.wrs:
-            if self.plane_probe_at is None or now >= self.plane_probe_at:
-                for e in evs.plane_probes():
-                    self._probe(e, now, out)
-                self.plane_probe_at = now + max(self.probe_interval, self._pto())
-        elif self.plane_probe_at is not None:
-            self.plane_probe_at = None
         if budget <= 0:  # a pacing driver polls often with no room left: nothing more to do but stay polled
             self.blocked = False
             return 0
-        sent = self._retransmit(now, out, budget) if self.retx else 0
-        if self.retx:
+        after_rto = rec.rto_sends >= 0
+        if after_rto:  # one packet after a timeout, until an acknowledgement comes (`Recovery.on_timer`)
+            if rec.rto_sends == 0:
+                self.blocked = True
+                return 0
+            budget = rec.rto_sends
+        sent = self._retransmit(now, out, budget) if rec.retx else 0
+        if rec.retx:
             self.stats.tx_data += sent
-            self.blocked = sent < budget
-            if self.rto_deadline is None:
-                self.rto_deadline = now + self.rto()
+            self.blocked = sent < budget or after_rto
+            if after_rto:
+                rec.rto_sends -= sent
+            if rec.rto_deadline is None:
+                rec.rto_deadline = now + rec.rto()
             return sent
         unsent = self.unsent
         if unsent and sent < budget:
@@ -441,7 +244,7 @@ class Requester:
                 size = w.total - offset
                 if size > mtu:
                     size = mtu
-                if not cc.can_send(self.inflight, size):
+                if not cc.can_send(rec.inflight, size):
                     break
                 if i == 0:
                     max_wimm = qp.attr.max_wimm or 0
@@ -461,7 +264,7 @@ class Requester:
                     ev = evs.pick()
                     if ev is None:
                         break
-                p = _Tx(seq, w, size, ev)
+                p = SentPacket(seq, w, size, ev)
                 outstanding.add(seq, p)
                 self.next_seq = seq + 1
                 w.next_index = i = i + 1
@@ -470,23 +273,27 @@ class Requester:
                 self._transmit(p, ev, now, out, False)
                 sent += 1
         self.stats.tx_data += sent
-        self.blocked = bool(unsent) and sent < budget  # out of budget is not blocked: poll again
-        if unsent and self.rto_deadline is None:
-            self.rto_deadline = now + self.rto()  # work, nothing in flight, no path: see on_timer
+        # out of budget is not blocked (poll again), out of the one packet a timeout allows is
+        self.blocked = bool(unsent) and (sent < budget or after_rto)
+        if after_rto:
+            rec.rto_sends -= sent
+        if unsent and rec.rto_deadline is None:
+            rec.rto_deadline = now + rec.rto()  # work, nothing in flight, no path: see on_timer
         return sent
 
     def _retransmit(self, now: int, out: list[Transmit], budget: int) -> int:
         """The lost packets, oldest PSN first, each on a fresh EV; returns how many were sent."""
-        evs, cc = self.qp.evs, self.cc
+        evs, rec = self.qp.evs, self.rec
+        cc = rec.cc
         assert evs is not None and cc is not None
-        retx = self.retx
+        retx = rec.retx
         sent = 0
         while retx and sent < budget:
             p = self.outstanding.get(retx[0])
             if p is None or not p.lost:
                 _heappop(retx)
                 continue
-            if not cc.can_send(self.inflight, p.size):
+            if not cc.can_send(rec.inflight, p.size):
                 break
             ev = evs.pick(p.entry)
             if ev is None:
@@ -498,7 +305,7 @@ class Requester:
         self.stats.retransmits += sent
         return sent
 
-    def _transmit(self, p: _Tx, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
+    def _transmit(self, p: SentPacket, ev: EvEntry, now: int, out: list[Transmit], rtx: bool) -> None:
         # Per-packet hot path: positional constructors, no keyword calls, nothing optional computed twice;
         # the caller counts tx_data and retransmits.
         w = p.wr
@@ -515,17 +322,9 @@ class Requester:
         assert w.tpl is not None
         op = w.op_first if i == 0 else (w.op_last if last else OP_WRITE_MIDDLE)
         p.entry = ev
-        p.sent_at = now
         if rtx:
-            p.resent = True
-        self.order = order = self.order + 1
-        p.order = order
-        self.by_order.add(order, p)
-        self.inflight += size
-        if self.cc_on_send:
-            self.cc.on_send(now, size, self.inflight)  # type: ignore[union-attr]
-        if self.rto_deadline is None:
-            self._arm(now)
+            p.sends += 1
+        self.rec.on_sent(p, now)
         out.append(
             data_transmit(
                 ev.port,
@@ -613,21 +412,20 @@ class Requester:
             self.stats.rx_bogus_ack += 1
             return
         self.blocked = False
+        rec = self.rec
+        rec.heard(now)
         if cack > next_seq:
             # The responder took a forged Write at PSNs we have not sent yet (RDMA has no authentication),
             # so its cumulative PSN passed them: everything we did send is acknowledged, nothing more.
             cack = next_seq
-        trig = self.outstanding.get(wire_cack + ack_psn_offset)
-        rtt = now - trig.sent_at if trig is not None and not trig.resent else None
-        if rtt is not None:
-            if not self.srtt:
-                self.srtt, self.rttvar = rtt, rtt >> 1
-            else:  # RFC 6298 smoothing
-                self.rttvar = (3 * self.rttvar + abs(self.srtt - rtt)) >> 2
-                self.srtt = (7 * self.srtt + rtt) >> 3
-            if rtt < self.rtt_min or not self.rtt_min:
-                self.rtt_min = rtt
         outstanding = self.outstanding
+        trig_seq = wire_cack + ack_psn_offset
+        trig = outstanding.get(trig_seq)
+        rtt = now - trig.sent_at if trig is not None and not trig.sends else None
+        if rtt is not None:
+            rec.rtt_sample(rtt)
+        if not pr:
+            rec.on_trigger(trig_seq, entropy, trig, now)
         acked = []
         if cack > self.cack:
             for seq in range(self.cack, cack):
@@ -650,163 +448,27 @@ class Requester:
                 bm ^= low
         newly = 0  # bytes
         npkts = len(acked)  # packets (zero-length Writes acknowledge no bytes)
-        if acked:
-            by_order = self.by_order
-            top = self.acked_order
-            for p in acked:
-                size = p.size
-                if p.suspect is not None:
-                    self._judge(p, now)
-                if not p.lost:
-                    self.inflight -= size
-                order = p.order
-                by_order.pop(order)  # (gone already if it was inferred lost)
-                if order > top:
-                    top = order
-                p.wr.acked += 1
-                newly += size
-            self.acked_order = top
-        assert self.cc is not None
+        for p in acked:
+            rec.on_acked(p, now, entropy if p is trig else -1)
+            p.wr.acked += 1
+            newly += p.size
         if e is not None:
             if pr:
                 if not (evs.port_mask >> (e.port - 1)) & 1:
                     self._peer_port_alive(self.peer, e.port)  # a doubted plane answered
                 evs.probe_answered(e, now, m == _M_NONE)
             elif m == _SKIP_ONCE:
-                self.congested_at = now
+                rec.congested_at = now
                 evs.skip(e)
             elif m == _ALWAYS_SKIP:
                 evs.mark_bad(e, now)
         if mpr:
             self.peer_mpr = mpr
+        rec.on_ack_done(npkts, newly, rtt, m == _SKIP_ONCE, now, outstanding.live > 0)
         if npkts:
-            self.timeouts = 0
-            self.cc.on_ack(now, newly, self.inflight, rtt, m == _SKIP_ONCE)
-            self._arm(now)
-            self.check_deadline = now + self._tlp_wait(now)  # cleared below when nothing is outstanding
-            self._detect_losses(now)
             self._complete()
-        if not outstanding.live:
-            self.check_deadline = None
-            if not self.unsent:
-                self.rto_deadline = None
-
-    def _pto(self) -> int:
-        """How long an EV probe waits for its answer (and the least spacing of plane probes): 2·srtt plus
-        the responder's SACK coalescing delay, at least half the base RTT (2 · base RTT before the first
-        sample). The base RTT is the longest path's: a QP whose paths are shorter (within one T0) must not
-        wait two long RTTs to learn that a path is back."""
-        srtt = self.srtt
-        if not srtt:
-            return 2 * self.base_rtt
-        pto = 2 * srtt + self.sack_delay
-        floor = self.base_rtt >> 1
-        return pto if pto > floor else floor
-
-    def _loss_wait(self, now: int) -> int:
-        """How old a packet must be before an acknowledgement of later ones proves it lost (RACK's
-        ``srtt + reo_wnd``). On quiet paths, srtt + max(4·rttvar, srtt/4) (RACK's default reordering
-        window is a quarter of the minimum RTT): measured on this QP's paths, not floored at the fabric's
-        longest ``base_rtt``, so a short path (one T0) does not wait several of its RTTs per random loss
-        (what a collective's small steps cost); the responder acknowledges at once a late packet that
-        fills a hole above another or closes the last one, so its SACK is not held back by the coalescing
-        delay. While the QP sees congestion
-        (a trim or an ECN echo within the last `_CONGESTED_RTTS` RTTs) queues differ from path to path
-        by far more than the RTT samples show: then max(2·srtt, srtt + 4·rttvar, base_rtt), since with
-        trimming a congested packet is late, not lost. Before the first RTT sample, ``base_rtt``."""
-        srtt = self.srtt
-        if not srtt:
-            return self.base_rtt
-        if now - self.congested_at < _CONGESTED_RTTS * max(srtt, self.base_rtt):
-            # max(2·srtt, srtt + 4·rttvar, base_rtt) in comparisons (the compiled build calls the
-            # generic builtin for a max of three)
-            wait = srtt + 4 * self.rttvar
-            if wait < 2 * srtt:
-                wait = 2 * srtt
-            return wait if wait > self.base_rtt else self.base_rtt
-        return srtt + max(4 * self.rttvar, srtt >> 2)
-
-    def _tlp_wait(self, now: int) -> int:
-        """How long after the newest transmission, with no acknowledgement of it, a tail loss probe
-        goes: the loss wait plus the responder's SACK coalescing delay (the newest packet may be one
-        whose SACK is held back)."""
-        return self._loss_wait(now) + self.sack_delay
-
-    def _detect_losses(self, now: int) -> None:
-        acked_order = self.acked_order
-        threshold = acked_order - self.reorder_allowance
-        tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
-        # ...and only once it is older than the loss wait (`_loss_wait`)
-        wait = self._loss_wait(now)
-        sent_before = now - wait
-        by_order = self.by_order
-        base = by_order.base
-        lost: list[_Tx] = []
-        for i, p in enumerate(by_order.slots):  # oldest transmission first
-            if p is None:
-                continue
-            order = base + i
-            if order >= acked_order or (order >= threshold and order <= tail):
-                break  # nothing later acknowledged, or not enough of it yet
-            if p.sent_at > sent_before:
-                due = p.sent_at + wait  # the count is there, the age not yet: look again then
-                if self.check_deadline is None or due < self.check_deadline:
-                    self.check_deadline = due
-                break
-            lost.append(p)
-        if not lost:
-            return
-        evs = self.qp.evs
-        assert evs is not None and self.cc is not None
-        for p in lost:
-            by_order.pop(p.order)
-            self._lose(p)
-            # Skipped now, blamed (ASSUMED_BAD) only once the retransmission shows the original was
-            # really lost (`_judge`): a packet held in deep queues is late, not lost.
-            evs.skip(p.entry)
-            if p.suspect is None:
-                p.suspect = p.entry
-        self.stats.losses_inferred += 1
-        self.cc.on_loss(now, self.inflight)
-
-    def _judge(self, p: _Tx, now: int) -> None:
-        """``p``, inferred lost on EV ``p.suspect``, is acknowledged: if the answer came sooner after the
-        retransmission than any answer can (or before the retransmission left), the original arrived late
-        and its EV is not to blame; otherwise the original was lost on it, and the EV is ASSUMED_BAD."""
-        e = p.suspect
-        p.suspect = None
-        assert e is not None
-        if p.lost or now - p.sent_at < (self.rtt_min or self.base_rtt):
-            self.stats.spurious_losses += 1
-            return
-        self.qp.evs.mark_bad(e, now)  # type: ignore[union-attr]
-
-    def _check_tail(self, now: int) -> None:
-        """The check timer (cleared by the caller; `_detect_losses` may set it again): infer tail losses,
-        else probe the tail once if nothing came back for a PTO."""
-        if not self.by_order.live:
-            return
-        self._detect_losses(now)
-        p = self.by_order.newest()
-        if self.retx or p is None:
-            return
-        order = p.order
-        tlp = self._tlp_wait(now)
-        if order > self.tlp_order and p.sent_at + tlp <= now:
-            self.tlp_order = self.order + 1  # the probe's own transmission: no second probe for it
-            self.by_order.pop(order)
-            self._lose(p)  # resent on a fresh EV, RTX set; its EV keeps its state
-            self.stats.tail_probes += 1
-        elif self.check_deadline is None and p.sent_at + tlp > now:
-            self.check_deadline = p.sent_at + tlp
-        # else the newest transmission is the tail probe itself, overdue: only the retransmission timeout
-        # can tell more now (re-arming the check in the past would spin the driver's timer)
-
-    def _lose(self, p: _Tx) -> None:
-        if not p.lost:
-            p.lost = True
-            self.inflight -= p.size
-            _heappush(self.retx, p.seq)
+        if not outstanding.live and not self.unsent:
+            rec.rto_deadline = None
 
     def _complete(self) -> None:
         wrs = self.wrs
@@ -838,36 +500,29 @@ class Requester:
             stats.rx_bogus_ack += 1  # about no packet in flight: stale, duplicated or forged
             return
         self.blocked = False
+        rec = self.rec
+        rec.heard(now)
         stats.nacks_received += 1
         if neth.reason == _UNEXP_EVENT:
             qp.set_error(now, WcStatus.REM_OP_ERR)
             return
         trimmed = neth.reason == _TRIMMED or neth.reason == _TRIMMED_LASTHOP
         if trimmed:
-            p.suspect = None  # if it was inferred lost: trimmed, so congestion, not its path's failure
+            rec.clear_suspect(p)  # if it was inferred lost: trimmed, so congestion, not its path's failure
         if p.lost:
             return
-        assert self.cc is not None and qp.evs is not None
+        assert qp.evs is not None
         if trimmed:
             stats.trims_received += 1
-            self.congested_at = now
-            last_hop = neth.reason == _TRIMMED_LASTHOP
             e = qp.evs.find(neth.entropy)
-            if e is not None and not last_hop:
-                qp.evs.skip(e)
-            # The EV is not to blame for a last-hop trim, but the window is: our responder sends no receiver
-            # CC penalty (CC_STATE rcv_cwnd_pen), so NSCC must see last-hop incast trims as trims.
-            self.cc.on_trim(now, p.size, self.inflight, False)
-            # A trim proves the path and the peer alive: the retransmission timer, which is there to find
-            # silent losses, starts again (a sender whose every packet meets a full last hop would
-            # otherwise time out and blame its EVs for congestion; the NACK retry limit still holds).
-            self._arm(now)
+            if e is not None and neth.reason != _TRIMMED_LASTHOP:
+                qp.evs.skip(e)  # (the EV is not to blame for a last-hop trim)
+            rec.on_trimmed(p, now)
         p.retries += 1
-        if p.retries > self._retry_limit():
-            qp.set_error(now, WcStatus.RETRY_EXC_ERR)
+        if p.retries > rec.retry_limit:
+            qp.set_error(now, WcStatus.RETRY_EXC_ERR, f"PSN {p.seq & PSN_MASK} NACKed {p.retries} times")
             return
-        self.by_order.pop(p.order)
-        self._lose(p)
+        rec.nacked(p)
 
     def on_aeth(self, pkt: Packet, now: int) -> None:
         aeth = pkt.aeth
@@ -886,48 +541,11 @@ class Requester:
             self.qp.set_error(now, status)
 
     # -- timers --------------------------------------------------------------------------------------------
-    def _arm(self, now: int) -> None:
-        self.rto_deadline = now + self.rto() if self.outstanding.live else None
-
     def on_timer(self, now: int) -> None:
         self.blocked = False
-        qp = self.qp
-        if qp.state is not _RTS:
+        if self.qp.state is not _RTS:
             return
-        evs = qp.evs
-        assert evs is not None
-        if evs.bad:  # due probes leave with the next emit(); their schedule moves on now
-            self.pending_probes.extend(evs.due_probes(now, self._pto()))
-        if self.plane_probe_at is not None and now >= self.plane_probe_at:
-            if evs.doubted and self.wrs:
-                self.pending_probes.extend(evs.plane_probes())
-                self.plane_probe_at = now + max(self.probe_interval, self._pto())
-            else:
-                self.plane_probe_at = None
-        if self.check_deadline is not None and now >= self.check_deadline:
-            self.check_deadline = None
-            self._check_tail(now)
-        if self.rto_deadline is None or now < self.rto_deadline:
-            return
-        if not self.outstanding.live and not self.unsent:
-            self.rto_deadline = None
-            return
-        self.timeouts += 1
-        qp.nic.stats.timeouts += 1
-        if self.timeouts > self._retry_limit():
-            qp.set_error(now, WcStatus.RETRY_EXC_ERR)
-            return
-        if not self.outstanding.live:  # work and no path (doubted planes are probed on their own schedule)
-            self.rto_deadline = now + self.rto()
-            return
-        assert self.cc is not None
-        for p in self.by_order.values():
-            self._lose(p)
-            evs.mark_bad(p.entry, now)
-        self.by_order.clear()
-        self.cc.on_loss(now, self.inflight)
-        self.rto_deadline = now + self.rto()
-        self.check_deadline = None
+        self.rec.on_timer(now, bool(self.wrs), self.outstanding.live > 0, bool(self.unsent))
 
     # -- errors --------------------------------------------------------------------------------------------
     def fail_head(self, status: WcStatus) -> None:
@@ -949,10 +567,4 @@ class Requester:
             )
         self.unsent.clear()
         self.outstanding.clear()
-        self.by_order.clear()
-        self.retx.clear()
-        self.inflight = 0
-        self.rto_deadline = None
-        self.check_deadline = None
-        self.plane_probe_at = None
-        self.pending_probes = []
+        self.rec.flush()

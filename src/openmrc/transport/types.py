@@ -64,6 +64,13 @@ class LocalProtocolError(ValueError):
         super().__init__(f"[{errno.errorcode.get(err, err)}] {reason}")
 
 
+@mypyc_attr(native_class=False)
+class AckTimeoutWarning(UserWarning):
+    """A QP asked for an ACK timeout (``timeout``: 1.024 µs · 2^timeout) below its NIC's floor
+    (`NicConfig.min_ack_timeout_ns`), which it gets instead: a software NIC is descheduled for
+    milliseconds, and a shorter timeout only fires for nothing."""
+
+
 class QpState(IntEnum):
     RESET = 0
     INIT = 1
