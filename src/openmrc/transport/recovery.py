@@ -18,8 +18,9 @@ packet is lost only when all of these hold (RACK, RFC 8985 §6):
    acknowledgement of a retransmitted packet sooner than ``rtt_min`` after it left may answer the original,
    and is not used);
 3. its acknowledgement is later than that packet's by more than the reordering window:
-   ``now >= sent_at + rack_rtt + reo_wnd``, ``rack_rtt`` being that packet's RTT. What counts is when each
-   was *sent*: a burst of acknowledgements read late moves ``now`` and ``rack_rtt`` together.
+   ``now >= sent_at + max(rack_rtt, srtt) + reo_wnd``, ``rack_rtt`` being that packet's RTT. What counts is
+   when each was *sent*: a burst of acknowledgements read late moves ``now`` and ``rack_rtt`` together (and
+   srtt stands in when the latest-sent delivery took a shorter path than the packet's).
 
 A check timer runs the rule again when only (3) is missing. The driver hands the core each packet at the
 time it reached the host (`openmrc.provider.udp` reads the kernel's receive timestamp), so an
@@ -352,7 +353,10 @@ class Recovery:
         rack = self.rack_order
         threshold = acked_order - self.reorder_allowance
         tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
-        wait = self.rack_rtt + self.reo_wnd(now)
+        rtt = self.rack_rtt
+        if self.srtt > rtt:
+            rtt = self.srtt  # (the latest-sent delivery may have taken the shortest path)
+        wait = rtt + self.reo_wnd(now)
         by_order = self.by_order
         base = by_order.base
         lost: list[SentPacket] = []
