@@ -3,9 +3,10 @@ from host0 to host3 for ``--seconds``, host0's plane-0 link to the second spine 
 healed 1 s later. Once in SRv6 mode (one uSID path per EV) and once in ECMP mode (STEV flow labels).
 
 Per mode: ``goodput_before`` / ``goodput_during`` / ``goodput_after`` (Gb/s, per 20 ms report),
-``detect_s`` (fault → the first report with an EV ASSUMED_BAD: the time to route around the blackholed
-spine link), ``recover_s`` (heal → every EV GOOD again, by probes), ``retransmits``, ``max_bad`` of
-``evs``, the packets each spine received, and whether the buffer arrived bit-exact. Needs root.
+``detect_s`` (fault → the first report with an EV out of use, held or ASSUMED_BAD: the time to route
+around the blackholed spine link), ``blame_s`` (→ the first EV ASSUMED_BAD), ``recover_s`` (heal → every
+EV GOOD and in use again, by probes), ``retransmits``, ``max_bad`` of ``evs``, the packets each spine
+received, and whether the buffer arrived bit-exact. Needs root.
 
     sudo python benchmarks/testbed_bench.py [--json] [--seconds 4] [--gbps 2]
 """

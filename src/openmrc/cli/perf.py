@@ -201,7 +201,7 @@ def client(
         else:
             console.print(
                 f"  {r.t - started:7.3f} s  {r.gbps:8.3f} Gb/s  retx {r.retransmits:<5} "
-                f"EVs good {r.evs_good} bad {r.evs_bad}"
+                f"EVs good {r.evs_good} bad {r.evs_bad} held {r.evs_held}"
             )
 
     if not json_out:

@@ -124,13 +124,16 @@ class SizeResult:
 @dataclass
 class IntervalReport:
     """One interval of a duration run: when it ended (``time.time()``), the goodput of the Writes that
-    completed in it, the retransmissions in it, and the EVs of the client's QPs by state at its end."""
+    completed in it, the retransmissions in it, and the EVs of the client's QPs by state at its end:
+    ``evs_good`` / ``evs_bad`` (GOOD, ASSUMED_BAD), and ``evs_held``: GOOD EVs of the rotation held out of
+    use while a loss on them is judged (the sender routes around them before it blames them)."""
 
     t: float
     gbps: float
     retransmits: int
     evs_good: int
     evs_bad: int
+    evs_held: int = 0
 
 
 @dataclass
@@ -560,16 +563,18 @@ class _Ticker:
         if now < self.next and not final:
             return
         span = self.interval + (now - self.next)
-        good = bad = 0
+        good = bad = held = 0
         for q in self.qps:
             for e in q.ev_states():
                 if e.state is EVState.GOOD:
                     good += 1
+                    if e.active and not e.usable:
+                        held += 1
                 elif e.state is EVState.ASSUMED_BAD:
                     bad += 1
         retx = self.dev.nic.stats.retransmits
         rep = IntervalReport(
-            round(time.time(), 4), round(self.bytes * 8 / span / 1e9, 6), retx - self.retx, good, bad
+            round(time.time(), 4), round(self.bytes * 8 / span / 1e9, 6), retx - self.retx, good, bad, held
         )
         self.out.append(rep)
         if self.notify is not None:

@@ -30,8 +30,10 @@ def openmrc_argv() -> list[str]:
 @dataclass
 class FailoverResult:
     """What a perf run between two testbed hosts showed. Times in seconds, goodput in Gb/s; ``during`` is
-    while the link was blackholed. ``detect_s``: from the fault until the first report with an EV
-    ASSUMED_BAD; ``recover_s``: from the heal until every EV was GOOD again (None: never seen)."""
+    while the link was blackholed. ``detect_s``: from the fault until the first report with an EV out of
+    use (held while a loss on it is judged, or ASSUMED_BAD: the sender routes around it); ``blame_s``: until
+    the first report with an EV ASSUMED_BAD; ``recover_s``: from the heal until every EV was GOOD and in use
+    again (None: never seen)."""
 
     mode: str
     link: str | None
@@ -45,6 +47,7 @@ class FailoverResult:
     max_bad: int
     retransmits: int
     spine_packets: dict[str, int] = field(default_factory=dict)
+    blame_s: float | None = None
     intervals: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -150,17 +153,20 @@ def failover(
     intervals = [json.loads(x)["interval"] for x in out.splitlines() if x.startswith('{"interval"')]
     report = json.loads("\n".join(x for x in out.splitlines() if not x.startswith('{"interval"')))
     before, during, after = [], [], []
-    detect = recover = None
+    detect = recover = blame = None
     for iv in intervals:
+        out = iv["evs_bad"] + iv.get("evs_held", 0)
         if failed is None or iv["t"] < failed:
             before.append(iv["gbps"])
         elif healed is not None and iv["t"] < healed:
             during.append(iv["gbps"])
-            if detect is None and iv["evs_bad"] > 0:
+            if detect is None and out > 0:
                 detect = round(iv["t"] - failed, 4)
+            if blame is None and iv["evs_bad"] > 0:
+                blame = round(iv["t"] - failed, 4)
         else:
             after.append(iv["gbps"])
-            if healed is not None and recover is None and iv["evs_bad"] == 0:
+            if healed is not None and recover is None and out == 0:
                 recover = round(iv["t"] - healed, 4)
     return FailoverResult(
         mode,
@@ -175,5 +181,6 @@ def failover(
         max((iv["evs_bad"] for iv in intervals), default=0),
         sum(r["retransmits"] for r in report["results"]),
         {k: spines1[k] - spines0.get(k, 0) for k in spines1},
+        blame,
         intervals,
     )

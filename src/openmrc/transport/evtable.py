@@ -24,8 +24,9 @@ and the peer's port of that plane are up.
 * ASSUMED_BAD EVs are probed every ``probe_interval``, or every probe timeout of the QP when that is longer
   (`due_probes`' ``spacing``: a probe is not repeated while its answer can still come, so a slow path or a
   slow peer is not flooded with probes), the spacing doubling with every probe of the EV that went
-  unanswered, up to ``probe_backoff_max``; ``probes_to_restore`` successful probes in a row
-  restore them to GOOD (they return to their slot if it is still theirs, else to the backups).
+  unanswered, up to ``probe_backoff_max`` (the first answer after such a silence is confirmed by a probe at
+  once); ``probes_to_restore`` successful probes in a row restore them to GOOD (they return to their slot
+  if it is still theirs, else to the backups).
 * DENIED is set and cleared only by the controller; a denied EV is never used nor probed.
 * A plane the local port has up but the peer says is down (a port status update) is *doubted*, not
   dead: the update is a hint. While the QP has work its requester probes one EV of each doubted plane every
@@ -661,11 +662,17 @@ class EvTable:
         if e.state is not _BAD:
             return
         p = e._probe_state()
+        waited = p.misses > 0
         p.misses = 0
         if not good:
             p.ok = 0
             return
         p.ok += 1
+        if waited and p.ok < self.probes_to_restore:
+            # the first answer after probes went unanswered (a path back after a failure): the next probe
+            # goes at once rather than after the spacing the silence had grown to
+            p.next_probe = now
+            self._probe_dirty = True
         if e.probe_ok >= self.probes_to_restore:
             self.bad.pop(e, None)
             self._probe_dirty = True

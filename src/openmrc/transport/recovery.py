@@ -380,14 +380,15 @@ class Recovery:
         for p in lost:
             by_order.pop(p.order)
             self.lose(p)
-            # Skipped now, blamed (ASSUMED_BAD) only once it is judged: a late packet is not a lost one.
-            if hold:
-                evs.hold(p.entry)
-            else:
-                evs.skip(p.entry)
-            if p.suspect is None:  # (a retransmission thought lost is judged with its original)
+            # Skipped (held) now, blamed (ASSUMED_BAD) only once it is judged: a late packet is not a lost
+            # one. A retransmission thought lost is judged with its original: its EV is only skipped.
+            if p.suspect is None:
                 p.suspect = p.entry
                 self.first_sent[p.seq] = p.sent_at
+                if hold:
+                    evs.hold(p.entry)
+                    continue
+            evs.skip(p.entry)
         self.stats.losses_inferred += 1
         if self.reo_persist:
             self.reo_persist -= 1
