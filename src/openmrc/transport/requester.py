@@ -421,7 +421,8 @@ class Requester:
         outstanding = self.outstanding
         trig_seq = wire_cack + ack_psn_offset
         trig = outstanding.get(trig_seq)
-        rtt = now - trig.sent_at if trig is not None and not trig.sends else None
+        # (a probe's answer names the cumulative PSN as its trigger: it times the probe, not that packet)
+        rtt = now - trig.sent_at if trig is not None and not trig.sends and not pr else None
         if rtt is not None:
             rec.rtt_sample(rtt)
         if not pr:

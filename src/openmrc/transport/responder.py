@@ -19,7 +19,9 @@ cumulative PSN only when that leaves no hole, since spraying reorders a bulk tra
 arrives ECN-marked, asks for an ACK (last packet of a message), or is a duplicate or a probe. Each SACK
 echoes the triggering packet's EV and ECN mark (M=SKIP_ONCE) and carries 64 bits of the bitmap starting
 at the oldest arrival no SACK has reported yet (deep reordering over many paths would otherwise leave
-arrivals that no 64-bit window ever covers, and the requester would retransmit them spuriously).
+arrivals that no 64-bit window ever covers, and the requester would retransmit them spuriously). A
+duplicate's SACK reports the window from the cumulative PSN on instead (or the one ending at the
+duplicate): a requester that resends what arrived missed a SACK, and what that SACK said is there.
 
 Write-with-Imm messages complete when the cumulative PSN passes their last packet, so completions come in
 message (RQMSN) order even when the last packets of later messages arrive first; each consumes one posted
@@ -168,7 +170,7 @@ class Responder:
         bitmap = self.bitmap
         if d < 0 or (bitmap >> d) & 1:
             stats.duplicates += 1
-            self._sack(seq, entropy, port, ecn, now)
+            self._sack(seq, entropy, port, ecn, now, 0, False, True)
             return
         if trim:
             stats.trims_seen += 1
@@ -267,20 +269,36 @@ class Responder:
 
     # -- acknowledgements ----------------------------------------------------------------------------------
     def _sack(
-        self, trigger: int, entropy: int, port: int, ecn: bool, now: int, ts: int = 0, pr: bool = False
+        self,
+        trigger: int,
+        entropy: int,
+        port: int,
+        ecn: bool,
+        now: int,
+        ts: int = 0,
+        pr: bool = False,
+        again: bool = False,
     ) -> None:
         qp = self.qp
         cack = self.cack
         off = trigger - cack
         un = self.unreported
-        # Report the oldest news first, so that every arrival is reported at least once.
-        base = cack + (un & -un).bit_length() - 1 if un else (cack if off < 64 else trigger - 63)
-        shift = base - cack
+        if again or not un:
+            # Nothing new, or (``again``) a duplicate: the requester resends what it thinks lost, so it
+            # missed a SACK; the window from cack on (or the one ending at the duplicate) again.
+            base = cack if off < 64 else trigger - 63
+            shift = base - cack
+            if un:
+                self.unreported = un & ~(_MASK64 << shift)
+        else:
+            # Report the oldest news first, so that every arrival is reported at least once.
+            base = cack + (un & -un).bit_length() - 1
+            shift = base - cack
+            # clear the 64 PSNs from base on: base is un's lowest bit, none is below
+            self.unreported = (un >> (shift + 64)) << (shift + 64)
         bits = self.bitmap >> shift
         if bits >> 64:  # (a 64-bit mask is a big integer: skip the AND when it would change nothing)
             bits &= _MASK64
-        # clear the 64 PSNs from base on; when un is non-zero, base is its lowest bit: none is below
-        self.unreported = (un >> (shift + 64)) << (shift + 64) if un else 0
         sack = SackTransmit(
             qp.qp_num,
             qp.attr.dest_qp_num or 0,
