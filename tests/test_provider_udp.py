@@ -199,7 +199,7 @@ def test_ecn_marks_and_trimmed_packets_reach_the_transport() -> None:
 def test_loss_duplication_reordering_and_corruption_are_survived(seed: int) -> None:
     with devices(4) as (a, b):
         link = Link(a, b, 1 << 20)
-        a._fault_rng.seed(seed)
+        a._injector.rng.seed(seed)
         a.impair(loss=0.02, dup=0.02, reorder_ns=200_000, corrupt=0.02)
         b.impair(loss=0.02, corrupt=0.02)
         link.write()
@@ -288,7 +288,7 @@ def test_close_flushes_pending_work_and_leaks_nothing() -> None:
         link.write(1)
         link.write(2)
         assert a.open_sockets() > 2
-    assert a.closed and a.open_sockets() == 0 and a._progress is None
+    assert a.closed and a.open_sockets() == 0 and not a.threaded
     wcs = link.qa.send_cq.poll(8)
     assert [w.status for w in wcs] == [WcStatus.WR_FLUSH_ERR] * 2
     assert len(os.listdir("/proc/self/fd")) == fds_before
@@ -351,7 +351,7 @@ def test_srv6_evs_go_to_their_usid_address_with_the_icrc_of_the_final_one() -> N
         a.connect(qa, Peer.of(b.endpoints()), 0x42, ev_profile_id=5)
         a.post_send(qa, SendWR(1, WrOpcode.RDMA_WRITE, [], 0x1000, 1))
         a.progress(0)  # zero-length Write: one packet, sent towards its uSID address (unroutable here)
-        routes = [r for k, r in a._routes.items() if k[0] in (1, 2)]
+        routes = [r for k, r in a._sender.routes.items() if k[0] in (1, 2)]
         assert routes
         for sock, dest, addr, _peer in routes:
             assert dest[0].startswith("fc00:0:e00")  # the uSID path
@@ -384,11 +384,11 @@ def test_a_host_that_refuses_gso_sends_datagram_by_datagram() -> None:
     it leave one datagram per call, and the Write arrives bit-exact."""
     with devices(2) as (a, b):
         link = Link(a, b, 1 << 20)
-        for key, s in list(a._txsocks.items()):
+        for key, s in list(a._sockets.tx.items()):
             if s is not None:
                 twin = _RefusesGso(s.family, s.type, s.proto, fileno=os.dup(s.fileno()))
-                a._txsocks[key] = twin
-                for port in a._ports:
+                a._sockets.tx[key] = twin
+                for port in a._sockets.ports:
                     if port.sock is s:
                         port.sock = twin
                 s.close()
@@ -417,16 +417,16 @@ def test_data_datagrams_are_the_bytes_of_their_packets_built_header_by_header() 
     sent: list[bytes] = []
     with devices(2) as (a, b):
         link = Link(a, b, 256 << 10)
-        for key, s in list(a._txsocks.items()):
+        for key, s in list(a._sockets.tx.items()):
             if s is not None:
                 twin = _Capture(s.family, s.type, s.proto, fileno=os.dup(s.fileno()))
                 twin.sent = sent
-                a._txsocks[key] = twin
-                for port in a._ports:
+                a._sockets.tx[key] = twin
+                for port in a._sockets.ports:
                     if port.sock is s:
                         port.sock = twin
                 s.close()
-        a._fault_rng.seed(3)
+        a._injector.rng.seed(3)
         a.impair(loss=0.05)
         link.write()
         assert [wc.status for wc in link.run()] == [WcStatus.SUCCESS]

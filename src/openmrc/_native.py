@@ -41,6 +41,8 @@ class _SourceOnly(importlib.abc.MetaPathFinder):
         if fullname not in self.names:
             return None
         source = _PKG_DIR.parent.joinpath(*fullname.split(".")).with_suffix(".py")
+        if not source.is_file():  # compiled once, since moved (a module become a package): found as it is now
+            return None
         return importlib.util.spec_from_file_location(fullname, source)
 
 
