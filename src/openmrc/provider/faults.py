@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Final
 
 from openmrc.transport.types import TrimMark
 
@@ -86,6 +87,15 @@ class Fate:
     corrupt: bool
     """One random bit of its bytes is flipped (see `flip_bit`)."""
 
+    @property
+    def plain(self) -> bool:
+        """Delivered as it was sent, when it was sent (a driver may batch it with its neighbours)."""
+        return not (self.delay or self.trim or self.ecn or self.corrupt)
+
+
+_PLAIN: Final = [Fate(0, TrimMark.NONE, False, False)]
+"""The one copy of a packet that nothing but loss can befall (shared: not to be changed)."""
+
 
 def in_window(window: tuple[int, int | None] | None, now: int) -> bool:
     """Whether ``now`` lies in a failure window (start, end or None)."""
@@ -104,6 +114,10 @@ def fates(
         return []
     if (is_data or not imp.data_only) and rng.random() < imp.loss:
         return []
+    if not (
+        imp.dup or imp.trim or imp.trim_lasthop or imp.ecn or imp.corrupt or imp.reorder_ns or imp.ev_slow
+    ):
+        return _PLAIN  # loss and failures only: the packet goes as it is (a driver's fast path)
     out = []
     for _ in range(2 if rng.random() < imp.dup else 1):
         trim = TrimMark.NONE

@@ -23,6 +23,11 @@ class NicConfig:
     sack_every: int = 4
     """Coalesce: a SACK at least every this many data packets (and at once on holes, ECN, trims, last
     packets of messages, probes and ACK-requested packets)."""
+    sack_on_reorder: bool = True
+    """Acknowledge at once a packet that opens or fills a hole (a loss or reordering). A software NIC, which
+    reads its planes' sockets in turns and so sees reordering all the time, would send a SACK every few
+    packets, each a system call on both sides: it leaves them to the coalescing (`sack_every`,
+    `sack_delay_ns`; `openmrc.provider.udp.software_config`)."""
     sack_delay_ns: int = 2_000
     """A pending SACK is sent at the latest this long after the packet that made it pending."""
     reorder_allowance: int = 32

@@ -134,10 +134,10 @@ class Recovery:
         self.judge_deadline: int | None = None  # the earliest judgement due (`judging`)
         self.first_sent: dict[int, int] = {}
         """When each packet under suspicion (``suspect`` set) first left: seq -> time."""
-        self.judging: dict[int, tuple[int, EvEntry, int, int]] = {}
+        self.judging: dict[int, tuple[int, EvEntry, int, int, int]] = {}
         """Packets acknowledged after a retransmission whose original is not judged yet: seq -> (when it is
         judged, the original's EV, retransmissions, the EV echoed by the SACK it triggered itself when that
-        SACK acknowledged it, else -1)."""
+        SACK acknowledged it, else -1, when the original left)."""
         self.tlp_order = 0  # the transmission the last tail loss probe followed; one probe per tail
         self.timeouts = 0
         self.rto_sends = -1
@@ -236,8 +236,15 @@ class Recovery:
     def tlp_wait(self, now: int) -> int:
         """How long after the newest transmission, with no acknowledgement of it, a tail loss probe goes:
         the loss wait plus the responder's SACK coalescing delay (the newest packet may be one whose SACK is
-        held back)."""
-        return self.loss_wait(now) + self.sack_delay
+        held back); on a late host at least RFC 8985's 2·srtt (its answers come in bursts), and before the
+        first RTT sample the retransmission timeout (its first answers can take milliseconds)."""
+        wait = self.loss_wait(now)
+        if self.late_host:
+            if not self.srtt:
+                return self.rto_base
+            if wait < 2 * self.srtt:
+                wait = 2 * self.srtt
+        return wait + self.sack_delay
 
     def rtt_sample(self, rtt: int) -> None:
         if rtt <= 0:
@@ -299,8 +306,9 @@ class Recovery:
         if p is not None:
             e = p.suspect
             if e is not None and p.sends and entropy == e.entropy:
-                self._spurious(e, now, 0)  # the original arrived (not judged again by `on_acked`)
-                self.first_sent.pop(seq, None)
+                # the original arrived (not judged again by `on_acked`), this late
+                first = self.first_sent.pop(seq, p.sent_at)
+                self._spurious(e, now, self._lateness(now, first))
                 p.suspect = None
             return
         j = self.judging.get(seq)
@@ -310,7 +318,7 @@ class Recovery:
         # late over another path: only the original's echo proves anything then.)
         if j is not None and (entropy == j[1].entropy or (j[2] == 1 and j[3] >= 0 and entropy != j[3])):
             del self.judging[seq]
-            self._spurious(j[1], now, 0)
+            self._spurious(j[1], now, self._lateness(now, j[4]))
             self._rearm_judging()
 
     def on_ack_done(self, npkts: int, newly: int, rtt: int | None, ecn: bool, now: int, live: bool) -> None:
@@ -416,7 +424,7 @@ class Recovery:
         if now - first > grace:
             grace = now - first
         at = now + grace
-        self.judging[p.seq] = (at, e, p.sends, echo)
+        self.judging[p.seq] = (at, e, p.sends, echo, first)
         if self.judge_deadline is None or at < self.judge_deadline:
             self.judge_deadline = at
 
@@ -436,6 +444,15 @@ class Recovery:
         if w > self.reo_learned:
             self.reo_learned = w
         self.reo_persist = _REO_PERSIST
+
+    def _lateness(self, now: int, first: int) -> int:
+        """How much later than the window allowed the original of a packet that left at ``first`` turned up
+        at ``now`` (on a late host: elsewhere 0, only packets acknowledged before their retransmission
+        left teach the window, which keeps a fabric's random losses from widening it)."""
+        if not self.late_host:
+            return 0
+        rtt = self.rack_rtt if self.rack_rtt > self.srtt else self.srtt
+        return now - first - rtt - self.reo_wnd(now)
 
     def _rearm_judging(self) -> None:
         j = self.judging

@@ -105,6 +105,7 @@ class Responder:
         cfg = qp.nic.config  # frozen: per-packet paths read these copies
         self.mtu = cfg.mtu
         self.sack_every = cfg.sack_every
+        self.sack_on_reorder = cfg.sack_on_reorder
         self.sack_delay = cfg.sack_delay_ns
 
     def start(self, now: int) -> None:
@@ -213,8 +214,10 @@ class Responder:
                 self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
                 qp.set_error(now, WcStatus.REM_INV_REQ_ERR)
                 return
-        new_hole = d > 0 and not (bitmap >> (d - 1)) & 1
-        fills_hole = bitmap >> (d + 1) != 0  # later packets came first: the sender may be judging it lost
+        reorder = self.sack_on_reorder
+        new_hole = reorder and d > 0 and not (bitmap >> (d - 1)) & 1
+        # later packets came first: the sender may be judging it lost
+        fills_hole = reorder and bitmap >> (d + 1) != 0
         bit = 1 << d
         bitmap |= bit
         self.rcvd_bytes += n

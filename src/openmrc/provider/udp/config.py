@@ -73,6 +73,7 @@ def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
         min_ack_timeout_ns=SOFTWARE_MIN_ACK_TIMEOUT_NS,
         probe_backoff_max_ns=20_000_000,
         late_host=True,
+        sack_on_reorder=False,
     )
 
 

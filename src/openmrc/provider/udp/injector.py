@@ -12,7 +12,7 @@ import socket
 import struct
 from typing import Any, Final
 
-from openmrc.provider.faults import Impairments, fates, flip_bit
+from openmrc.provider.faults import Fate, Impairments, fates, flip_bit
 from openmrc.provider.udp.config import CE, ECT0, DeviceStats
 from openmrc.transport.types import LocalProtocolError, Transmit, TrimMark
 from openmrc.wire import trim_datagram
@@ -68,24 +68,28 @@ class FaultInjector:
             raise LocalProtocolError(errno.EINVAL, f"port {port!r} outside 1..{self._num_ports}")
         return port
 
-    def inject(
+    def fates_of(self, imp: Impairments, t: Transmit, now: int) -> list[Fate]:
+        """What ``imp`` does to ``t`` (sent at ``now``): its copies that arrive, none if it is lost (both
+        counted)."""
+        is_data = t.tpl is not None or is_data_opcode(t.packet.bth.opcode)
+        copies = fates(imp, self.rng, now, t.port, t.entropy, is_data)
+        if not copies:
+            self._stats.fault_dropped += 1
+        elif len(copies) > 1:
+            self._stats.fault_duplicated += 1
+        return copies
+
+    def deliver(
         self,
-        imp: Impairments,
-        t: Transmit,
+        copies: list[Fate],
         sock: socket.socket,
         dest: tuple[Any, ...],
         parts: list[bytes | memoryview],
         now: int,
     ) -> None:
-        """Send ``t`` (sealed as ``parts``, from ``sock`` to ``dest``) as its fates under ``imp`` say."""
+        """Send the ``copies`` of a packet (sealed as ``parts``, from ``sock`` to ``dest``): trimmed,
+        marked, corrupted or held back as each one's fate says."""
         rng, stats = self.rng, self._stats
-        is_data = t.tpl is not None or is_data_opcode(t.packet.bth.opcode)
-        copies = fates(imp, rng, now, t.port, t.entropy, is_data)
-        if not copies:
-            stats.fault_dropped += 1
-            return
-        if len(copies) > 1:
-            stats.fault_duplicated += 1
         v6 = sock.family == socket.AF_INET6
         for fate in copies:
             data: list[bytes | memoryview] = parts

@@ -155,14 +155,19 @@ class Sender:
                 start = lane.free_at if lane.free_at > now else now
                 lane.free_at = start + (size + _HEADER_BYTES) * 8 * 1_000_000_000 // link
             if faults and t.port in faults and faults[t.port].active:
-                if run_count:
-                    self._send_run(run_sock, run_dest, run, run_size, run_count)
-                    run = []
-                    run_count = 0
-                if parts is None:
-                    parts = seal_header_parts(hdr, t.payload, addr)
-                self._injector.inject(faults[t.port], t, sock, dest, parts, now)
-                continue
+                copies = self._injector.fates_of(faults[t.port], t, now)
+                if not copies:
+                    continue  # lost (a GSO run's datagrams are separate: the run goes on without it)
+                if len(copies) > 1 or not copies[0].plain:
+                    if run_count:
+                        self._send_run(run_sock, run_dest, run, run_size, run_count)
+                        run = []
+                        run_count = 0
+                    if parts is None:
+                        parts = seal_header_parts(hdr, t.payload, addr)
+                    self._injector.deliver(copies, sock, dest, parts, now)
+                    continue
+                # one copy, as it was sent: batched like any other packet
             if run_count and (
                 sock is not run_sock or dest is not run_dest or size != run_size or run_count >= run_limit
             ):
