@@ -51,7 +51,8 @@ exponential) a peer that answers nothing fails the QP with RETRY_EXC_ERR after 4
 
 def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
     """Transport settings for a software NIC (the device's default): ``link_gbps`` per port; timers for the
-    RTT of a user-space stack (a base RTT of 200 µs, SACKs coalesced over 32 packets or 20 µs), a
+    RTT of a user-space stack (a base RTT of 200 µs, SACKs coalesced over 32 packets or 20 µs, none sent
+    at once for a packet that opens or fills a hole: `NicConfig.sack_on_reorder`), a
     reordering allowance of 128 packets (sockets are drained in turns, so sprayed packets arrive less in
     order than through a NIC's ring), spray bursts of `gso_burst` packets and EVs from the dynamic UDP port
     range. A process is descheduled for milliseconds, so a packet thought lost holds its EV until the loss
