@@ -66,6 +66,12 @@ def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
     _Draws(rng, len(x) - 1).shuffle(x)
 
 
+def _in_use(e: EvEntry) -> bool:
+    """GOOD, or skipped for a rotation only (not held, not ASSUMED_BAD, not DENIED)."""
+    st = e.state
+    return st is _GOOD or (st is _SKIP and e.skip_epoch != _HELD)
+
+
 def _interleave(planes: list[list[EvEntry]]) -> list[EvEntry]:
     """The rotation from each plane's EVs (the planes in a drawn order): one EV of every plane in turn, so
     that any run of as many consecutive picks as there are planes spreads over all of them (with bursts,
@@ -544,8 +550,7 @@ class EvTable:
         mask = self.port_mask
         n = 0
         for e in self.rotation:
-            st = e.state
-            if (st is _GOOD or (st is _SKIP and e.skip_epoch != _HELD)) and (mask >> (e.port - 1)) & 1:
+            if _in_use(e) and (mask >> (e.port - 1)) & 1:
                 n += 1
         return n
 
@@ -554,8 +559,7 @@ class EvTable:
         if e.slot < 0:
             return False
         n = self.usable_count()
-        st = e.state
-        if (st is _GOOD or (st is _SKIP and e.skip_epoch != _HELD)) and (self._port_mask >> (e.port - 1)) & 1:
+        if _in_use(e) and (self._port_mask >> (e.port - 1)) & 1:
             n -= 1
         return n < self.min_active
 
@@ -563,7 +567,7 @@ class EvTable:
     def skip(self, e: EvEntry) -> None:
         """ECN echo, a (not last-hop) trim, or a loss not judged yet: do not use ``e`` for the rest of this
         rotation (a held EV stays held)."""
-        if e.state is _GOOD or (e.state is _SKIP and e.skip_epoch != _HELD):
+        if _in_use(e):
             e.state = _SKIP
             e.skip_epoch = self.epoch
 

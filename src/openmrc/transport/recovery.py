@@ -361,10 +361,7 @@ class Recovery:
         rack = self.rack_order
         threshold = acked_order - self.reorder_allowance
         tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
-        rtt = self.rack_rtt
-        if self.srtt > rtt:
-            rtt = self.srtt  # (the latest-sent delivery may have taken the shortest path)
-        wait = rtt + self.reo_wnd(now)
+        wait = self._expected_rtt() + self.reo_wnd(now)
         by_order = self.by_order
         base = by_order.base
         lost: list[SentPacket] = []
@@ -384,25 +381,28 @@ class Recovery:
             return
         evs = self.evs
         assert evs is not None and self.cc is not None
-        hold = self.late_host
         for p in lost:
             by_order.pop(p.order)
             self.lose(p)
-            # Skipped (held) now, blamed (ASSUMED_BAD) only once it is judged: a late packet is not a lost
-            # one. A retransmission thought lost is judged with its original: its EV is only skipped.
-            if p.suspect is None:
-                p.suspect = p.entry
-                self.first_sent[p.seq] = p.sent_at
-                if hold:
-                    evs.hold(p.entry)
-                    continue
-            evs.skip(p.entry)
+            self._suspect(p, evs)
         self.stats.losses_inferred += 1
         if self.reo_persist:
             self.reo_persist -= 1
             if not self.reo_persist:
                 self.reo_learned = 0
         self.cc.on_loss(now, self.inflight)
+
+    def _suspect(self, p: SentPacket, evs: EvTable) -> None:
+        """``p`` is thought lost: its EV is skipped for the rotation (held out of it on a late host) and
+        blamed (ASSUMED_BAD) only once the loss is judged, since a late packet is not a lost one. A
+        retransmission thought lost is judged with its original: its EV is only skipped."""
+        if p.suspect is None:
+            p.suspect = p.entry
+            self.first_sent[p.seq] = p.sent_at
+            if self.late_host:
+                evs.hold(p.entry)
+                return
+        evs.skip(p.entry)
 
     def _judge(self, p: SentPacket, now: int, echo: int) -> None:
         """``p``, inferred lost on EV ``p.suspect``, is acknowledged (module docstring, *Blame*)."""
@@ -451,8 +451,13 @@ class Recovery:
         left teach the window, which keeps a fabric's random losses from widening it)."""
         if not self.late_host:
             return 0
-        rtt = self.rack_rtt if self.rack_rtt > self.srtt else self.srtt
-        return now - first - rtt - self.reo_wnd(now)
+        return now - first - self._expected_rtt() - self.reo_wnd(now)
+
+    def _expected_rtt(self) -> int:
+        """How long a packet's answer takes: the RTT of the latest-sent packet delivered, or srtt if longer
+        (that delivery may have taken the shortest path)."""
+        rtt = self.rack_rtt
+        return rtt if rtt > self.srtt else self.srtt
 
     def _rearm_judging(self) -> None:
         j = self.judging
@@ -587,12 +592,7 @@ class Recovery:
         for p in self.by_order.values():
             self.lose(p)
             if p.suspect is None:
-                p.suspect = p.entry
-                self.first_sent[p.seq] = p.sent_at
-                if self.late_host:
-                    evs.hold(p.entry)
-                else:
-                    evs.skip(p.entry)
+                self._suspect(p, evs)
         self.by_order.clear()
         self.rto_sends = 1
         assert self.cc is not None

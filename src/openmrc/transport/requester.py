@@ -168,19 +168,6 @@ class Requester:
         """Bytes in flight (`Recovery.inflight`)."""
         return self.rec.inflight
 
-    @property
-    def retx(self) -> list[int]:
-        """PSNs to send again, a heap (`Recovery.retx`)."""
-        return self.rec.retx
-
-    @property
-    def pending_probes(self) -> list[EvEntry]:
-        return self.rec.pending_probes
-
-    @property
-    def plane_probe_at(self) -> int | None:
-        return self.rec.plane_probe_at
-
     # -- posting -------------------------------------------------------------------------------------------
     def post(self, wr: SendWR, views: list[memoryview], total: int, signaled: bool) -> None:
         self.blocked = False
