@@ -1,0 +1,379 @@
+"""The collective algorithms, each written as a `Program` for one rank (see `openmrc.collectives.program`).
+
+Buffers are numbered: 0 the send buffer, 1 the receive buffer, 2 a scratch buffer (only where an algorithm
+needs one: `scratch_size`). An in-place call aliases 0 to 1. Every region is cut into pieces of at most
+``chunk`` elements, the unit that moves in one Write with Immediate, so each step is pipelined: piece i is
+reduced while piece i+1 is on the wire.
+
+Reduction order (what a floating result equals, bit for bit):
+- ``ring``: the data is cut into ``size`` segments (`segments`); segment s is folded left to right in ring
+  order starting at one rank: all_reduce from rank s (x_s ⊕ x_{s+1} ⊕ … ⊕ x_{s-1}), reduce_scatter from
+  rank s+1 (… ending with x_s, the rank that keeps it).
+- ``rhd`` (recursive halving-doubling, Rabenseifner): with p the largest power of two ≤ size and
+  r = size - p, ranks 2i and 2i+1 (i < r) first combine as (x_2i ⊕ x_2i+1) in rank 2i+1; then p ranks
+  (new rank j) halve: at distance d = p/2, p/4, …, 1 the lower new rank of each pair keeps the lower half and
+  computes (its value ⊕ the partner's), the upper one (partner's ⊕ its own) -- i.e. always lower ⊕ upper.
+- ``tree`` (binomial, rooted; all_reduce roots at 0 then broadcasts): a node folds its children into its
+  value in increasing distance order, (x ⊕ child at distance 1) ⊕ child at distance 2 …, relative ranks.
+- ``chain`` reduce: from the rank after the root along the ring to the root: (x_{root+1} ⊕ …) ⊕ x_root.
+Every rank of an all_reduce ends with bitwise the same result (each element is reduced once, then copied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from openmrc.collectives.program import Program
+
+__all__ = [
+    "ALGORITHMS",
+    "all_gather",
+    "all_reduce",
+    "alltoallv",
+    "barrier",
+    "broadcast",
+    "pieces",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "scratch_size",
+    "segments",
+    "send",
+]
+
+SEND_BUF: Final = 0
+RECV_BUF: Final = 1
+SCRATCH: Final = 2
+
+# which algorithms each collective has (the first is the default for large messages)
+ALGORITHMS: Final[dict[str, tuple[str, ...]]] = {
+    "all_reduce": ("ring", "rhd", "tree"),
+    "reduce_scatter": ("ring",),
+    "all_gather": ("ring",),
+    "alltoall": ("pairwise",),
+    "broadcast": ("chain", "tree"),
+    "reduce": ("chain", "tree"),
+}
+
+
+def segments(count: int, parts: int) -> list[tuple[int, int]]:
+    """``count`` elements cut into ``parts`` contiguous segments ``(offset, length)``, the first
+    ``count % parts`` one element longer."""
+    q, r = divmod(count, parts)
+    out, off = [], 0
+    for i in range(parts):
+        n = q + (i < r)
+        out.append((off, n))
+        off += n
+    return out
+
+
+def pieces(off: int, n: int, chunk: int) -> list[tuple[int, int]]:
+    """Region ``[off, off+n)`` in pieces of at most ``chunk`` elements (one empty piece for n = 0)."""
+    if n == 0:
+        return [(off, 0)]
+    return [(o, min(chunk, off + n - o)) for o in range(off, off + n, chunk)]
+
+
+def _sends(p: Program, peer: int, buf: int, off: int, n: int, chunk: int) -> None:
+    for o, c in pieces(off, n, chunk):
+        p.send(peer, buf, o, c)
+
+
+def _recvs(
+    p: Program,
+    peer: int,
+    buf: int,
+    off: int,
+    n: int,
+    chunk: int,
+    local: tuple[int, int] | None = None,
+    first: bool = True,
+) -> None:
+    for o, c in pieces(off, n, chunk):
+        src = None if local is None else (local[0], local[1] + (o - off))
+        p.recv(peer, buf, o, c, src, first=first)
+
+
+# -- all_reduce ----------------------------------------------------------------------------------------------
+def all_reduce(
+    rank: int,
+    size: int,
+    count: int,
+    chunk: int,
+    *,
+    algo: str = "ring",
+    inplace: bool = False,
+    avg: bool = False,
+) -> Program:
+    """``count`` elements of buffer 0 reduced over every rank into buffer 1."""
+    p = Program([count, count], {SEND_BUF: RECV_BUF} if inplace else None)
+    if size == 1 or count == 0:
+        p.copy(SEND_BUF, 0, RECV_BUF, 0, count)
+        return p
+    {"ring": _ring_all_reduce, "rhd": _rhd_all_reduce, "tree": _tree_all_reduce}[algo](
+        p, rank, size, count, chunk
+    )
+    if avg:
+        for o, c in pieces(0, count, chunk):
+            p.scale(RECV_BUF, o, c)
+    return p
+
+
+def _ring_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
+    segs = segments(count, size)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for k in range(size - 1):  # reduce-scatter: rank r ends owning segment r+1
+        o, n = segs[(rank - k) % size]
+        _sends(p, right, SEND_BUF if k == 0 else RECV_BUF, o, n, chunk)
+        o, n = segs[(rank - k - 1) % size]
+        _recvs(p, left, RECV_BUF, o, n, chunk, (SEND_BUF, o))
+    for k in range(size - 1):  # all-gather
+        o, n = segs[(rank + 1 - k) % size]
+        _sends(p, right, RECV_BUF, o, n, chunk)
+        o, n = segs[(rank - k) % size]
+        _recvs(p, left, RECV_BUF, o, n, chunk)
+
+
+def _fold(size: int) -> tuple[int, int]:
+    pof2 = 1 << (size.bit_length() - 1)
+    return pof2, size - pof2
+
+
+def _rhd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
+    pof2, rem = _fold(size)
+    src = SEND_BUF
+    if rank < 2 * rem:
+        if rank % 2 == 0:  # folded out: hand the data to rank+1, get the result back at the end
+            _sends(p, rank + 1, SEND_BUF, 0, count, chunk)
+            _recvs(p, rank + 1, RECV_BUF, 0, count, chunk)
+            return
+        _recvs(p, rank - 1, RECV_BUF, 0, count, chunk, (SEND_BUF, 0))
+        src, me = RECV_BUF, rank // 2
+    else:
+        me = rank - rem
+
+    def real(j: int) -> int:
+        return 2 * j + 1 if j < rem else j + rem
+
+    lo, hi = 0, count
+    steps: list[tuple[int, int, int, int, int]] = []
+    d = pof2 >> 1
+    while d:
+        mate = me ^ d
+        mid = lo + (hi - lo) // 2
+        lower = me < mate
+        keep = (lo, mid) if lower else (mid, hi)
+        give = (mid, hi) if lower else (lo, mid)
+        _sends(p, real(mate), src, give[0], give[1] - give[0], chunk)
+        _recvs(p, real(mate), RECV_BUF, keep[0], keep[1] - keep[0], chunk, (src, keep[0]), first=not lower)
+        src = RECV_BUF
+        steps.append((real(mate), *keep, *give))
+        lo, hi = keep
+        d >>= 1
+    for mate, klo, khi, glo, ghi in reversed(steps):  # doubling: the halves come back
+        _sends(p, mate, RECV_BUF, klo, khi - klo, chunk)
+        _recvs(p, mate, RECV_BUF, glo, ghi - glo, chunk)
+    if rank < 2 * rem:
+        _sends(p, rank - 1, RECV_BUF, 0, count, chunk)
+
+
+def _tree_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
+    _tree_reduce(p, rank, size, 0, count, chunk, RECV_BUF)
+    _tree_broadcast(p, rank, size, 0, count, chunk, RECV_BUF)
+
+
+def _tree_reduce(p: Program, rank: int, size: int, root: int, count: int, chunk: int, acc: int) -> None:
+    """Binomial reduction of buffer 0 towards ``root``, accumulated in buffer ``acc``."""
+    vr = (rank - root) % size
+    src = SEND_BUF
+    mask = 1
+    while mask < size:
+        if vr & mask:
+            _sends(p, (rank - mask) % size, src, 0, count, chunk)
+            return
+        if vr + mask < size:
+            _recvs(p, (rank + mask) % size, acc, 0, count, chunk, (src, 0), first=False)
+            src = acc
+        mask <<= 1
+    p.copy(src, 0, acc, 0, count)  # a root without children
+
+
+def _tree_broadcast(p: Program, rank: int, size: int, root: int, count: int, chunk: int, buf: int) -> None:
+    vr = (rank - root) % size
+    mask = 1
+    while mask < size:
+        if vr & mask:
+            _recvs(p, (rank - mask) % size, buf, 0, count, chunk)
+            break
+        mask <<= 1
+    mask >>= 1
+    while mask:
+        if vr + mask < size:
+            _sends(p, (rank + mask) % size, buf, 0, count, chunk)
+        mask >>= 1
+
+
+# -- broadcast / reduce -------------------------------------------------------------------------------------
+def broadcast(
+    rank: int, size: int, count: int, chunk: int, *, root: int = 0, algo: str = "chain", inplace: bool = True
+) -> Program:
+    """Buffer 0 of ``root`` into buffer 1 of every rank (in place: the same buffer)."""
+    p = Program([count, count], {SEND_BUF: RECV_BUF} if inplace else None)
+    if rank == root:
+        p.copy(SEND_BUF, 0, RECV_BUF, 0, count)
+    if size == 1:
+        return p
+    if algo == "tree":
+        _tree_broadcast(p, rank, size, root, count, chunk, RECV_BUF)
+        return p
+    vr = (rank - root) % size  # chain: root -> root+1 -> ... pipelined piece by piece
+    if vr:
+        _recvs(p, (rank - 1) % size, RECV_BUF, 0, count, chunk)
+    if vr < size - 1:
+        _sends(p, (rank + 1) % size, RECV_BUF, 0, count, chunk)
+    return p
+
+
+def reduce(
+    rank: int,
+    size: int,
+    count: int,
+    chunk: int,
+    *,
+    root: int = 0,
+    algo: str = "chain",
+    inplace: bool = False,
+    avg: bool = False,
+) -> Program:
+    """Buffer 0 of every rank reduced into buffer 1 of ``root`` (other ranks' buffer 1 untouched; they
+    accumulate in scratch, buffer 2)."""
+    p = Program([count, count, count], {SEND_BUF: RECV_BUF} if inplace else None)
+    acc = RECV_BUF if rank == root else SCRATCH
+    if size == 1:
+        p.copy(SEND_BUF, 0, RECV_BUF, 0, count)
+    elif algo == "tree":
+        _tree_reduce(p, rank, size, root, count, chunk, acc)
+    else:
+        vr = (rank - root) % size  # chain: root+1 -> root+2 -> ... -> root
+        src = SEND_BUF
+        if vr != 1 % size:
+            _recvs(p, (rank - 1) % size, acc, 0, count, chunk, (SEND_BUF, 0), first=True)
+            src = acc
+        if vr:
+            _sends(p, (rank + 1) % size, src, 0, count, chunk)
+    if avg and rank == root:
+        for o, c in pieces(0, count, chunk):
+            p.scale(RECV_BUF, o, c)
+    return p
+
+
+# -- reduce_scatter / all_gather / alltoall ------------------------------------------------------------------
+def reduce_scatter(
+    rank: int, size: int, count: int, chunk: int, *, algo: str = "ring", avg: bool = False
+) -> Program:
+    """Buffer 0 (``size`` × ``count`` elements) reduced over every rank; rank r keeps segment r in buffer 1
+    (``count`` elements). Intermediate sums live in scratch (buffer 2, as big as buffer 0)."""
+    total = size * count
+    p = Program([total, count, total])
+    if size == 1:
+        p.copy(SEND_BUF, 0, RECV_BUF, 0, count)
+        return p
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for k in range(size - 1):
+        s_out, s_in = (rank - k - 1) % size, (rank - k - 2) % size
+        _sends(p, right, SEND_BUF if k == 0 else SCRATCH, s_out * count, count, chunk)
+        final = k == size - 2
+        _recvs(
+            p,
+            left,
+            RECV_BUF if final else SCRATCH,
+            0 if final else s_in * count,
+            count,
+            chunk,
+            (SEND_BUF, s_in * count),
+        )
+    if avg:
+        for o, c in pieces(0, count, chunk):
+            p.scale(RECV_BUF, o, c)
+    return p
+
+
+def all_gather(
+    rank: int, size: int, count: int, chunk: int, *, algo: str = "ring", inplace: bool = False
+) -> Program:
+    """Buffer 0 (``count`` elements) of every rank into segment r of buffer 1 (``size`` × ``count``). In
+    place: buffer 0 is segment ``rank`` of buffer 1 already."""
+    p = Program([count, size * count])
+    own = (RECV_BUF, rank * count) if inplace else (SEND_BUF, 0)
+    p.copy(own[0], own[1], RECV_BUF, rank * count, count)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for k in range(size - 1):
+        s_out, s_in = (rank - k) % size, (rank - k - 1) % size
+        if k == 0:
+            _sends(p, right, own[0], own[1], count, chunk)
+        else:
+            _sends(p, right, RECV_BUF, s_out * count, count, chunk)
+        _recvs(p, left, RECV_BUF, s_in * count, count, chunk)
+    return p
+
+
+def alltoallv(
+    rank: int,
+    size: int,
+    send_counts: Sequence[int],
+    send_displs: Sequence[int],
+    recv_counts: Sequence[int],
+    recv_displs: Sequence[int],
+    send_size: int,
+    recv_size: int,
+    chunk: int,
+) -> Program:
+    """Block ``send_counts[j]`` at ``send_displs[j]`` of buffer 0 to rank j, which receives it at its
+    ``recv_displs[rank]`` of buffer 1; pairwise exchange (step k: to rank+k, from rank-k)."""
+    p = Program([send_size, recv_size])
+    p.copy(SEND_BUF, send_displs[rank], RECV_BUF, recv_displs[rank], recv_counts[rank])
+    for k in range(1, size):
+        to, frm = (rank + k) % size, (rank - k) % size
+        _sends(p, to, SEND_BUF, send_displs[to], send_counts[to], chunk)
+        _recvs(p, frm, RECV_BUF, recv_displs[frm], recv_counts[frm], chunk)
+    return p
+
+
+# -- barrier / send / recv ----------------------------------------------------------------------------------
+def barrier(rank: int, size: int) -> Program:
+    """Dissemination barrier: round i, an empty message to rank + 2^i once the messages of every earlier
+    round have come (ceil(log2 size) rounds)."""
+    p = Program([0, 0])
+    heard: list[int] = []
+    d = 1
+    while d < size:
+        p.send((rank + d) % size, SEND_BUF, 0, 0, after=heard)
+        heard.append(p.recv((rank - d) % size, RECV_BUF, 0, 0))
+        d <<= 1
+    return p
+
+
+def send(peer: int, count: int, chunk: int) -> Program:
+    p = Program([count, 0])
+    _sends(p, peer, SEND_BUF, 0, count, chunk)
+    return p
+
+
+def recv(peer: int, count: int, chunk: int) -> Program:
+    p = Program([0, count])
+    _recvs(p, peer, RECV_BUF, 0, count, chunk)
+    return p
+
+
+def scratch_size(collective: str, size: int, count: int) -> int:
+    """Elements of scratch (buffer 2) a collective needs."""
+    if collective == "reduce_scatter":
+        return size * count
+    if collective == "reduce":
+        return count
+    return 0
+
+
+Builder = Callable[..., Program]

@@ -1,0 +1,467 @@
+"""`Communicator`: collectives over MRC, shaped like mpi4py's buffer API and nccl4py.
+
+    with Communicator.from_env() as comm:          # torchrun's environment (or from_mpi(), or a store)
+        comm.all_reduce(grad)                      # in place, sum
+        comm.all_reduce(x, out, op="max")          # out of place
+
+Buffers are numpy arrays or any C-contiguous buffer-protocol object (its format gives the type); types and
+operators: `openmrc.collectives.ops`. Each call builds the rank's `Program` (`openmrc.collectives.algorithms`;
+``algo=`` picks one, otherwise the size does), connects to the peers it needs on first use (one QP per peer,
+through the store), and runs it with an `Engine` until done. The device makes its own progress on a thread
+(`UdpDevice.start`), so a rank that is busy elsewhere still acknowledges what its peers send; the calling
+thread sleeps on the completion channel between completions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from openmrc import verbs
+from openmrc.collectives import algorithms as algs
+from openmrc.collectives.bootstrap import Store, from_env, from_mpi, store_get
+from openmrc.collectives.engine import CollectiveError, Engine, Link
+from openmrc.collectives.ops import dtype_of, ufunc_of
+from openmrc.collectives.program import Program, Schedule
+
+__all__ = ["Communicator", "default_binds"]
+
+_names = itertools.count()
+_KIB = 1024
+
+# all_reduce: binomial tree up to this size, halving-doubling up to the next, ring above
+TREE_MAX = 16 * _KIB
+RHD_MAX = 512 * _KIB
+
+
+def default_binds(rank: int, planes: int, port: int = 4791) -> list[str]:
+    """One loopback address per plane for ``rank`` (127.100+plane.x.y): ranks of one host never share."""
+    if not 0 <= rank < 254 * 256:
+        raise ValueError(f"rank {rank}: loopback addresses for ranks 0..{254 * 256 - 1}")
+    hi, lo = divmod(rank, 254)
+    return [f"127.{100 + p}.{hi}.{lo + 1}:{port}" for p in range(planes)]
+
+
+def _as_array(buf: Any, what: str, writable: bool = False) -> np.ndarray[Any, Any]:
+    if isinstance(buf, np.ndarray):
+        a = buf
+    else:
+        try:
+            a = np.asarray(memoryview(buf))
+        except TypeError:
+            raise TypeError(
+                f"{what}: expected a numpy array or a buffer-protocol object, got {type(buf).__name__}"
+            ) from None
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{what}: the buffer must be C-contiguous")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{what}: the buffer is read-only")
+    dtype_of(a.dtype)  # a supported type, or a clear error
+    return a.reshape(-1)
+
+
+def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    return bool(a.ctypes.data == b.ctypes.data and a.nbytes == b.nbytes)
+
+
+class Communicator:
+    """Rank ``rank`` of ``size``, meeting the others through ``store``.
+
+    ``device``: a verbs device object (`openmrc.provider.UdpDevice`, a simulated host from
+    ``FabricSim.verbs_device``); without one, a `UdpDevice` on ``binds`` (one ``ip[:port]`` per plane;
+    default `default_binds`, loopback) with ``planes`` planes, owned and closed by the communicator.
+    ``chunk_bytes``: the unit of pipelining, one Write with Immediate; ``slots``: receive slots per peer
+    (the credits). ``ping_s``: how long a peer this rank waits for may be silent before its NIC is pinged;
+    a dead rank is reported after that plus the QP's retry time (`openmrc.transport.Qp.time_to_error`,
+    4.4 s with the defaults here): within ``ping_s`` + 4.4 s. ``store_timeout``: how long to wait for a
+    peer in the store. ``prefix``: store keys' prefix (several communicators on one store)."""
+
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        store: Store,
+        *,
+        device: Any = None,
+        binds: Sequence[str] | None = None,
+        planes: int = 2,
+        chunk_bytes: int = 256 * _KIB,
+        slots: int = 8,
+        ping_s: float = 1.0,
+        prefix: str = "openmrc",
+        seed: int | None = None,
+    ) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size: {size!r}, expected an integer >= 1")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
+            raise ValueError(f"rank: {rank!r} outside 0..{size - 1}")
+        if not 4 * _KIB <= chunk_bytes <= 64 * _KIB * _KIB or chunk_bytes % 16:
+            raise ValueError(f"chunk_bytes: {chunk_bytes!r}, a multiple of 16 in 4 KiB .. 64 MiB")
+        if not 2 <= slots <= 1024:
+            raise ValueError(f"slots: {slots!r} outside 2..1024")
+        if not 0.01 <= ping_s <= 3600:
+            raise ValueError(f"ping_s: {ping_s!r} outside 0.01..3600 s")
+        self.rank, self.size = rank, size
+        self.store = store
+        self.prefix = prefix
+        self._owned = device is None
+        if device is None:
+            from openmrc.provider import UdpDevice
+
+            device = UdpDevice(list(binds) if binds else default_binds(rank, planes), seed=seed)
+            device.start()
+        elif hasattr(device, "start") and not device.threaded:
+            device.start()
+        self.device = device
+        self._dev_name = f"openmrc-coll-{os.getpid()}-{rank}-{next(_names)}"
+        verbs.add_device(self._dev_name, device)
+        self.engine = Engine(rank, self._dev_name, chunk_bytes=chunk_bytes, slots=slots, ping_s=ping_s)
+        self.chunk_bytes = chunk_bytes
+        self._lock = threading.Lock()
+        self._closed = False
+        self.close_timeout = 10.0  # how long close() answers peers that have not said goodbye
+        self._owned_store = False  # a store from from_env / from_mpi is closed with the communicator
+        self.store.set(f"{prefix}/dev/{rank}", json.dumps(self._address()))
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> Communicator:
+        """A communicator from torchrun's environment (`openmrc.collectives.bootstrap.from_env`)."""
+        launch = from_env()
+        comm = cls(launch.rank, launch.size, launch.store, **kwargs)
+        comm._owned_store = True
+        return comm
+
+    @classmethod
+    def from_mpi(cls, **kwargs: Any) -> Communicator:
+        """A communicator for mpiexec's world (mpi4py)."""
+        launch = from_mpi()
+        comm = cls(launch.rank, launch.size, launch.store, **kwargs)
+        comm._owned_store = True
+        return comm
+
+    def __repr__(self) -> str:
+        return f"Communicator(rank {self.rank} of {self.size}, {self.device!r})"
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- connections ---------------------------------------------------------------------------------------
+    def _address(self) -> Any:
+        dev = self.device
+        if hasattr(dev, "endpoints"):
+            return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in dev.endpoints()]
+        return int(dev.host_id)
+
+    def _connect(self, peers: set[int]) -> None:
+        eng = self.engine
+        new = sorted(p for p in peers if p not in eng.links and p != self.rank)
+        made: list[Link] = []
+        for p in new:
+            if not 0 <= p < self.size:
+                raise ValueError(f"peer {p}: outside 0..{self.size - 1}")
+            link = eng.new_link(p)
+            self._init_qp(link)
+            eng.post_receives(link)
+            self.store.set(f"{self.prefix}/qp/{self.rank}/{p}", json.dumps(eng.link_info(link)))
+            made.append(link)
+        for link in made:
+            try:
+                info = json.loads(store_get(self.store, f"{self.prefix}/qp/{link.peer}/{self.rank}"))
+                addr = json.loads(store_get(self.store, f"{self.prefix}/dev/{link.peer}"))
+            except (TimeoutError, OSError) as exc:
+                raise CollectiveError(
+                    f"rank {self.rank}: rank {link.peer} never connected ({exc})", link.peer
+                ) from None
+            link.remote_addr, link.remote_rkey = info["addr"], info["rkey"]
+            self._rts(link, addr, info["qpn"])
+
+    def _init_qp(self, link: Link) -> None:
+        M = verbs.MrcQpAttrMask
+        ev = self.device.ev_profile_for(link.peer) if hasattr(self.device, "ev_profile_for") else 0
+        verbs.modify_qp(
+            link.qp,
+            verbs.QpAttr(qp_state=verbs.QpState.INIT),
+            verbs.QpAttrMask.STATE,
+            verbs.MrcQpAttr(ev_profile_id=ev, cc_profile_id=0),
+            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT,
+        )
+
+    def _rts(self, link: Link, addr: Any, qpn: int) -> None:
+        from openmrc.provider import Peer
+
+        Q, M = verbs.QpAttrMask, verbs.MrcQpAttrMask
+        ah = Peer.of(addr) if isinstance(addr, list) else addr
+        verbs.modify_qp(
+            link.qp,
+            verbs.QpAttr(qp_state=verbs.QpState.RTR, ah_attr=ah, dest_qp_num=qpn, rq_psn=0),
+            Q.STATE | Q.AV | Q.DEST_QPN | Q.RQ_PSN,
+            verbs.MrcQpAttr(
+                mpr=8, mpr_dest=8, max_wimm=128, max_wimm_dest=128, cap=verbs.QpCapFlags.DYNAMIC_MPR
+            ),
+            M.MPR | M.MPR_DEST | M.MAX_WIMM | M.MAX_WIMM_DEST | M.CAP,
+        )
+        verbs.modify_qp(
+            link.qp,
+            verbs.QpAttr(qp_state=verbs.QpState.RTS, sq_psn=0),
+            Q.STATE | Q.SQ_PSN,
+            verbs.MrcQpAttr(mpr=8, max_wimm=128, timeout=14, linear_cnt=7, exp_cnt=7),
+            M.MPR | M.MAX_WIMM | M.TIMEOUT | M.RETRY_CNT,
+        )
+
+    # -- running a program ---------------------------------------------------------------------------------
+    def _run(self, prog: Program, bufs: list[np.ndarray[Any, Any]], op: str | None = None) -> None:
+        if self._closed:
+            raise CollectiveError("the communicator is closed")
+        eng = self.engine
+        if eng.failed is not None:
+            raise CollectiveError(f"the communicator failed earlier: {eng.failed}", eng.failed.rank)
+        with self._lock:
+            self._connect(prog.peers)
+            sched = Schedule(prog, bufs, ufunc_of(op) if op else None, self.size if op == "avg" else 1)
+            eng.begin(sched, bufs)
+            try:
+                while not sched.done:
+                    if eng.step():
+                        continue
+                    eng.arm()
+                    if eng.step():
+                        continue
+                    eng.wait(min(0.05, eng.ping_s))
+                    eng.check_peers()
+            except CollectiveError:
+                eng.flush_aborts(1.0)  # the other ranks learn who failed before this one's QPs go
+                raise
+            finally:
+                eng.end()
+
+    def _chunk(self, dtype: np.dtype[Any]) -> int:
+        return self.chunk_bytes // dtype.itemsize
+
+    def _pick(self, collective: str, algo: str | None, nbytes: int) -> str:
+        choices = algs.ALGORITHMS[collective]
+        if algo is not None:
+            if algo not in choices:
+                raise ValueError(f"algo {algo!r}: {collective} has {', '.join(choices)}")
+            return algo
+        if collective == "all_reduce":
+            return "tree" if nbytes <= TREE_MAX else "rhd" if nbytes <= RHD_MAX else "ring"
+        if collective in ("broadcast", "reduce"):
+            return "tree" if nbytes <= RHD_MAX else "chain"
+        return choices[0]
+
+    def _pair(
+        self, sendbuf: Any, recvbuf: Any, send_n: int | None = None, recv_n: int | None = None
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        s = _as_array(sendbuf, "sendbuf")
+        r = s if recvbuf is None else _as_array(recvbuf, "recvbuf", writable=True)
+        if recvbuf is None and not s.flags.writeable:
+            raise ValueError("sendbuf: read-only, and no recvbuf for the result")
+        if s.dtype != r.dtype:
+            raise ValueError(f"sendbuf is {s.dtype}, recvbuf {r.dtype}: the same type is needed")
+        return s, r
+
+    # -- collectives ---------------------------------------------------------------------------------------
+    def all_reduce(
+        self, sendbuf: Any, recvbuf: Any = None, op: str = "sum", *, algo: str | None = None
+    ) -> Any:
+        """Reduce ``sendbuf`` of every rank element-wise into ``recvbuf`` (in place without it)."""
+        s, r = self._pair(sendbuf, recvbuf)
+        if s.size != r.size:
+            raise ValueError(f"all_reduce: sendbuf has {s.size} elements, recvbuf {r.size}")
+        ufunc_of(op)
+        inplace = _same(s, r)
+        if not inplace and np.shares_memory(s, r):
+            raise ValueError("all_reduce: sendbuf and recvbuf overlap without being the same")
+        a = self._pick("all_reduce", algo, r.nbytes)
+        prog = algs.all_reduce(
+            self.rank,
+            self.size,
+            r.size,
+            self._chunk(r.dtype),
+            algo=a,
+            inplace=inplace,
+            avg=op.lower() == "avg",
+        )
+        self._run(prog, [s, r], op.lower())
+        return recvbuf if recvbuf is not None else sendbuf
+
+    def reduce_scatter(self, sendbuf: Any, recvbuf: Any, op: str = "sum", *, algo: str | None = None) -> Any:
+        """Reduce ``sendbuf`` (size × n elements) over every rank; rank r gets segment r in ``recvbuf``."""
+        s, r = self._pair(sendbuf, recvbuf)
+        if s.size != self.size * r.size:
+            raise ValueError(f"reduce_scatter: sendbuf needs {self.size} × {r.size} elements, has {s.size}")
+        if np.shares_memory(s, r):
+            raise ValueError("reduce_scatter: sendbuf and recvbuf overlap")
+        ufunc_of(op)
+        self._pick("reduce_scatter", algo, r.nbytes)
+        prog = algs.reduce_scatter(
+            self.rank, self.size, r.size, self._chunk(r.dtype), avg=op.lower() == "avg"
+        )
+        self._run(prog, [s, r, np.empty(s.size, r.dtype)], op.lower())
+        return recvbuf
+
+    def all_gather(self, sendbuf: Any, recvbuf: Any, *, algo: str | None = None) -> Any:
+        """Gather every rank's ``sendbuf`` (n elements) into ``recvbuf`` (size × n, rank order). In place:
+        ``sendbuf`` is segment ``rank`` of ``recvbuf``."""
+        s, r = self._pair(sendbuf, recvbuf)
+        if r.size != self.size * s.size:
+            raise ValueError(f"all_gather: recvbuf needs {self.size} × {s.size} elements, has {r.size}")
+        n = s.size
+        inplace = bool(
+            s.ctypes.data == r.ctypes.data + self.rank * n * r.itemsize and n and np.shares_memory(s, r)
+        )
+        if not inplace and np.shares_memory(s, r):
+            raise ValueError("all_gather: sendbuf overlaps recvbuf but is not this rank's segment of it")
+        self._pick("all_gather", algo, r.nbytes)
+        prog = algs.all_gather(self.rank, self.size, n, self._chunk(r.dtype), inplace=inplace)
+        self._run(prog, [s, r])
+        return recvbuf
+
+    def alltoall(self, sendbuf: Any, recvbuf: Any) -> Any:
+        """Block j (size/``size`` elements) of ``sendbuf`` to rank j, which puts it at block ``rank``."""
+        s, r = self._pair(sendbuf, recvbuf)
+        if s.size != r.size or s.size % self.size:
+            raise ValueError(
+                f"alltoall: sendbuf ({s.size}) and recvbuf ({r.size}): equal, a multiple of {self.size}"
+            )
+        k = s.size // self.size
+        counts = [k] * self.size
+        displs = [k * j for j in range(self.size)]
+        return self._alltoallv(s, r, counts, displs, counts, displs, recvbuf)
+
+    def alltoallv(
+        self,
+        sendbuf: Any,
+        send_counts: Sequence[int],
+        recvbuf: Any,
+        recv_counts: Sequence[int],
+        send_displs: Sequence[int] | None = None,
+        recv_displs: Sequence[int] | None = None,
+    ) -> Any:
+        """``send_counts[j]`` elements at ``send_displs[j]`` to rank j; ``recv_counts[j]`` from rank j at
+        ``recv_displs[j]`` (displacements default to packed blocks)."""
+        s, r = self._pair(sendbuf, recvbuf)
+        sc, rc = self._counts("send_counts", send_counts), self._counts("recv_counts", recv_counts)
+        sd = self._displs("send_displs", send_displs, sc, s.size)
+        rd = self._displs("recv_displs", recv_displs, rc, r.size)
+        return self._alltoallv(s, r, sc, sd, rc, rd, recvbuf)
+
+    def _counts(self, what: str, c: Sequence[int]) -> list[int]:
+        out = [int(x) for x in c]
+        if len(out) != self.size or min(out) < 0:
+            raise ValueError(f"{what}: {self.size} counts >= 0 needed")
+        return out
+
+    def _displs(self, what: str, d: Sequence[int] | None, counts: list[int], total: int) -> list[int]:
+        out = [int(x) for x in d] if d is not None else list(itertools.accumulate([0, *counts[:-1]]))
+        if len(out) != self.size or any(o < 0 or o + c > total for o, c in zip(out, counts, strict=True)):
+            raise ValueError(f"{what}: {self.size} offsets whose blocks fit in the {total}-element buffer")
+        return out
+
+    def _alltoallv(
+        self,
+        s: np.ndarray[Any, Any],
+        r: np.ndarray[Any, Any],
+        sc: list[int],
+        sd: list[int],
+        rc: list[int],
+        rd: list[int],
+        recvbuf: Any,
+    ) -> Any:
+        if np.shares_memory(s, r):
+            raise ValueError("alltoall: sendbuf and recvbuf overlap")
+        prog = algs.alltoallv(self.rank, self.size, sc, sd, rc, rd, s.size, r.size, self._chunk(r.dtype))
+        self._run(prog, [s, r])
+        return recvbuf
+
+    def broadcast(self, buf: Any, root: int = 0, *, algo: str | None = None) -> Any:
+        """``buf`` of ``root`` into ``buf`` of every rank."""
+        b = _as_array(buf, "buf", writable=True)
+        self._root(root)
+        a = self._pick("broadcast", algo, b.nbytes)
+        prog = algs.broadcast(self.rank, self.size, b.size, self._chunk(b.dtype), root=root, algo=a)
+        self._run(prog, [b, b])
+        return buf
+
+    def reduce(
+        self, sendbuf: Any, recvbuf: Any = None, op: str = "sum", root: int = 0, *, algo: str | None = None
+    ) -> Any:
+        """Reduce ``sendbuf`` of every rank into ``recvbuf`` of ``root`` (in place without it; other ranks
+        may pass None)."""
+        self._root(root)
+        s = _as_array(sendbuf, "sendbuf")
+        if self.rank == root:
+            s, r = self._pair(sendbuf, recvbuf)
+            if s.size != r.size:
+                raise ValueError(f"reduce: sendbuf has {s.size} elements, recvbuf {r.size}")
+        else:
+            r = np.empty(s.size, s.dtype)
+        ufunc_of(op)
+        inplace = _same(s, r)
+        a = self._pick("reduce", algo, s.nbytes)
+        prog = algs.reduce(
+            self.rank,
+            self.size,
+            s.size,
+            self._chunk(s.dtype),
+            root=root,
+            algo=a,
+            inplace=inplace,
+            avg=op.lower() == "avg",
+        )
+        self._run(prog, [s, r, np.empty(s.size, s.dtype)], op.lower())
+        return (recvbuf if recvbuf is not None else sendbuf) if self.rank == root else None
+
+    def barrier(self) -> None:
+        """Return once every rank has entered the barrier."""
+        e = np.empty(0, np.uint8)
+        self._run(algs.barrier(self.rank, self.size), [e, e])
+
+    def send(self, buf: Any, peer: int) -> None:
+        """``buf`` to rank ``peer``, which calls `recv` with as many elements."""
+        b = _as_array(buf, "buf")
+        self._peer(peer)
+        self._run(algs.send(peer, b.size, self._chunk(b.dtype)), [b, b])
+
+    def recv(self, buf: Any, peer: int) -> Any:
+        """Fill ``buf`` with what rank ``peer`` sends."""
+        b = _as_array(buf, "buf", writable=True)
+        self._peer(peer)
+        self._run(algs.recv(peer, b.size, self._chunk(b.dtype)), [b, b])
+        return buf
+
+    def _root(self, root: int) -> None:
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.size:
+            raise ValueError(f"root: {root!r} outside 0..{self.size - 1}")
+
+    def _peer(self, peer: int) -> None:
+        self._root(peer)
+        if peer == self.rank:
+            raise ValueError(f"peer {peer}: this rank itself")
+
+    # -- end -------------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the QPs and slots (and the device, if the communicator made it). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.engine.goodbye(self.close_timeout)
+        self.engine.close()
+        with contextlib.suppress(verbs.VerbsError):
+            verbs.close_device(self.engine.device)
+        verbs.remove_device(self._dev_name)
+        if self._owned:
+            self.device.close()
+        close = getattr(self.store, "close", None)
+        if callable(close) and self._owned_store:
+            close()

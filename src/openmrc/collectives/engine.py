@@ -1,0 +1,401 @@
+"""How a rank moves a collective's pieces with `openmrc.verbs`: a QP per peer, slots registered once, credits.
+
+Theory of operation. Each rank keeps, per peer, one RC QP (every plane of the device: MRC sprays it) and a
+ring of ``slots`` receive slots of ``chunk_bytes`` each, registered once for the communicator's life. The
+k-th piece a rank sends to a peer is an RDMA Write with Immediate into the peer's slot ``k mod slots``; the
+immediate carries ``k`` (30 bits), so the receiver checks the order MRC completes them in (message order) and
+finds the slot. A sender holds one credit per free slot of the peer's ring: it starts with ``slots`` and
+spends one per piece; a receiver gives slots back when its `Schedule` has consumed them (reduced or copied
+them out) with a zero-length Write with Immediate whose immediate carries the count, so a slot is never
+overwritten before it is read and a peer that races ahead waits instead of overrunning.
+
+Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a ping, 11 an abort), bits 29-0 the piece
+number, the credit count, or (abort) the rank that failed.
+
+Failures. A send to a dead peer ends with RETRY_EXC_ERR once the QP's retries run out (the QP attributes
+give the time, `openmrc.transport.Qp.time_to_error`); a rank that only waits for a dead peer learns it by
+pinging the peers it waits for when they have been silent for ``ping_s`` -- a live peer's NIC acknowledges
+the ping whatever its program is doing, a dead one's does not. The rank that finds a dead peer tells every
+peer it has a QP with (an abort naming that rank), and they tell theirs, so every surviving rank stops with
+the same `CollectiveError` however far it is from the dead one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import time
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final
+
+import numpy as np
+
+from openmrc import verbs
+from openmrc.collectives.program import Schedule, ScheduleError
+
+__all__ = ["CollectiveError", "Engine", "Link"]
+
+KIND_SHIFT: Final = 30
+DATA: Final = 0
+CREDIT: Final = 1
+PING: Final = 2  # (low bits BYE: the peer is closing)
+BYE: Final = 1
+ABORT: Final = 3
+LOW: Final = (1 << KIND_SHIFT) - 1
+_CTRL_WR: Final = 0  # wr_id of credits and pings
+_ABORT_WR: Final = 1 << 62
+
+
+class CollectiveError(RuntimeError):
+    """A collective cannot complete: ``rank`` (if known) is the rank that failed or stopped answering."""
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+class Link:
+    """This rank's QP towards one peer, its receive slots, and the credit and piece counters."""
+
+    __slots__ = (
+        "backlog",
+        "bye",
+        "credits",
+        "freed",
+        "last_heard",
+        "mr",
+        "peer",
+        "pending",
+        "ping_at",
+        "qp",
+        "recv_seq",
+        "remote_addr",
+        "remote_rkey",
+        "send_seq",
+        "slots",
+    )
+
+    def __init__(
+        self, peer: int, qp: verbs.Qp, slots: bytearray, mr: verbs.MemoryRegion, credits: int
+    ) -> None:
+        self.peer = peer
+        self.qp = qp
+        self.slots = slots
+        self.mr = mr
+        self.remote_addr = 0
+        self.remote_rkey = 0
+        self.credits = credits
+        self.send_seq = 0
+        self.recv_seq = 0
+        self.freed = 0
+        self.pending: deque[tuple[int, Any]] = deque()  # (op index, op) waiting for a credit
+        self.backlog: deque[memoryview] = deque()  # pieces of a collective this rank has not begun
+        self.bye = False  # the peer is closing and has nothing of its own left unacknowledged
+        self.last_heard = 0.0
+        self.ping_at = 0.0
+
+
+class Engine:
+    """The verbs side of one rank: device context, PD, CQ and completion channel, the `Link` per peer, and
+    `step`, which moves a `Schedule` forward without blocking. ``dev_name``: a device registered with
+    `openmrc.verbs.add_device`. ``connect(engine, peer) -> Link``: how a link is made (the communicator's
+    bootstrap)."""
+
+    def __init__(self, rank: int, dev_name: str, *, chunk_bytes: int, slots: int, ping_s: float) -> None:
+        self.rank = rank
+        self.chunk_bytes = chunk_bytes
+        self.nslots = slots
+        self.ping_s = ping_s
+        self.device = verbs.open_device(dev_name)
+        self.ctx = verbs.create_context(self.device, verbs.API_CURRENT_VERSION)
+        self.pd = verbs.alloc_pd(self.device)
+        self.channel = verbs.create_comp_channel(self.ctx)
+        self.cq = verbs.create_cq(self.ctx, 1 << 16, channel=self.channel)
+        self.links: dict[int, Link] = {}
+        self.by_qpn: dict[int, Link] = {}
+        self.schedule: Schedule | None = None
+        self.mrs: list[verbs.MemoryRegion | None] = []
+        self.itemsize = 1
+        self.failed: CollectiveError | None = None
+        self._aborts = 0  # abort messages posted, not completed
+        self.unacked = 0  # other sends posted, not completed
+        self.clock: Callable[[], float] = time.monotonic
+        self.stats = {"pieces_sent": 0, "pieces_received": 0, "credits_sent": 0, "pings": 0}
+
+    # -- links -----------------------------------------------------------------------------------------------
+    def new_link(self, peer: int) -> Link:
+        """A QP (in INIT, receives posted) and slots towards ``peer``; `open_link` finishes it."""
+        cap = verbs.QpCap(max_send_wr=4096, max_recv_wr=4 * self.nslots + 64)
+        qp = verbs.create_qp(
+            self.ctx, verbs.QpInitAttr(send_cq=self.cq, recv_cq=self.cq, pd=self.pd, cap=cap)
+        )
+        slots = bytearray(self.nslots * self.chunk_bytes)
+        mr = verbs.reg_mr(self.pd, slots, verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
+        link = Link(peer, qp, slots, mr, self.nslots)
+        self.links[peer] = link
+        self.by_qpn[qp.qp_num] = link
+        return link
+
+    def link_info(self, link: Link) -> dict[str, int]:
+        return {"qpn": link.qp.qp_num, "addr": link.mr.addr, "rkey": link.mr.rkey}
+
+    def post_receives(self, link: Link) -> None:
+        verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(4 * self.nslots + 32)])
+
+    # -- a collective ----------------------------------------------------------------------------------------
+    def begin(self, schedule: Schedule, buffers: list[np.ndarray[Any, Any]]) -> None:
+        """Register the collective's buffers and start ``schedule`` (its links must exist)."""
+        self.schedule = schedule
+        self.itemsize = schedule.dtype.itemsize
+        self.mrs = []
+        for b in buffers:
+            if b.nbytes == 0:
+                self.mrs.append(None)
+                continue
+            access = verbs.Access.LOCAL_WRITE if b.flags.writeable else 0
+            self.mrs.append(verbs.reg_mr(self.pd, b.view(np.uint8), access))  # bytes: bfloat16 has no format
+        now = self.clock()
+        for link in self.links.values():
+            link.last_heard = now
+            link.ping_at = now + self.ping_s
+        schedule.start()
+        for link in self.links.values():
+            while link.backlog and schedule.wants(link.peer):
+                self._arrive(schedule, link, link.backlog.popleft())
+        self._give_credits(schedule.take_consumed())
+        self._post_sends()
+
+    def end(self) -> None:
+        for mr in self.mrs:
+            if mr is not None:
+                verbs.dereg_mr(mr)
+        self.mrs = []
+        self.schedule = None
+
+    def step(self) -> int:
+        """Take what the CQ holds, feed it to the schedule, post what became ready; returns completions
+        handled. Raises `CollectiveError` when a peer failed."""
+        if self.failed is not None:
+            raise self.failed
+        wcs = verbs.poll_cq(self.cq, 512)
+        sched = self.schedule
+        for wc in wcs:
+            if wc.opcode == verbs.WcOpcode.RECV_RDMA_WITH_IMM:
+                self._received(wc)
+            elif wc.status != verbs.WcStatus.SUCCESS:
+                self.unacked -= 1
+                link = self.by_qpn.get(wc.qp_num)
+                peer = link.peer if link is not None else None
+                why = (link.qp.core.error_detail if link is not None else None) or wc.status.name
+                self._fail(CollectiveError(f"rank {self.rank}: rank {peer} does not answer ({why})", peer))
+            elif wc.wr_id == _ABORT_WR:
+                self._aborts -= 1
+            else:
+                self.unacked -= 1
+                if wc.wr_id != _CTRL_WR and sched is not None:
+                    sched.sent(wc.wr_id - 1)
+        if sched is not None:
+            self._give_credits(sched.take_consumed())
+            self._post_sends()
+        return len(wcs)
+
+    def _received(self, wc: verbs.WorkCompletion) -> None:
+        link = self.by_qpn.get(wc.qp_num)
+        if link is None:
+            return
+        verbs.post_recv(link.qp, verbs.RecvWR(0))
+        if wc.status != verbs.WcStatus.SUCCESS:
+            self._fail(
+                CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {wc.status.name}", link.peer)
+            )
+        imm = wc.imm_data or 0
+        kind, low = imm >> KIND_SHIFT, imm & LOW
+        link.last_heard = self.clock()
+        link.ping_at = link.last_heard + self.ping_s
+        if kind == CREDIT:
+            link.credits += low
+            return
+        if kind == PING:
+            link.bye = link.bye or low == BYE
+            return
+        if kind == ABORT:
+            self._fail(
+                CollectiveError(f"rank {low} failed (reported to rank {self.rank} by rank {link.peer})", low)
+            )
+        if low != link.recv_seq & LOW:
+            self._fail(
+                CollectiveError(
+                    f"rank {self.rank}: piece {low} from rank {link.peer}, expected {link.recv_seq & LOW}",
+                    link.peer,
+                )
+            )
+        slot = link.recv_seq % self.nslots
+        link.recv_seq += 1
+        self.stats["pieces_received"] += 1
+        start = slot * self.chunk_bytes
+        view = memoryview(link.slots)[start : start + wc.byte_len]
+        sched = self.schedule
+        if link.backlog or sched is None or not sched.wants(link.peer):
+            link.backlog.append(view)  # the peer is a collective ahead: keep it (and its slot) for the next
+            return
+        self._arrive(sched, link, view)
+
+    def _arrive(self, sched: Schedule, link: Link, view: memoryview) -> None:
+        try:
+            sched.arrived(link.peer, view, link)
+        except ScheduleError as exc:
+            self._fail(CollectiveError(f"rank {self.rank}: {exc}", link.peer))
+
+    def _give_credits(self, consumed: list[Any]) -> None:
+        for link in consumed:
+            link.freed += 1
+        for link in set(consumed):
+            if link.freed:
+                self._control(link, CREDIT, link.freed)
+                self.stats["credits_sent"] += 1
+                link.freed = 0
+
+    def _post_sends(self) -> None:
+        sched = self.schedule
+        if sched is None:
+            return
+        for i, op in sched.take_sends():
+            self.links[op.peer].pending.append((i, op))
+        for link in self.links.values():
+            while link.pending and link.credits > 0:
+                i, op = link.pending.popleft()
+                self._write(link, i, op)
+
+    def _write(self, link: Link, i: int, op: Any) -> None:
+        nbytes = op.n * self.itemsize
+        if nbytes > self.chunk_bytes:
+            raise AssertionError(f"a piece of {nbytes} B exceeds the {self.chunk_bytes} B slot")
+        mr = self.mrs[op.buf]
+        sge = (
+            [] if not nbytes or mr is None else [verbs.Sge(mr.addr + op.off * self.itemsize, nbytes, mr.lkey)]
+        )
+        slot = link.send_seq % self.nslots
+        wr = verbs.SendWR(
+            i + 1,
+            verbs.WrOpcode.RDMA_WRITE_WITH_IMM,
+            sge,
+            link.remote_addr + slot * self.chunk_bytes,
+            link.remote_rkey,
+            (DATA << KIND_SHIFT) | (link.send_seq & LOW),
+        )
+        link.send_seq += 1
+        link.credits -= 1
+        self.stats["pieces_sent"] += 1
+        self._post(link, wr)
+
+    def _control_wr(self, link: Link, kind: int, value: int, wr_id: int = _CTRL_WR) -> verbs.SendWR:
+        """A zero-length Write with Immediate: credits, a ping or an abort."""
+        imm = (kind << KIND_SHIFT) | (value & LOW)
+        op = verbs.WrOpcode.RDMA_WRITE_WITH_IMM
+        return verbs.SendWR(wr_id, op, [], link.remote_addr, link.remote_rkey, imm)
+
+    def _control(self, link: Link, kind: int, value: int) -> None:
+        self._post(link, self._control_wr(link, kind, value))
+
+    def _post(self, link: Link, wr: verbs.SendWR) -> None:
+        try:
+            verbs.post_send(link.qp, wr)
+            self.unacked += 1
+        except verbs.VerbsError as exc:
+            self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
+
+    # -- liveness --------------------------------------------------------------------------------------------
+    def check_peers(self) -> None:
+        """Ping the peers the schedule waits for that have been silent for ``ping_s``."""
+        sched = self.schedule
+        if sched is None:
+            return
+        now = self.clock()
+        for p in sched.expects_from():
+            link = self.links.get(p)
+            if link is not None and now >= link.ping_at:
+                link.ping_at = now + self.ping_s
+                self.stats["pings"] += 1
+                self._control(link, PING, 0)
+
+    def _fail(self, err: CollectiveError) -> None:
+        """Stop: tell every other peer (once) which rank failed, then raise ``err``."""
+        if self.failed is None:
+            self.failed = err
+            who = err.rank if err.rank is not None else LOW
+            for link in self.links.values():
+                if link.peer != err.rank and link.qp.state == verbs.QpState.RTS:
+                    with contextlib.suppress(verbs.VerbsError):
+                        verbs.post_send(link.qp, self._control_wr(link, ABORT, who, _ABORT_WR))
+                        self._aborts += 1
+        raise self.failed
+
+    def goodbye(self, timeout: float) -> None:
+        """Before the QPs go: wait until what this rank sent is acknowledged, tell every peer so (BYE), and
+        answer the peers until each has said the same (or failed), at most ``timeout`` s. A peer's last
+        acknowledgement can be lost; a rank that closed at once would leave the peer resending to nobody
+        until its QP failed."""
+        if self.failed is not None:
+            return
+        end = self.clock() + timeout
+
+        def live() -> list[Link]:
+            return [k for k in self.links.values() if k.qp.state == verbs.QpState.RTS]
+
+        try:
+            self._settle(end, lambda: self.unacked <= 0)
+            for link in live():
+                self._control(link, PING, BYE)
+            self._settle(end, lambda: self.unacked <= 0 and all(k.bye for k in live()))
+        except CollectiveError:
+            pass  # a peer failed while closing: nothing more to wait for
+
+    def _settle(self, end: float, done: Callable[[], bool]) -> None:
+        while not done() and self.clock() < end:
+            if self.step():
+                continue
+            self.arm()
+            if not self.step():
+                self.wait(min(0.05, max(0.0, end - self.clock())))
+
+    def flush_aborts(self, timeout: float) -> None:
+        """Give the abort messages up to ``timeout`` s to reach the peers (before the QPs go away)."""
+        end = self.clock() + timeout
+        while self._aborts > 0 and self.clock() < end:
+            for wc in verbs.poll_cq(self.cq, 512):
+                if wc.wr_id == _ABORT_WR and wc.opcode != verbs.WcOpcode.RECV_RDMA_WITH_IMM:
+                    self._aborts -= 1
+            time.sleep(0.001)
+
+    # -- waiting ---------------------------------------------------------------------------------------------
+    def arm(self) -> None:
+        """Ask for an event at the next completion (then `step` once more before `wait`: what completed
+        before arming raises no event)."""
+        verbs.req_notify_cq(self.cq)
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until the armed CQ reports a completion (or ``timeout`` s)."""
+        try:
+            cq, _ = verbs.get_cq_event(self.channel, timeout)
+            verbs.ack_cq_events(cq, 1)
+        except verbs.VerbsError as exc:
+            if exc.errno != errno.EAGAIN:
+                raise
+
+    def close(self) -> None:
+        steps: list[Callable[[], None]] = []
+        for link in self.links.values():
+            steps += [partial(verbs.destroy_qp, link.qp), partial(verbs.dereg_mr, link.mr)]
+        steps += [
+            lambda: verbs.destroy_cq(self.cq),
+            lambda: verbs.destroy_comp_channel(self.channel),
+            lambda: verbs.dealloc_pd(self.pd),
+            lambda: verbs.destroy_context(self.ctx),
+        ]
+        self.links.clear()
+        self.by_qpn.clear()
+        for step in steps:
+            with contextlib.suppress(verbs.VerbsError):
+                step()

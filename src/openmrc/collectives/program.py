@@ -1,0 +1,357 @@
+"""A collective as data: a `Program` of sends, receives and local steps, and the `Schedule` that runs it.
+
+Theory of operation. An algorithm (`openmrc.collectives.algorithms`) writes, for one rank, the steps of a
+collective in an order that would be correct if each step ran to completion before the next: send piece
+``[off, off+n)`` of buffer ``b`` to rank ``p``; receive the next piece from rank ``q`` and copy it into a
+region, or reduce it with a local region into one; copy or scale a local region. `Program` derives from that
+sequential order the only orderings that matter -- a read waits for the last write of the elements it reads
+(RAW), a write waits for earlier reads and writes of its elements (WAR, WAW) -- by keeping, per buffer, an
+interval map of the last writer and the readers since. A send's source must stay intact until the send
+completes (the NIC reads it when it segments and again when it retransmits), so a send is a reader until its
+completion. What remains is a dependency graph; everything else may overlap: reducing piece i while piece i+1
+is on the wire, sending to one peer while receiving from another.
+
+`Schedule` runs a program sans-IO, in the shape of the transport core: it is told that a send completed
+(`sent`) or that the next piece from a peer arrived (`arrived`, with the bytes, in the order the peer sent
+them), and hands back the sends that became ready (`take_sends`) and the arrivals it has finished with
+(`take_consumed`, so the driver can give their buffer slots back). Local work (reductions, copies) happens
+inside those calls, with numpy ufuncs writing ``out=`` the destination. Pieces between two ranks match by
+order: the k-th send of rank a to rank b is the k-th receive of rank b from rank a, so a driver must post each
+peer's sends in the order `take_sends` hands them out (it does so per peer) and deliver arrivals in order.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from openmrc.collectives.ops import finish_avg
+
+__all__ = ["COPY", "RECV", "SCALE", "SEND", "Op", "Program", "Schedule", "ScheduleError"]
+
+SEND: Final = 0
+RECV: Final = 1
+COPY: Final = 2
+SCALE: Final = 3
+_KIND_NAMES: Final = ("send", "recv", "copy", "scale")
+
+
+class ScheduleError(Exception):
+    """An arrival that does not fit the program (wrong size, or more pieces than it expects)."""
+
+
+class Op:
+    """One step. SEND: ``buf[off:off+n]`` to ``peer``. RECV: the next piece from ``peer`` (``n`` elements)
+    into ``buf[off:off+n]``, copied (``src_buf`` -1) or reduced with ``src_buf[src_off:src_off+n]``
+    (``first``: the incoming piece is the left operand). COPY: ``src_buf[src_off:]`` to ``buf[off:]``.
+    SCALE: divide ``buf[off:off+n]`` by the world size (``avg``)."""
+
+    __slots__ = ("after", "buf", "deps", "first", "kind", "n", "off", "peer", "src_buf", "src_off")
+
+    def __init__(
+        self, kind: int, peer: int, buf: int, off: int, n: int, src_buf: int, src_off: int, first: bool
+    ) -> None:
+        self.kind = kind
+        self.peer = peer
+        self.buf = buf
+        self.off = off
+        self.n = n
+        self.src_buf = src_buf
+        self.src_off = src_off
+        self.first = first
+        self.deps = 0
+        self.after: list[int] = []  # ops that wait for this one
+
+    def __repr__(self) -> str:
+        where = f"{self.buf}[{self.off}:{self.off + self.n}]"
+        src = f" with {self.src_buf}[{self.src_off}:]" if self.src_buf >= 0 else ""
+        peer = f" peer {self.peer}" if self.kind in (SEND, RECV) else ""
+        return f"<{_KIND_NAMES[self.kind]}{peer} {where}{src}>"
+
+
+class _Track:
+    """Per buffer: a partition of ``[0, size)`` into intervals, each with its last writer and the readers
+    since that write (op indices)."""
+
+    __slots__ = ("readers", "size", "starts", "writer")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.starts = [0]
+        self.writer = [-1]
+        self.readers: list[list[int]] = [[]]
+
+    def _cut(self, x: int) -> int:
+        """Make ``x`` an interval start; the index of the interval starting there (len: at the end)."""
+        if x >= self.size:
+            return len(self.starts)
+        i = bisect_right(self.starts, x) - 1
+        if self.starts[i] != x:
+            i += 1
+            self.starts.insert(i, x)
+            self.writer.insert(i, self.writer[i - 1])
+            self.readers.insert(i, list(self.readers[i - 1]))
+        return i
+
+    def read(self, off: int, n: int, op: int, deps: set[int]) -> None:
+        a, b = self._cut(off), self._cut(off + n)
+        for i in range(a, b):
+            if self.writer[i] >= 0:
+                deps.add(self.writer[i])
+            self.readers[i].append(op)
+
+    def write(self, off: int, n: int, op: int, deps: set[int]) -> None:
+        a, b = self._cut(off), self._cut(off + n)
+        for i in range(a, b):
+            if self.writer[i] >= 0:
+                deps.add(self.writer[i])
+            deps.update(self.readers[i])
+        del self.starts[a + 1 : b], self.writer[a + 1 : b], self.readers[a + 1 : b]
+        self.writer[a] = op
+        self.readers[a] = []
+
+
+class Program:
+    """The steps of one collective on one rank (see the module's docstring). ``sizes``: elements of each
+    buffer the steps name by index; ``alias``: buffer indices that are the same memory as another (an
+    in-place call: ``{0: 1}`` makes buffer 0 buffer 1)."""
+
+    def __init__(self, sizes: Sequence[int], alias: dict[int, int] | None = None) -> None:
+        self.sizes = list(sizes)
+        self.alias = dict(alias or {})
+        self.ops: list[Op] = []
+        self._tracks = [_Track(s) for s in self.sizes]
+        self.peers: set[int] = set()
+
+    def _buf(self, b: int) -> int:
+        b = self.alias.get(b, b)
+        if not 0 <= b < len(self.sizes):
+            raise ValueError(f"buffer {b}: the program has {len(self.sizes)}")
+        return b
+
+    def _check(self, b: int, off: int, n: int) -> None:
+        if n < 0 or off < 0 or off + n > self.sizes[b]:
+            raise ValueError(f"region [{off}, {off + n}) outside buffer {b} of {self.sizes[b]} elements")
+
+    def _add(self, op: Op, deps: set[int], after: Iterable[int]) -> int:
+        i = len(self.ops)
+        deps.update(after)
+        deps.discard(i)
+        op.deps = len(deps)
+        for d in deps:
+            self.ops[d].after.append(i)
+        self.ops.append(op)
+        return i
+
+    def send(self, peer: int, buf: int, off: int, n: int, after: Iterable[int] = ()) -> int:
+        b = self._buf(buf)
+        self._check(b, off, n)
+        deps: set[int] = set()
+        i = len(self.ops)
+        if n:
+            self._tracks[b].read(off, n, i, deps)
+        self.peers.add(peer)
+        return self._add(Op(SEND, peer, b, off, n, -1, 0, False), deps, after)
+
+    def recv(
+        self,
+        peer: int,
+        buf: int,
+        off: int,
+        n: int,
+        local: tuple[int, int] | None = None,
+        *,
+        first: bool = True,
+        after: Iterable[int] = (),
+    ) -> int:
+        b = self._buf(buf)
+        self._check(b, off, n)
+        sb, so = (-1, 0) if local is None else (self._buf(local[0]), local[1])
+        deps: set[int] = set()
+        i = len(self.ops)
+        if n:
+            if sb >= 0:
+                self._check(sb, so, n)
+                self._tracks[sb].read(so, n, i, deps)
+            self._tracks[b].write(off, n, i, deps)
+        self.peers.add(peer)
+        return self._add(Op(RECV, peer, b, off, n, sb, so, first), deps, after)
+
+    def copy(self, src_buf: int, src_off: int, buf: int, off: int, n: int, after: Iterable[int] = ()) -> int:
+        """Copy a local region; nothing (-1) when source and destination are the same elements."""
+        b, sb = self._buf(buf), self._buf(src_buf)
+        self._check(b, off, n)
+        self._check(sb, src_off, n)
+        if n == 0 or (b == sb and off == src_off):
+            return -1
+        deps: set[int] = set()
+        i = len(self.ops)
+        self._tracks[sb].read(src_off, n, i, deps)
+        self._tracks[b].write(off, n, i, deps)
+        return self._add(Op(COPY, -1, b, off, n, sb, src_off, False), deps, after)
+
+    def scale(self, buf: int, off: int, n: int) -> int:
+        b = self._buf(buf)
+        self._check(b, off, n)
+        deps: set[int] = set()
+        i = len(self.ops)
+        if n:
+            self._tracks[b].write(off, n, i, deps)
+        return self._add(Op(SCALE, -1, b, off, n, -1, 0, False), deps, ())
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+class Schedule:
+    """Runs a `Program` over ``buffers`` (1-D numpy arrays, one per program buffer, of its dtype) for a
+    reduction ``ufunc`` (and ``avg_of`` > 1: the world size SCALE divides by). See the module's docstring."""
+
+    def __init__(
+        self,
+        program: Program,
+        buffers: Sequence[np.ndarray[Any, Any]],
+        ufunc: np.ufunc | None = None,
+        avg_of: int = 1,
+    ) -> None:
+        if len(buffers) < len(program.sizes):
+            raise ValueError(f"{len(buffers)} buffers for a program of {len(program.sizes)}")
+        self.ops = program.ops
+        self.bufs = list(buffers)
+        self.dtype = self.bufs[1].dtype if len(self.bufs) > 1 else self.bufs[0].dtype
+        self.ufunc = ufunc
+        self.avg_of = avg_of
+        self._unmet = [op.deps for op in self.ops]
+        self.left = len(self.ops)
+        self._sendq: dict[int, deque[int]] = {}
+        self._recvq: dict[int, deque[int]] = {}
+        for i, op in enumerate(self.ops):
+            if op.kind == SEND:
+                self._sendq.setdefault(op.peer, deque()).append(i)
+            elif op.kind == RECV:
+                self._recvq.setdefault(op.peer, deque()).append(i)
+        self._arrived: dict[int, deque[tuple[Any, Any]]] = {p: deque() for p in self._recvq}
+        self._ready: set[int] = set()  # sends with no unmet dependency, not yet handed out
+        self._sends: list[Op] = []
+        self._send_ids: list[int] = []
+        self._consumed: list[Any] = []
+        self._dirty_peers: set[int] = set(self._sendq)
+        self._started = False
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
+
+    def wants(self, peer: int) -> bool:
+        """Whether a receive of this program has no arrival from ``peer`` yet (a piece beyond that belongs
+        to the peer's next collective)."""
+        q = self._recvq.get(peer)
+        return q is not None and len(q) > len(self._arrived[peer])
+
+    def expects_from(self) -> list[int]:
+        """Peers a receive of this program still waits for (in no particular order)."""
+        return [p for p, q in self._recvq.items() if q]
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._run([i for i, n in enumerate(self._unmet) if n == 0])
+
+    def take_sends(self) -> list[tuple[int, Op]]:
+        """Sends that may be posted now, each peer's in program order: ``(op index, op)``."""
+        out: list[tuple[int, Op]] = []
+        for p in self._dirty_peers:
+            q = self._sendq[p]
+            while q and q[0] in self._ready:
+                i = q.popleft()
+                self._ready.discard(i)
+                out.append((i, self.ops[i]))
+        self._dirty_peers.clear()
+        return out
+
+    def take_consumed(self) -> list[Any]:
+        """The tokens of arrivals this schedule has finished with, in the order they were consumed."""
+        out, self._consumed = self._consumed, []
+        return out
+
+    def sent(self, i: int) -> None:
+        """Send ``i`` completed: its source may change now."""
+        self._run(self._complete(i))
+
+    def arrived(self, peer: int, data: Any, token: Any = None) -> None:
+        """The next piece from ``peer``: ``data`` a buffer-protocol object of its bytes (kept until the
+        arrival is consumed: ``token`` is handed back by `take_consumed` then)."""
+        q = self._arrived.get(peer)
+        if q is None or len(q) >= len(self._recvq[peer]):
+            raise ScheduleError(f"a piece from rank {peer} that no receive of this collective expects")
+        q.append((data, token))
+        self._run(self._match(peer))
+
+    def _match(self, peer: int) -> list[int]:
+        """Consume what arrived from ``peer`` while its next receive is ready; returns the ops that freed."""
+        rq, aq = self._recvq[peer], self._arrived[peer]
+        freed: list[int] = []
+        while rq and aq and self._unmet[rq[0]] == 0:
+            i = rq.popleft()
+            data, token = aq.popleft()
+            self._place(self.ops[i], data)
+            self._consumed.append(token)
+            freed += self._complete(i)
+        return freed
+
+    def _place(self, op: Op, data: Any) -> None:
+        size = op.n * self.dtype.itemsize
+        if len(memoryview(data).cast("B")) != size:
+            raise ScheduleError(
+                f"a piece of {len(memoryview(data).cast('B'))} B from rank {op.peer}: expected {size} B "
+                "(the ranks are not running the same collective)"
+            )
+        if not op.n:
+            return
+        incoming = np.frombuffer(data, dtype=self.dtype, count=op.n)
+        dst = self.bufs[op.buf][op.off : op.off + op.n]
+        if op.src_buf < 0:
+            np.copyto(dst, incoming)
+            return
+        local = self.bufs[op.src_buf][op.src_off : op.src_off + op.n]
+        assert self.ufunc is not None
+        if op.first:
+            self.ufunc(incoming, local, out=dst)
+        else:
+            self.ufunc(local, incoming, out=dst)
+
+    def _complete(self, i: int) -> list[int]:
+        """Mark ``i`` done; the ops it freed."""
+        self.left -= 1
+        freed = []
+        for j in self.ops[i].after:
+            self._unmet[j] -= 1
+            if self._unmet[j] == 0:
+                freed.append(j)
+        return freed
+
+    def _run(self, ready: list[int]) -> None:
+        """Run every op made ready, and what running them makes ready, without recursion."""
+        work = list(ready)
+        while work:
+            i = work.pop()
+            op = self.ops[i]
+            if op.kind == SEND:
+                self._ready.add(i)
+                self._dirty_peers.add(op.peer)
+            elif op.kind == RECV:
+                q = self._recvq[op.peer]
+                if q and q[0] == i:
+                    work += self._match(op.peer)
+            else:
+                dst = self.bufs[op.buf][op.off : op.off + op.n]
+                if op.kind == COPY:
+                    np.copyto(dst, self.bufs[op.src_buf][op.src_off : op.src_off + op.n])
+                else:
+                    finish_avg(dst, self.avg_of)
+                work += self._complete(i)

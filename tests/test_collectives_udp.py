@@ -1,0 +1,162 @@
+"""`Communicator` on real ranks: separate processes, each with its own software MRC NIC (`UdpDevice`, 2 planes
+on loopback), results checked against numpy; a plane failing mid-collective; a rank dying."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from openmrc.collectives import CollectiveError, Communicator, HashStore
+from openmrc.collectives.launch import RankFailed, run_local
+from openmrc.collectives.ops import DTYPES, ufunc_of
+
+
+def _x(rank: int, count: int, dtype: Any, salt: int = 0) -> np.ndarray[Any, Any]:
+    rng = np.random.default_rng(rank * 7919 + salt)
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        return rng.integers(0 if dt.kind == "u" else -9, 10, count).astype(dt)
+    return (rng.integers(-64, 64, count) / 8).astype(dt)  # exact in every float type: sums are exact
+
+
+def _all(comm: Communicator, count: int, dtype: Any, salt: int = 0) -> list[np.ndarray[Any, Any]]:
+    return [_x(r, count, dtype, salt) for r in range(comm.size)]
+
+
+def _job(comm: Communicator) -> dict[str, int]:
+    """Every collective, several types, sizes across the algorithm thresholds, in place and not."""
+    n, r = comm.size, comm.rank
+    checked = 0
+    for dtype in ("float32", "bfloat16", "int64", "uint8", "float16"):
+        for count in (1, 1000, 70_000):
+            for algo in ("ring", "rhd", "tree", None):
+                xs = _all(comm, count, DTYPES[dtype], salt=count)
+                op = "max" if dtype == "uint8" else "sum"
+                want = ufunc_of(op).reduce(np.stack(xs), axis=0).astype(DTYPES[dtype])
+                out = np.zeros(count, DTYPES[dtype])
+                comm.all_reduce(xs[r], out, op=op, algo=algo)
+                np.testing.assert_array_equal(out, want, err_msg=f"all_reduce {dtype} {count} {algo}")
+                inplace = xs[r].copy()
+                comm.all_reduce(inplace, op=op, algo=algo)
+                np.testing.assert_array_equal(inplace, want)
+                checked += 2
+    count = 5000
+    xs = _all(comm, n * count, np.float32, salt=1)
+    out = np.zeros(count, np.float32)
+    comm.reduce_scatter(xs[r], out, op="avg")
+    want = (np.sum(xs, axis=0) / np.float32(n)).astype(np.float32)
+    np.testing.assert_array_equal(out, want[r * count : (r + 1) * count])
+    gathered = np.zeros(n * count, np.int32)
+    comm.all_gather(np.full(count, r, np.int32), gathered)
+    np.testing.assert_array_equal(gathered, np.repeat(np.arange(n, dtype=np.int32), count))
+    a2a_in = np.arange(n * 3, dtype=np.int16) + 100 * r
+    a2a_out = np.zeros(n * 3, np.int16)
+    comm.alltoall(a2a_in, a2a_out)
+    np.testing.assert_array_equal(
+        a2a_out, np.concatenate([np.arange(r * 3, r * 3 + 3) + 100 * j for j in range(n)])
+    )
+    for root in range(n):
+        b = np.arange(300_000, dtype=np.float64) * (root + 1) if r == root else np.zeros(300_000)
+        comm.broadcast(b, root=root)
+        np.testing.assert_array_equal(b, np.arange(300_000, dtype=np.float64) * (root + 1))
+        red = np.zeros(4000, np.int64)
+        comm.reduce(np.full(4000, r + 1, np.int64), red, op="prod", root=root)
+        if r == root:
+            np.testing.assert_array_equal(red, np.full(4000, np.prod(np.arange(1, n + 1))))
+    comm.barrier()
+    if r == 0:
+        comm.send(np.arange(100_000, dtype=np.float32), 1)
+    elif r == 1:
+        got = comm.recv(np.zeros(100_000, np.float32), 0)
+        np.testing.assert_array_equal(got, np.arange(100_000, dtype=np.float32))
+    return {"checked": checked, "pieces": comm.engine.stats["pieces_sent"]}
+
+
+def test_every_collective_on_four_real_ranks() -> None:
+    out = run_local(4, _job, timeout=240, comm_kwargs={"chunk_bytes": 64 * 1024})
+    assert [o["checked"] for o in out] == [out[0]["checked"]] * 4 and out[0]["checked"] == 120
+    assert all(o["pieces"] > 100 for o in out)
+
+
+def _plane_fails(comm: Communicator, count: int) -> dict[str, Any]:
+    """A large all_reduce while plane 2 of rank 1 blackholes everything it sends (and 1 % loss elsewhere)."""
+    xs = _all(comm, count, np.float32)
+    want = np.sum(xs, axis=0, dtype=np.float32)
+    comm.device.impair(1, loss=0.01)
+    comm.barrier()
+    if comm.rank == 1:
+        threading.Timer(0.02, comm.device.blackhole_port, args=(2,)).start()
+    t0 = time.monotonic()
+    for _ in range(3):
+        out = np.zeros(count, np.float32)
+        comm.all_reduce(xs[comm.rank], out, algo="ring")
+        np.testing.assert_array_equal(out, want)
+    return {"s": time.monotonic() - t0, "retx": comm.device.nic.stats.retransmits}
+
+
+def test_all_reduce_rides_through_a_plane_failure() -> None:
+    out = run_local(3, _plane_fails, 1 << 20, timeout=180)
+    assert sum(o["retx"] for o in out) > 0  # the faults did bite
+
+
+def _dies(comm: Communicator) -> str:
+    x = np.ones(10_000, np.float32)
+    comm.all_reduce(x)
+    if comm.rank == 2:
+        os._exit(3)  # a crash: no goodbye on any QP
+    t0 = time.monotonic()
+    try:
+        for _ in range(100):
+            comm.all_reduce(x)
+    except CollectiveError as exc:
+        return f"{time.monotonic() - t0:.2f} {exc.rank} {exc}"
+    return "no error"
+
+
+def test_a_dead_rank_is_named_on_every_survivor() -> None:
+    with pytest.raises(RankFailed) as info:
+        run_local(4, _dies, timeout=60, comm_kwargs={"ping_s": 0.5})
+    outcomes = info.value.outcomes
+    assert outcomes[2][0] == "lost"
+    for r in (0, 1, 3):
+        kind, text = outcomes[r]
+        assert kind == "ok", text
+        seconds, rank, _ = text.split(" ", 2)
+        assert rank == "2", text
+        assert float(seconds) < 10.0, text
+
+
+def test_communicator_refuses_bad_calls() -> None:
+    store = HashStore(timeout=5)
+    with Communicator(0, 1, store) as comm:
+        x = np.arange(10, dtype=np.float32)
+        comm.all_reduce(x)  # a world of one: itself
+        np.testing.assert_array_equal(x, np.arange(10, dtype=np.float32))
+        with pytest.raises(ValueError, match="same type"):
+            comm.all_reduce(x, np.zeros(10, np.float64))
+        with pytest.raises(ValueError, match="expected one of"):
+            comm.all_reduce(x, op="xor")
+        with pytest.raises(ValueError, match="has ring"):
+            comm.reduce_scatter(x, np.zeros(10, np.float32), algo="tree")
+        with pytest.raises(ValueError, match="C-contiguous"):
+            comm.all_reduce(np.zeros((4, 4), np.float32)[:, 1])
+        with pytest.raises(ValueError, match="not supported"):
+            comm.all_reduce(np.zeros(4, np.complex64))
+        with pytest.raises(ValueError, match="read-only"):
+            ro = np.zeros(4, np.float32)
+            ro.flags.writeable = False
+            comm.all_reduce(ro)
+        with pytest.raises(ValueError, match="root"):
+            comm.broadcast(x, root=1)
+        with pytest.raises(ValueError, match="overlap"):
+            comm.all_reduce(x[:8], x[2:])
+        comm.all_reduce(bytearray(b"\x01\x02"))  # any buffer-protocol object
+    with pytest.raises(CollectiveError, match="closed"):
+        comm.all_reduce(x)
+    with pytest.raises(ValueError, match="rank"):
+        Communicator(2, 2, store)
