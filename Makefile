@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# The optional extras installed with openmrc: `make test EXTRAS=dev,mpi,ray` (as CI runs it) also runs the Ray
-# tests, which skip without ray. Changing EXTRAS on an existing .venv needs `make clean` first.
+# The optional extras installed with openmrc: `make test EXTRAS=dev,mpi,ray,torch` (as CI runs it) also runs the Ray
+# and torch-backend tests, which skip without them. Changing EXTRAS on an existing .venv needs `make clean` first.
 EXTRAS ?= dev,mpi
 # The hot modules compiled with mypyc (scripts/build_native.py); rebuilt when any of them changes.
 NATIVE := src/openmrc/_native.json

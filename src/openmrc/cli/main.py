@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from openmrc import __version__
+from openmrc.cli.collective import app as collective_app
 from openmrc.cli.perf import app as perf_app
 from openmrc.cli.render import make_console, opcode_name, packet_table
 from openmrc.cli.sim import app as sim_app
@@ -35,6 +36,7 @@ app.add_typer(topo_app, name="topo")
 app.add_typer(sim_app, name="sim")
 app.add_typer(perf_app, name="perf")
 app.add_typer(testbed_app, name="testbed")
+app.add_typer(collective_app, name="collective")
 console = make_console()
 
 

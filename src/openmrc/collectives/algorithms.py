@@ -40,6 +40,7 @@ __all__ = [
     "scratch_size",
     "segments",
     "send",
+    "sendrecv",
 ]
 
 SEND_BUF: Final = 0
@@ -364,6 +365,13 @@ def send(peer: int, count: int, chunk: int) -> Program:
 def recv(peer: int, count: int, chunk: int) -> Program:
     p = Program([0, count])
     _recvs(p, peer, RECV_BUF, 0, count, chunk)
+    return p
+
+
+def sendrecv(dest: int, send_count: int, source: int, recv_count: int, chunk: int) -> Program:
+    p = Program([send_count, recv_count])
+    _sends(p, dest, SEND_BUF, 0, send_count, chunk)
+    _recvs(p, source, RECV_BUF, 0, recv_count, chunk)
     return p
 
 

@@ -300,8 +300,9 @@ class Communicator:
         s, r = self._pair(sendbuf, recvbuf)
         if s.size != self.size * r.size:
             raise ValueError(f"reduce_scatter: sendbuf needs {self.size} × {r.size} elements, has {s.size}")
-        if np.shares_memory(s, r):
-            raise ValueError("reduce_scatter: sendbuf and recvbuf overlap")
+        own = s.ctypes.data + self.rank * r.nbytes == r.ctypes.data  # in place: this rank's segment
+        if np.shares_memory(s, r) and not own:
+            raise ValueError("reduce_scatter: recvbuf overlaps sendbuf but is not this rank's segment of it")
         ufunc_of(op)
         self._pick("reduce_scatter", algo, r.nbytes)
         prog = algs.reduce_scatter(
@@ -439,6 +440,16 @@ class Communicator:
         self._peer(peer)
         self._run(algs.recv(peer, b.size, self._chunk(b.dtype)), [b, b])
         return buf
+
+    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> Any:
+        """``sendbuf`` to rank ``dest`` while ``recvbuf`` fills from rank ``source`` (both at once)."""
+        s, r = self._pair(sendbuf, recvbuf)
+        self._peer(dest)
+        self._peer(source)
+        if np.shares_memory(s, r):
+            raise ValueError("sendrecv: sendbuf and recvbuf overlap")
+        self._run(algs.sendrecv(dest, s.size, source, r.size, self._chunk(r.dtype)), [s, r])
+        return recvbuf
 
     def _root(self, root: int) -> None:
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.size:

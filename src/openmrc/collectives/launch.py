@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import queue
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -45,6 +46,7 @@ def _rank_main(
 ) -> None:
     from openmrc.collectives.communicator import Communicator
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops every rank
     try:
         store = TCPStore("127.0.0.1", port, timeout=60)
         with Communicator(rank, size, store, **kwargs) as comm:

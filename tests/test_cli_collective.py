@@ -1,0 +1,116 @@
+"""``openmrc collective run``: nccl-tests' table and JSON from real local ranks; bad arguments; Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+CMD = [sys.executable, "-m", "openmrc.cli.main", "collective", "run"]
+
+
+def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--op", "gather"], "--op 'gather'"),
+        (["-b", "1M", "-e", "1K"], "min <= max"),
+        (["-b", "ten"], "not a size"),
+        (["-n", "0"], "--ranks 0"),
+        (["--dtype", "complex64"], "--dtype"),
+        (["--redop", "xor"], "--redop"),
+        (["--op", "sendrecv", "--algo", "ring"], "no choice"),
+        (["--loss", "150%"], "loss rate"),
+        (["--fail-plane", "3@1s"], "plane 3 outside 1..2"),
+        (["--fail-plane", "soon"], "PLANE@TIME"),
+        (["-f", "1"], "--stepfactor"),
+        (["--root", "5", "-n", "2"], "--root 5"),
+        (["--chunk", "100"], "--chunk"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    p = _run(*args, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr, p.stderr
+
+
+def test_table_as_nccl_tests_prints_it() -> None:
+    p = _run("-n", "3", "--op", "all_reduce", "-b", "8", "-e", "512K", "-f", "64", "--iters", "3")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert any(
+        re.match(r"#\s+size\s+count\s+type\s+redop\s+root\s+time\s+algbw\s+busbw\s+#wrong", x) for x in lines
+    )
+    rows = [x for x in lines if not x.startswith("#") and x.strip()]
+    assert [int(r.split()[0]) for r in rows] == [8, 512, 32768]
+    for r in rows:  # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+        f = r.split()
+        assert f[2:5] == ["float", "sum", "-1"] and f[8] == "0" and f[12] == "0", r
+    assert int(rows[2].split()[1]) == 32768 // 4
+    assert re.search(r"# Out of bounds values : 0 OK", p.stdout)
+    assert re.search(r"# Avg bus bandwidth    : [\d.e+-]+", p.stdout)
+
+
+@pytest.mark.parametrize(
+    "op", ["all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv"]
+)
+def test_every_op_checks_out_in_json(op: str) -> None:
+    p = _run(
+        "-n",
+        "3",
+        "--op",
+        op,
+        "-b",
+        "1K",
+        "-e",
+        "256K",
+        "-f",
+        "16",
+        "--iters",
+        "2",
+        "--dtype",
+        "bf16",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["op"] == op and out["ranks"] == 3 and out["out_of_bounds"] == 0
+    assert out["results"][0]["size"] <= 1024 and len(out["results"]) == 3
+    assert all(r["type"] == "bfloat16" and r["in_place"]["busbw"] > 0 for r in out["results"])
+
+
+def test_under_faults_the_results_stay_right() -> None:
+    p = _run(
+        "-n", "2", "-b", "4M", "-e", "4M", "--iters", "4", "--loss", "1%", "--fail-plane", "2@0.05s", "--json"
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["out_of_bounds"] == 0 and out["results"][0]["retransmits"] > 0
+
+
+def test_ctrl_c_stops_every_rank() -> None:
+    p = subprocess.Popen(
+        [*CMD, "-n", "3", "-b", "64M", "-e", "64M", "--iters", "1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(4)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-a", "-g", str(p.pid)], capture_output=True, text=True).stdout
+    assert [x for x in left.splitlines() if "<defunct>" not in x] == []  # (exited, not yet reaped: fine)
