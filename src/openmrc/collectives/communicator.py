@@ -126,6 +126,8 @@ class Communicator:
         self.chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
         self._closed = False
+        self.captured: list[tuple[Program, list[np.ndarray[Any, Any]], str | None]] | None = None
+        """When a list: each call is planned and appended here instead of run (`SimWorld` runs them)."""
         self.close_timeout = 10.0  # how long close() answers peers that have not said goodbye
         self._owned_store = False  # a store from from_env / from_mpi is closed with the communicator
         self.store.set(f"{prefix}/dev/{rank}", json.dumps(self._address()))
@@ -163,6 +165,10 @@ class Communicator:
         return int(dev.host_id)
 
     def _connect(self, peers: set[int]) -> None:
+        self._join(self._open(peers))
+
+    def _open(self, peers: set[int]) -> list[Link]:
+        """Links (QPs in INIT, receives posted) towards ``peers`` not linked yet, published in the store."""
         eng = self.engine
         new = sorted(p for p in peers if p not in eng.links and p != self.rank)
         made: list[Link] = []
@@ -174,6 +180,10 @@ class Communicator:
             eng.post_receives(link)
             self.store.set(f"{self.prefix}/qp/{self.rank}/{p}", json.dumps(eng.link_info(link)))
             made.append(link)
+        return made
+
+    def _join(self, made: list[Link]) -> None:
+        """Each new link to RTS once its peer has published its side (waits in the store)."""
         for link in made:
             try:
                 info = json.loads(store_get(self.store, f"{self.prefix}/qp/{link.peer}/{self.rank}"))
@@ -222,6 +232,9 @@ class Communicator:
     def _run(self, prog: Program, bufs: list[np.ndarray[Any, Any]], op: str | None = None) -> None:
         if self._closed:
             raise CollectiveError("the communicator is closed")
+        if self.captured is not None:  # a driver that runs many ranks at once (SimWorld) runs it
+            self.captured.append((prog, bufs, op))
+            return
         eng = self.engine
         if eng.failed is not None:
             raise CollectiveError(f"the communicator failed earlier: {eng.failed}", eng.failed.rank)

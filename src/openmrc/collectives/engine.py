@@ -46,6 +46,7 @@ ABORT: Final = 3
 LOW: Final = (1 << KIND_SHIFT) - 1
 _CTRL_WR: Final = 0  # wr_id of credits and pings
 _ABORT_WR: Final = 1 << 62
+STEP_WCS: Final = 512  # completions one `Engine.step` takes at most
 
 
 class CollectiveError(RuntimeError):
@@ -179,7 +180,7 @@ class Engine:
         handled. Raises `CollectiveError` when a peer failed."""
         if self.failed is not None:
             raise self.failed
-        wcs = verbs.poll_cq(self.cq, 512)
+        wcs = verbs.poll_cq(self.cq, STEP_WCS)
         sched = self.schedule
         for wc in wcs:
             if wc.opcode == verbs.WcOpcode.RECV_RDMA_WITH_IMM:
@@ -290,19 +291,25 @@ class Engine:
         self.stats["pieces_sent"] += 1
         self._post(link, wr)
 
-    def _control_wr(self, link: Link, kind: int, value: int, wr_id: int = _CTRL_WR) -> verbs.SendWR:
-        """A zero-length Write with Immediate: credits, a ping or an abort."""
+    def _control_wr(
+        self, link: Link, kind: int, value: int, wr_id: int = _CTRL_WR, signaled: bool = True
+    ) -> verbs.SendWR:
+        """A zero-length Write with Immediate: credits, a ping, a goodbye or an abort."""
         imm = (kind << KIND_SHIFT) | (value & LOW)
         op = verbs.WrOpcode.RDMA_WRITE_WITH_IMM
-        return verbs.SendWR(wr_id, op, [], link.remote_addr, link.remote_rkey, imm)
+        flags = verbs.SendFlags.SIGNALED if signaled else verbs.SendFlags.NONE
+        return verbs.SendWR(wr_id, op, [], link.remote_addr, link.remote_rkey, imm, flags)
 
-    def _control(self, link: Link, kind: int, value: int) -> None:
-        self._post(link, self._control_wr(link, kind, value))
+    def _control(self, link: Link, kind: int, value: int, signaled: bool = False) -> None:
+        """Credits and pings complete unsignaled (a failure still completes, with an error): one
+        completion fewer per piece; a goodbye is signaled (`goodbye` waits for it)."""
+        self._post(link, self._control_wr(link, kind, value, signaled=signaled))
 
     def _post(self, link: Link, wr: verbs.SendWR) -> None:
         try:
             verbs.post_send(link.qp, wr)
-            self.unacked += 1
+            if wr.send_flags & verbs.SendFlags.SIGNALED:
+                self.unacked += 1
         except verbs.VerbsError as exc:
             self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
 
@@ -347,7 +354,7 @@ class Engine:
         try:
             self._settle(end, lambda: self.unacked <= 0)
             for link in live():
-                self._control(link, PING, BYE)
+                self._control(link, PING, BYE, signaled=True)
             self._settle(end, lambda: self.unacked <= 0 and all(k.bye for k in live()))
         except CollectiveError:
             pass  # a peer failed while closing: nothing more to wait for

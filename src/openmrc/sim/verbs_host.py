@@ -43,6 +43,9 @@ class SimHostDevice:
         self._lock = threading.RLock()
         self._cqs: list[CompletionQueue] = []
         self._closed = False
+        self.driven = False
+        """Set by a driver of many hosts (`openmrc.collectives.SimWorld`) that runs the simulator itself:
+        polling a CQ then does not run it."""
 
     def __repr__(self) -> str:
         return f"SimHostDevice(host {self._host.id})"
@@ -65,13 +68,19 @@ class SimHostDevice:
 
     @property
     def threaded(self) -> bool:
-        return False
+        """Whether something else runs the simulator (`driven`): the verbs calls then never do."""
+        return self.driven
 
     def close(self) -> None:
         self._closed = True
 
     def now(self) -> int:
         return self._host.now()
+
+    def pump(self) -> None:
+        """Let this host's NIC send what the program's calls made ready (a driver of many hosts calls it
+        after posting on one; `progress` does it for its own host)."""
+        self._host.pump()
 
     def progress(self, timeout: float | None = 0.0) -> int:
         """Run the simulator: to the next instant with events (``timeout`` 0 or None), or ``timeout``

@@ -1,0 +1,65 @@
+"""The real Communicator on simulated hosts (`SimWorld`): real data reduced on 1,024 hosts of a simulated
+fabric, and its simulated time against the simulator's flow model of the same ring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from openmrc.collectives import CollectiveError
+from openmrc.collectives.simworld import SimWorld
+from openmrc.sim import workloads
+from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.fabric_sim import FabricSim
+
+
+def _fabric(hosts: int, routing: str = "ecmp") -> FabricSim:
+    cfg = FabricSimConfig(planes=2, hosts=hosts, t0_radix=min(hosts, 32), t1_radix=64, routing=routing)
+    return FabricSim.clos(cfg)
+
+
+def test_all_reduce_on_1024_simulated_hosts_is_right() -> None:
+    world = SimWorld(_fabric(1024), chunk_bytes=8192, slots=2)
+    rng = np.random.default_rng(4)
+    xs = [rng.integers(-3, 4, 2048).astype(np.int32) for _ in range(world.size)]
+    want = np.sum(xs, axis=0, dtype=np.int32)
+    ns = world.run(lambda comm, r: comm.all_reduce(xs[r], algo="rhd"))
+    assert ns > 0
+    for r in range(world.size):
+        np.testing.assert_array_equal(xs[r], want, err_msg=f"rank {r}")
+
+
+@pytest.mark.parametrize("routing", ["ecmp", "srv6"])
+def test_ring_all_reduce_takes_the_flow_models_time(routing: str) -> None:
+    """The same ring -- one Write with Immediate of size/n per step, the next released by the arrival --
+    as `workloads.ring_allreduce`, but with real data, slots and credits: within 10 % of its time."""
+    hosts, size = 32, 1 << 20
+    world = SimWorld(_fabric(hosts, routing), chunk_bytes=size // hosts)
+    xs = [np.full(size // 4, r, np.float32) for r in range(hosts)]
+    ns = world.run(lambda comm, r: comm.all_reduce(xs[r], algo="ring"))
+    assert all((x == sum(range(hosts))).all() for x in xs)
+    flow = _fabric(hosts, routing)
+    flows = workloads.ring_allreduce(flow, size)
+    flow.run()
+    model = max(f.finish for f in flows) - min(f.start for f in flows)
+    assert ns == pytest.approx(model, rel=0.10), (ns, model)
+
+
+def test_every_collective_on_simulated_hosts() -> None:
+    world = SimWorld(_fabric(8), chunk_bytes=4096)
+    n = world.size
+    outs = [np.zeros(n * 100, np.float64) for _ in range(n)]
+    world.run(lambda comm, r: comm.all_gather(np.full(100, float(r)), outs[r]))
+    assert all((o == np.repeat(np.arange(n, dtype=np.float64), 100)).all() for o in outs)
+    bufs = [np.arange(5000, dtype=np.int16) if r == 3 else np.zeros(5000, np.int16) for r in range(n)]
+    world.run(lambda comm, r: comm.broadcast(bufs[r], root=3))
+    assert all((b == np.arange(5000)).all() for b in bufs)
+    with pytest.raises(ValueError, match="exactly one collective"):
+        world.run(lambda comm, r: None)
+
+
+def test_a_stalled_simulation_is_an_error_not_a_hang() -> None:
+    world = SimWorld(_fabric(4), chunk_bytes=4096)
+    x = [np.zeros(10, np.float32) for _ in range(4)]
+    with pytest.raises(CollectiveError, match="stalled"):  # every rank waits for a piece nobody sends
+        world.run(lambda comm, r: comm.recv(x[r], (r + 1) % 4))
