@@ -6,8 +6,9 @@
 A small MLP learns a fixed random teacher network from synthetic data (each rank draws its own batches,
 seeded by rank and step, so a run is reproducible and both backends see the same data). Rank 0 prints the
 loss and the step time per step; ``--out FILE`` writes them as JSON (``{"backend", "world", "losses",
-"step_s"}``). ``--fail-plane P@STEP[+STEPS]`` (mrc only) blackholes plane P of every rank's device from that
-step on (for STEPS steps, then heals it): MRC routes around it and the training goes on.
+"step_s", "ends"}``, ends: each step's wall-clock end). ``--fail-plane P@STEP[+STEPS]`` (mrc only)
+blackholes plane P of every rank's device from that step on (for STEPS steps, then heals it): MRC routes
+around it and the training goes on.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def main() -> int:
     opt = torch.optim.SGD(net.parameters(), lr=args.lr)
     losses: list[float] = []
     step_s: list[float] = []
+    ends: list[float] = []  # wall-clock end of each step (to place a fault injected from outside)
     try:
         for step in range(args.steps):
             if fail is not None and args.backend == "mrc":
@@ -89,12 +91,20 @@ def main() -> int:
             mean = loss.detach().clone()
             dist.all_reduce(mean)  # the global loss (the sum over the ranks, / world below)
             step_s.append(time.perf_counter() - t0)
+            ends.append(time.time())
             losses.append(mean.item() / world)
             if rank == 0 and not args.quiet:
                 print(f"step {step:4d}  loss {losses[-1]:.6f}  {step_s[-1] * 1000:8.2f} ms", flush=True)
         if rank == 0 and args.out:
             with open(args.out, "w") as f:
-                json.dump({"backend": args.backend, "world": world, "losses": losses, "step_s": step_s}, f)
+                out = {
+                    "backend": args.backend,
+                    "world": world,
+                    "losses": losses,
+                    "step_s": step_s,
+                    "ends": ends,
+                }
+                json.dump(out, f)
         dist.barrier()  # every rank done before any tears its connections down (gloo aborts otherwise)
     finally:
         dist.destroy_process_group()

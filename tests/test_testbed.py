@@ -17,6 +17,7 @@ from openmrc.testbed.experiment import FailoverResult, failover, openmrc_argv
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=f"testbed: {missing()}")
 
+ROOT = Path(__file__).resolve().parent.parent
 LINK = "p0-t0-0--p0-t1-1"  # host0's plane-0 uplink to the second spine
 
 # Each run's namespaces carry its process id, so two test runs on one machine never tear down each other's
@@ -145,3 +146,27 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         down = run("down")
     assert down.returncode == 0 and "removed 5 namespaces" in down.stdout
     assert run("down").stdout.strip() == "no testbed was up"
+
+
+def test_ddp_training_over_mrc_goes_on_through_a_blackholed_spine_link(
+    ecmp_bed: Testbed, tmp_path: Path
+) -> None:
+    """examples/testbed_train.py's run on the 4 namespace hosts: the link fails at step 8 and heals 2.5 s
+    later; training finishes, and steps complete while the link is down."""
+    pytest.importorskip("torch")
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("testbed_train", ROOT / "examples" / "testbed_train.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = argparse.Namespace(steps=40, fail_step=8, heal_after=2.5, width=64, batch=32, timeout=180.0)
+    rec = mod.run_backend(ecmp_bed, "mrc", args, tmp_path, LINK, lambda _m: None)
+    assert rec["finished"], rec.get("error")
+    assert rec["fail_time"] is not None and rec["heal_time"] is not None
+    during = [e for e in rec["ends"] if rec["fail_time"] < e < rec["heal_time"]]
+    assert len(during) >= 2, "no training step completed while the spine link was down"
+    assert ecmp_bed.status() and not any(r["fault"] for r in ecmp_bed.status())  # healed afterwards
+    s = mod.summarise(rec)
+    assert s["steps"] == 40 and s["during_ms"] is not None

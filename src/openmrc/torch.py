@@ -4,13 +4,15 @@
     import openmrc.torch                      # registers the backend "mrc"
     torch.distributed.init_process_group("mrc")   # torchrun's environment, as with gloo
 
-`MrcProcessGroup` is a Python ``ProcessGroup`` over an `openmrc.collectives.Communicator` (CPU tensors).
-Every call returns at once with a Work (``wait()``, ``get_future()``); a worker thread of the group runs the
+`MrcProcessGroup` is a Python ``ProcessGroup`` over an `openmrc.collectives.Communicator` (CPU tensors). Every
+call returns at once with a Work (``wait()``, ``get_future()``); a worker thread of the group runs the
 collectives in call order while the software NIC makes network progress on its own thread, so the caller's
 thread (DDP's backward pass) goes on. Each process has one MRC device, shared by its groups: its endpoints
-come from ``OPENMRC_BINDS`` (``ip[:port],ip[:port]``, one per plane) or, by default, loopback addresses of
-its global rank with ``OPENMRC_PLANES`` planes (2). A failed collective (a dead rank, a peer that stopped
-answering) fails its Work with the `CollectiveError`'s message, naming the rank.
+come from ``OPENMRC_BINDS`` (``ip[:port],ip[:port]``, one per plane), from ``OPENMRC_FABRIC`` (a fabric export
+such as `openmrc testbed`'s: this host's plane addresses, and SRv6 or flow-label paths towards each peer) or,
+by default, loopback addresses of its global rank with ``OPENMRC_PLANES`` planes (2). A failed collective (a
+dead rank, a peer that stopped answering) fails its Work with the `CollectiveError`'s message, naming the
+rank.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ _REDUCE = {
 }
 _device_lock = threading.Lock()
 _device: Any = None  # the process's MRC device, shared by every group
+_profile_for: Callable[[Any], int] | None = None  # its EV profiles towards a peer (a fabric export)
 _groups: list[MrcProcessGroup] = []
 
 
@@ -83,18 +86,25 @@ def _op(opts: Any) -> str:
     raise ValueError(f"the mrc backend has no reduction {op} (it has sum, product, min, max, avg)")
 
 
-def _shared_device(rank: int) -> Any:
-    global _device
+def _shared_device(rank: int) -> tuple[Any, Callable[[Any], int] | None]:
+    global _device, _profile_for
     with _device_lock:
         if _device is None or _device.closed:
             from openmrc.provider import UdpDevice
 
             binds = os.environ.get("OPENMRC_BINDS")
-            planes = int(os.environ.get("OPENMRC_PLANES", "2"))
-            ends = [b.strip() for b in binds.split(",")] if binds else default_binds(rank, planes)
-            _device = UdpDevice(ends)
+            ends = [b.strip() for b in binds.split(",")] if binds else None
+            export = os.environ.get("OPENMRC_FABRIC")
+            if export:  # a host of a fabric export: its addresses and the fabric's paths
+                from openmrc.collectives.fabric import fabric_device
+
+                fd = fabric_device(export, ends)
+                _device, _profile_for = fd.device, fd.profile_for
+            else:
+                planes = int(os.environ.get("OPENMRC_PLANES", "2"))
+                _device = UdpDevice(ends or default_binds(rank, planes))
             _device.start()
-        return _device
+        return _device, _profile_for
 
 
 def device() -> Any:
@@ -111,7 +121,8 @@ class MrcProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         global_rank = int(os.environ.get("RANK", rank))
-        self.comm = Communicator(rank, size, store, device=_shared_device(global_rank))
+        dev, profile_for = _shared_device(global_rank)
+        self.comm = Communicator(rank, size, store, device=dev, ev_profile=profile_for)
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], torch.futures.Future[Any]] | None] = (
             queue.SimpleQueue()
         )

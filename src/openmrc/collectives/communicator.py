@@ -19,7 +19,7 @@ import itertools
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,8 +80,10 @@ class Communicator:
     ``chunk_bytes``: the unit of pipelining, one Write with Immediate; ``slots``: receive slots per peer
     (the credits). ``ping_s``: how long a peer this rank waits for may be silent before its NIC is pinged;
     a dead rank is reported after that plus the QP's retry time (`openmrc.transport.Qp.time_to_error`,
-    4.4 s with the defaults here): within ``ping_s`` + 4.4 s. ``store_timeout``: how long to wait for a
-    peer in the store. ``prefix``: store keys' prefix (several communicators on one store)."""
+    4.4 s with the defaults here): within ``ping_s`` + 4.4 s. ``prefix``: store keys' prefix (several
+    communicators on one store). ``ev_profile(peer_address)``: the EV profile id (installed on the device)
+    for the QP towards the rank with that device address (`openmrc.collectives.fabric`: the fabric's
+    paths); default 0, the device's UDP source ports (a simulated host: its fabric's routes)."""
 
     def __init__(
         self,
@@ -97,6 +99,7 @@ class Communicator:
         ping_s: float = 1.0,
         prefix: str = "openmrc",
         seed: int | None = None,
+        ev_profile: Callable[[Any], int] | None = None,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size: {size!r}, expected an integer >= 1")
@@ -109,6 +112,7 @@ class Communicator:
         if not 0.01 <= ping_s <= 3600:
             raise ValueError(f"ping_s: {ping_s!r} outside 0.01..3600 s")
         self.rank, self.size = rank, size
+        self._ev_profile = ev_profile
         self.store = store
         self.prefix = prefix
         self._owned = device is None
@@ -176,7 +180,7 @@ class Communicator:
             if not 0 <= p < self.size:
                 raise ValueError(f"peer {p}: outside 0..{self.size - 1}")
             link = eng.new_link(p)
-            self._init_qp(link)
+            self._init_qp(link, self._peer_address(p))
             eng.post_receives(link)
             self.store.set(f"{self.prefix}/qp/{self.rank}/{p}", json.dumps(eng.link_info(link)))
             made.append(link)
@@ -187,7 +191,7 @@ class Communicator:
         for link in made:
             try:
                 info = json.loads(store_get(self.store, f"{self.prefix}/qp/{link.peer}/{self.rank}"))
-                addr = json.loads(store_get(self.store, f"{self.prefix}/dev/{link.peer}"))
+                addr = self._peer_address(link.peer)
             except (TimeoutError, OSError) as exc:
                 raise CollectiveError(
                     f"rank {self.rank}: rank {link.peer} never connected ({exc})", link.peer
@@ -195,9 +199,20 @@ class Communicator:
             link.remote_addr, link.remote_rkey = info["addr"], info["rkey"]
             self._rts(link, addr, info["qpn"])
 
-    def _init_qp(self, link: Link) -> None:
+    def _peer_address(self, peer: int) -> Any:
+        try:
+            return json.loads(store_get(self.store, f"{self.prefix}/dev/{peer}"))
+        except (TimeoutError, OSError) as exc:
+            raise CollectiveError(f"rank {self.rank}: rank {peer} never came ({exc})", peer) from None
+
+    def _init_qp(self, link: Link, addr: Any) -> None:
         M = verbs.MrcQpAttrMask
-        ev = self.device.ev_profile_for(link.peer) if hasattr(self.device, "ev_profile_for") else 0
+        if self._ev_profile is not None:
+            ev = self._ev_profile(addr)
+        elif hasattr(self.device, "ev_profile_for"):  # a simulated host: its fabric's routes
+            ev = self.device.ev_profile_for(link.peer)
+        else:
+            ev = 0
         verbs.modify_qp(
             link.qp,
             verbs.QpAttr(qp_state=verbs.QpState.INIT),

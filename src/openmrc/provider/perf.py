@@ -70,6 +70,7 @@ __all__ = [
     "perf_config",
     "run_client",
     "serve",
+    "stev_profile",
     "sweep_sizes",
 ]
 
@@ -237,7 +238,7 @@ def _device(binds: Sequence[str], link_gbps: float, fabric: PerfFabric | None) -
     return UdpDevice(binds, config=perf_config(link_gbps), srv6_addresses=extra)
 
 
-def _stev_profile(count: int) -> EVProfile:
+def stev_profile(count: int) -> EVProfile:
     """Generated STEV EVs: a random flow label (high 16 bits) and a source port of the dynamic range."""
     fields = (
         EVField(16, min_val=1, max_val=0xFFFF, mask=0xFFFF),
@@ -254,7 +255,7 @@ def _install_profile(
     if mode == "udp":
         return 0
     if mode == "stev":
-        dev.add_ev_profile(_PROFILE, _stev_profile(evs or 64))
+        dev.add_ev_profile(_PROFILE, stev_profile(evs or 64))
         return _PROFILE
     if mode != "srv6":
         raise PerfError(f"EV mode {mode!r}: one of {', '.join(EV_MODES)}")
