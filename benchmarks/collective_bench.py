@@ -189,6 +189,7 @@ def _world_all_reduce(hosts: int, size: int, algo: str, **kw: Any) -> tuple[bool
     xs = [np.full(size // 4, r % 5, np.float32) for r in range(hosts)]
     ns = w.run(lambda c, r: c.all_reduce(xs[r], algo=algo))
     wall = time.perf_counter() - t
+    w.close()
     want = sum(r % 5 for r in range(hosts))
     return all(bool((x == want).all()) for x in xs), ns, wall
 

@@ -27,6 +27,7 @@ def test_all_reduce_on_1024_simulated_hosts_is_right() -> None:
     assert ns > 0
     for r in range(world.size):
         np.testing.assert_array_equal(xs[r], want, err_msg=f"rank {r}")
+    world.close()
 
 
 @pytest.mark.parametrize("routing", ["ecmp", "srv6"])
@@ -37,6 +38,7 @@ def test_ring_all_reduce_takes_the_flow_models_time(routing: str) -> None:
     world = SimWorld(_fabric(hosts, routing), chunk_bytes=size // hosts)
     xs = [np.full(size // 4, r, np.float32) for r in range(hosts)]
     ns = world.run(lambda comm, r: comm.all_reduce(xs[r], algo="ring"))
+    world.close()
     assert all((x == sum(range(hosts))).all() for x in xs)
     flow = _fabric(hosts, routing)
     flows = workloads.ring_allreduce(flow, size)
@@ -56,6 +58,7 @@ def test_every_collective_on_simulated_hosts() -> None:
     assert all((b == np.arange(5000)).all() for b in bufs)
     with pytest.raises(ValueError, match="exactly one collective"):
         world.run(lambda comm, r: None)
+    world.close()
 
 
 def test_a_stalled_simulation_is_an_error_not_a_hang() -> None:
@@ -63,3 +66,31 @@ def test_a_stalled_simulation_is_an_error_not_a_hang() -> None:
     x = [np.zeros(10, np.float32) for _ in range(4)]
     with pytest.raises(CollectiveError, match="stalled"):  # every rank waits for a piece nobody sends
         world.run(lambda comm, r: comm.recv(x[r], (r + 1) % 4))
+    world.close()
+
+
+def test_a_scenario_runs_the_real_communicator_through_a_link_failure() -> None:
+    """Workload kind "collective": every host a rank, real data, the simulator's own loop; a failure
+    scenario runs it like any other workload and reports its time and whether every result is right."""
+    from openmrc.sim.scenario import run_scenario, validate
+
+    doc = validate(
+        {
+            "name": "collective",
+            "until_us": 5000,
+            "fabric": {"planes": 2, "hosts": 16},
+            "workload": {
+                "kind": "collective",
+                "op": "all_reduce",
+                "algo": "ring",
+                "size_kib": 256,
+                "chunk_kib": 8,
+            },
+            "failures": [{"kind": "t0_uplink", "at_us": 10, "plane": 0, "t0": 0, "uplink": 0}],
+        }
+    )
+    (run,) = run_scenario(doc)
+    rep = run.report()
+    assert rep["collective"] == "all_reduce" and rep["collective_ranks"] == 16
+    assert rep["collective_right"] is True and rep["collective_us"] > 10
+    assert run.sim is not None and run.sim.done()

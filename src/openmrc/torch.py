@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined,unused-ignore]
 
-from openmrc.collectives import Communicator, default_binds
+from openmrc.collectives import Communicator
+from openmrc.collectives.communicator import loopback_device
 
 __all__ = ["MrcProcessGroup", "device", "register"]
 
@@ -102,7 +103,7 @@ def _shared_device(rank: int) -> tuple[Any, Callable[[Any], int] | None]:
                 _device, _profile_for = fd.device, fd.profile_for
             else:
                 planes = int(os.environ.get("OPENMRC_PLANES", "2"))
-                _device = UdpDevice(ends or default_binds(rank, planes))
+                _device = UdpDevice(ends) if ends else loopback_device(rank, planes, None)
             _device.start()
         return _device, _profile_for
 

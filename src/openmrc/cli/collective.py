@@ -103,6 +103,12 @@ def run(
     ] = None,
     chunk: Annotated[str, typer.Option(help="pipelining unit (one Write with Immediate)")] = "256K",
     timeout: Annotated[float, typer.Option(help="seconds the whole run may take")] = 1800.0,
+    fabric: Annotated[
+        str | None,
+        typer.Option(
+            help="a fabric export (openmrc testbed's): this host's planes and paths (under a launcher)"
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the results as JSON, no table")] = False,
 ) -> None:
     """Time a collective from --minbytes to --maxbytes, out of place and in place, as nccl-tests does.
@@ -147,6 +153,10 @@ def run(
     if not 1 <= timeout <= 86_400:
         _fail(f"--timeout {timeout}: 1 .. 86400 s")
     launcher = _launched()
+    if fabric is not None and launcher is None:
+        _fail("--fabric: each rank on its own host: start it under torchrun or mpiexec on every host")
+    if fabric is not None and not os.path.isfile(os.path.join(fabric, "hosts.json")):
+        _fail(f"--fabric {fabric}: not a fabric export (no hosts.json)")
     world = ranks if launcher is None else int(os.environ.get("WORLD_SIZE", "0") or 0) or None
     if world is not None and not 0 <= root < world:
         _fail(f"--root {root}: outside 0..{world - 1}")
@@ -170,7 +180,7 @@ def run(
         json=json_out,
     )
     comm_kwargs: dict[str, Any] = {"planes": planes, "chunk_bytes": chunk_bytes}
-    rows, n = _execute(launcher, ranks, cfg, comm_kwargs, timeout)
+    rows, n = _execute(launcher, ranks, cfg, comm_kwargs, timeout, fabric)
     if rows is not None and json_out:
         json.dump(as_json(rows, cfg, n), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -186,16 +196,31 @@ def _canonical(name: str) -> str:
 
 
 def _execute(
-    launcher: str | None, ranks: int, cfg: BenchConfig, comm_kwargs: dict[str, Any], timeout: float
+    launcher: str | None,
+    ranks: int,
+    cfg: BenchConfig,
+    comm_kwargs: dict[str, Any],
+    timeout: float,
+    fabric: str | None = None,
 ) -> tuple[list[Row] | None, int]:
     """Run the benchmark; rank 0's rows (None on other ranks of a launched job) and the world size."""
     from openmrc.collectives import CollectiveError, Communicator
     from openmrc.collectives.launch import RankFailed, run_local
+    from openmrc.provider.perf import PerfError
 
     try:
         if launcher is None:
             results = run_local(ranks, _rank_job, cfg, timeout=timeout, comm_kwargs=comm_kwargs)
             return results[0], ranks
+        if fabric is not None:
+            from openmrc.collectives.fabric import fabric_device
+
+            fd = fabric_device(fabric)
+            comm_kwargs = {
+                "device": fd.device,
+                "ev_profile": fd.profile_for,
+                "chunk_bytes": comm_kwargs["chunk_bytes"],
+            }
         if launcher == "torchrun":
             comm = Communicator.from_env(**comm_kwargs)
         else:
@@ -208,7 +233,7 @@ def _execute(
             if kind != "ok":
                 print(f"openmrc collective run: rank {r}: {str(text).splitlines()[-1]}", file=sys.stderr)
         raise typer.Exit(1) from None
-    except (CollectiveError, OSError, TimeoutError, KeyError, ValueError) as exc:
+    except (CollectiveError, PerfError, OSError, TimeoutError, KeyError, ValueError) as exc:
         print(f"openmrc collective run: error: {exc}", file=sys.stderr)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:

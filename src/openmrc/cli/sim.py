@@ -74,11 +74,16 @@ OPTIONAL_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("victim_slowdown", "victim\n×alone", "{:,.2f}", True),
     ("median_delivery_us", "delivery\np50 µs", "{:,.2f}", True),
     ("pfc_pauses", "PFC\npauses", "{:,.0f}", False),
+    ("collective_us", "collective\nµs", "{:,.1f}", True),
+    ("collective_right", "result\nright", "{}", True),
     ("wall_s", "wall\ns", "{:,.1f}", False),
 )
 
 
 def _cell(values: list[Any], fmt: str) -> str:
+    if fmt == "{}":  # a yes/no column
+        seen = {v for v in values if v is not None}
+        return "–" if not seen else ("yes" if seen == {True} else "no" if seen == {False} else "some")
     nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     if not nums:
         return "–"

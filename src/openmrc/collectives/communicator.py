@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,7 +32,7 @@ from openmrc.collectives.engine import CollectiveError, Engine, Link
 from openmrc.collectives.ops import dtype_of, ufunc_of
 from openmrc.collectives.program import Program, Schedule
 
-__all__ = ["Communicator", "default_binds"]
+__all__ = ["Communicator", "default_binds", "loopback_device"]
 
 _names = itertools.count()
 _KIB = 1024
@@ -47,6 +48,25 @@ def default_binds(rank: int, planes: int, port: int = 4791) -> list[str]:
         raise ValueError(f"rank {rank}: loopback addresses for ranks 0..{254 * 256 - 1}")
     hi, lo = divmod(rank, 254)
     return [f"127.{100 + p}.{hi}.{lo + 1}:{port}" for p in range(planes)]
+
+
+def loopback_device(rank: int, planes: int, seed: int | None) -> Any:
+    """A `UdpDevice` on `default_binds`: port 4791, or (another job of this machine has it) a free one."""
+    import errno
+
+    from openmrc.provider import UdpDevice
+    from openmrc.transport import LocalProtocolError
+
+    rng = random.Random()
+    port = 4791
+    for _ in range(32):
+        try:
+            return UdpDevice(default_binds(rank, planes, port), seed=seed)
+        except LocalProtocolError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            port = rng.randrange(20_000, 60_000)
+    raise OSError(errno.EADDRINUSE, f"rank {rank}: no free UDP port for its loopback endpoints")
 
 
 def _as_array(buf: Any, what: str, writable: bool = False) -> np.ndarray[Any, Any]:
@@ -83,7 +103,8 @@ class Communicator:
     4.4 s with the defaults here): within ``ping_s`` + 4.4 s. ``prefix``: store keys' prefix (several
     communicators on one store). ``ev_profile(peer_address)``: the EV profile id (installed on the device)
     for the QP towards the rank with that device address (`openmrc.collectives.fabric`: the fabric's
-    paths); default 0, the device's UDP source ports (a simulated host: its fabric's routes)."""
+    paths); default 0, the device's UDP source ports (a simulated host: its fabric's routes).
+    ``blocking``: False for a rank an event loop drives (`SimWorld`): no completion channel."""
 
     def __init__(
         self,
@@ -100,6 +121,7 @@ class Communicator:
         prefix: str = "openmrc",
         seed: int | None = None,
         ev_profile: Callable[[Any], int] | None = None,
+        blocking: bool = True,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size: {size!r}, expected an integer >= 1")
@@ -119,14 +141,16 @@ class Communicator:
         if device is None:
             from openmrc.provider import UdpDevice
 
-            device = UdpDevice(list(binds) if binds else default_binds(rank, planes), seed=seed)
+            device = UdpDevice(list(binds), seed=seed) if binds else loopback_device(rank, planes, seed)
             device.start()
         elif hasattr(device, "start") and not device.threaded:
             device.start()
         self.device = device
         self._dev_name = f"openmrc-coll-{os.getpid()}-{rank}-{next(_names)}"
         verbs.add_device(self._dev_name, device)
-        self.engine = Engine(rank, self._dev_name, chunk_bytes=chunk_bytes, slots=slots, ping_s=ping_s)
+        self.engine = Engine(
+            rank, self._dev_name, chunk_bytes=chunk_bytes, slots=slots, ping_s=ping_s, channel=blocking
+        )
         self.chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
         self._closed = False
@@ -494,7 +518,8 @@ class Communicator:
         if self._closed:
             return
         self._closed = True
-        self.engine.goodbye(self.close_timeout)
+        if self.close_timeout > 0:
+            self.engine.goodbye(self.close_timeout)
         self.engine.close()
         with contextlib.suppress(verbs.VerbsError):
             verbs.close_device(self.engine.device)

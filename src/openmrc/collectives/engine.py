@@ -104,7 +104,9 @@ class Engine:
     `openmrc.verbs.add_device`. ``connect(engine, peer) -> Link``: how a link is made (the communicator's
     bootstrap)."""
 
-    def __init__(self, rank: int, dev_name: str, *, chunk_bytes: int, slots: int, ping_s: float) -> None:
+    def __init__(
+        self, rank: int, dev_name: str, *, chunk_bytes: int, slots: int, ping_s: float, channel: bool = True
+    ) -> None:
         self.rank = rank
         self.chunk_bytes = chunk_bytes
         self.nslots = slots
@@ -112,7 +114,8 @@ class Engine:
         self.device = verbs.open_device(dev_name)
         self.ctx = verbs.create_context(self.device, verbs.API_CURRENT_VERSION)
         self.pd = verbs.alloc_pd(self.device)
-        self.channel = verbs.create_comp_channel(self.ctx)
+        # (a rank driven by an event loop, `SimWorld`, needs no channel: a descriptor each, for nothing)
+        self.channel = verbs.create_comp_channel(self.ctx) if channel else None
         self.cq = verbs.create_cq(self.ctx, 1 << 16, channel=self.channel)
         self.links: dict[int, Link] = {}
         self.by_qpn: dict[int, Link] = {}
@@ -384,6 +387,8 @@ class Engine:
 
     def wait(self, timeout: float) -> None:
         """Sleep until the armed CQ reports a completion (or ``timeout`` s)."""
+        if self.channel is None:
+            raise CollectiveError("this rank is driven by an event loop; it cannot wait")
         try:
             cq, _ = verbs.get_cq_event(self.channel, timeout)
             verbs.ack_cq_events(cq, 1)
@@ -395,12 +400,10 @@ class Engine:
         steps: list[Callable[[], None]] = []
         for link in self.links.values():
             steps += [partial(verbs.destroy_qp, link.qp), partial(verbs.dereg_mr, link.mr)]
-        steps += [
-            lambda: verbs.destroy_cq(self.cq),
-            lambda: verbs.destroy_comp_channel(self.channel),
-            lambda: verbs.dealloc_pd(self.pd),
-            lambda: verbs.destroy_context(self.ctx),
-        ]
+        steps.append(partial(verbs.destroy_cq, self.cq))
+        if self.channel is not None:
+            steps.append(partial(verbs.destroy_comp_channel, self.channel))
+        steps += [partial(verbs.dealloc_pd, self.pd), partial(verbs.destroy_context, self.ctx)]
         self.links.clear()
         self.by_qpn.clear()
         for step in steps:

@@ -2,22 +2,29 @@
 
     results = run_local(4, my_job, arg)            # my_job(comm, arg) in 4 processes
 
-The parent serves the store (`TCPStore`); every rank runs ``fn(comm, *args)`` (``fn`` must be importable:
-a module-level function) and its return value comes back in rank order. A rank that raises makes
-`run_local` raise `RankFailed` with every rank's outcome once the others have finished or failed (they do:
-a dead rank is reported to the survivors by the communicator); ``timeout`` bounds the whole run, after
-which every rank still running is killed. Ctrl-C in the parent stops every rank.
+The parent serves the store (`TCPStore`); every rank is a fresh interpreter (``python -m
+openmrc.collectives.launch``, no fork: the ranks start their own threads) that runs ``fn(comm, *args)``
+(``fn`` importable by name: a module-level function; one of the ``__main__`` script works too) and hands its
+return value back; `run_local` returns them in rank order. A rank that raises makes `run_local` raise
+`RankFailed` with every rank's outcome once the others have finished or failed (they do: a dead rank is
+reported to the survivors by the communicator); ``timeout`` bounds the whole run, after which every rank
+still running is killed. The ranks ignore Ctrl-C: the parent gets it, stops every rank and raises
+KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing as mp
-import queue
+import os
+import pickle
+import runpy
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from openmrc.collectives.bootstrap import TCPStore
@@ -35,28 +42,48 @@ class RankFailed(RuntimeError):
         self.outcomes = outcomes
 
 
-def _rank_main(
-    rank: int,
-    size: int,
-    port: int,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    results: Any,
-) -> None:
-    from openmrc.collectives.communicator import Communicator
+def _resolve(spec: dict[str, Any]) -> Callable[..., Any]:
+    """The function to run: by reference, or by name from the parent's ``__main__`` script."""
+    if spec["main"] is None:
+        fn: Callable[..., Any] = pickle.loads(spec["fn"])
+        return fn
+    ns = runpy.run_path(spec["main"], run_name="__mp_main__")
+    obj: Any = ns[spec["fn"].split(".")[0]]
+    for part in spec["fn"].split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
 
+
+def _rank_main() -> None:
+    """One rank (``python -m openmrc.collectives.launch``): its spec on stdin, its outcome to a file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops every rank
+    spec = pickle.load(sys.stdin.buffer)
     try:
-        store = TCPStore("127.0.0.1", port, timeout=60)
-        with Communicator(rank, size, store, **kwargs) as comm:
-            value = fn(comm, *args)
-        results.put((rank, "ok", value))
-    except KeyboardInterrupt:
-        results.put((rank, "error", "interrupted"))
+        from openmrc.collectives.communicator import Communicator
+
+        fn = _resolve(spec)
+        store = TCPStore("127.0.0.1", spec["port"], timeout=60)
+        with Communicator(spec["rank"], spec["size"], store, **spec["kwargs"]) as comm:
+            outcome: tuple[str, Any] = ("ok", fn(comm, *spec["args"]))
     except BaseException as exc:  # reported to the parent, which decides
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        results.put((rank, "error", text))
+        outcome = ("error", "".join(traceback.format_exception_only(type(exc), exc)).strip())
+    sys.stdout.flush()
+    tmp = spec["out"] + ".part"
+    with open(tmp, "wb") as f:
+        pickle.dump(outcome, f)
+    os.replace(tmp, spec["out"])
+
+
+def _fn_spec(fn: Callable[..., Any]) -> tuple[Any, str | None]:
+    if getattr(fn, "__module__", None) == "__main__":
+        main = getattr(sys.modules["__main__"], "__file__", None)
+        if main is None:
+            raise ValueError("run_local: fn is defined interactively; define it in a module")
+        return fn.__qualname__, str(Path(main).resolve())
+    try:
+        return pickle.dumps(fn), None
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise ValueError(f"run_local: fn must be a module-level function ({exc})") from None
 
 
 def run_local(
@@ -71,51 +98,56 @@ def run_local(
     ``on_start(processes)``: called once the ranks are started (tests kill one from there)."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 256:
         raise ValueError(f"n: {n!r} outside 1..256 local ranks")
-    ctx = mp.get_context("spawn")
+    fn_ref, main = _fn_spec(fn)
     server = TCPStore("127.0.0.1", 0, is_master=True, timeout=60)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_rank_main,
-            args=(r, n, server.port, fn, args, dict(comm_kwargs or {}), results),
-            name=f"openmrc-rank-{r}",
-            daemon=True,
-        )
-        for r in range(n)
-    ]
-    outcomes: list[tuple[str, Any] | None] = [None] * n
-    try:
-        for p in procs:
-            p.start()
-        if on_start is not None:
-            on_start(procs)
-        end = time.monotonic() + timeout
-        while any(o is None for o in outcomes):
-            left = end - time.monotonic()
-            if left <= 0:
-                for r, o in enumerate(outcomes):
-                    if o is None:
-                        outcomes[r] = ("lost", f"still running after {timeout:g} s (killed)")
-                break
-            try:
-                r, kind, value = results.get(timeout=min(left, 0.2))
-                outcomes[r] = (kind, value)
-            except queue.Empty:
-                for r, p in enumerate(procs):
-                    if outcomes[r] is None and not p.is_alive() and p.exitcode is not None:
-                        with contextlib.suppress(queue.Empty):  # its last words may still be on the way
-                            rr, kind, value = results.get(timeout=0.5)
-                            outcomes[rr] = (kind, value)
-                            continue
-                        outcomes[r] = ("lost", f"exited with code {p.exitcode} without a result")
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-        for p in procs:
-            p.join(5)
-        server.close()
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="openmrc-ranks-") as tmp:
+        outs = [os.path.join(tmp, f"rank{r}.pickle") for r in range(n)]
+        outcomes: list[tuple[str, Any] | None] = [None] * n
+        try:
+            for r in range(n):
+                p = subprocess.Popen(
+                    [sys.executable, "-m", "openmrc.collectives.launch"], stdin=subprocess.PIPE
+                )
+                spec = {
+                    "rank": r,
+                    "size": n,
+                    "port": server.port,
+                    "fn": fn_ref,
+                    "main": main,
+                    "args": args,
+                    "kwargs": dict(comm_kwargs or {}),
+                    "out": outs[r],
+                }
+                assert p.stdin is not None
+                p.stdin.write(pickle.dumps(spec))
+                p.stdin.close()
+                procs.append(p)
+            if on_start is not None:
+                on_start(procs)
+            end = time.monotonic() + timeout
+            while any(p.poll() is None for p in procs) and time.monotonic() < end:
+                time.sleep(0.05)
+            for r, p in enumerate(procs):
+                if p.poll() is None:
+                    outcomes[r] = ("lost", f"still running after {timeout:g} s (killed)")
+                elif os.path.exists(outs[r]):
+                    with open(outs[r], "rb") as f:
+                        outcomes[r] = pickle.load(f)
+                else:
+                    outcomes[r] = ("lost", f"exited with code {p.returncode} without a result")
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                p.wait()
+            server.close()
     final = [o if o is not None else ("lost", "no result") for o in outcomes]
     if any(o[0] != "ok" for o in final):
         raise RankFailed(final)
     return [o[1] for o in final]
+
+
+if __name__ == "__main__":
+    _rank_main()

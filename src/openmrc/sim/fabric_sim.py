@@ -145,6 +145,9 @@ class FabricSim:
         self.flows: list[Flow] = []
         self.completed = 0
         self._recv_wait = 0  # started messages whose receiver has not yet seen them complete
+        self.jobs: list[Any] = []
+        """Work other than flows that the run must wait for: objects with a ``running`` property (a
+        collective of real Communicators on the hosts, `openmrc.collectives.simworld.CollectiveJob`)."""
         self._transient = False  # see `transient_connections`
         self.sampler: Sampler | None = None
         self._watched: list[tuple[SimHost, Any, list[Flow]]] = []  # connections watched for recovery
@@ -508,6 +511,8 @@ class FabricSim:
         return 0 if watched is None else self.delivered_bytes(watched)
 
     def done(self) -> bool:
+        if self.jobs and any(j.running for j in self.jobs):
+            return False
         return self.completed >= len(self.flows) and self._recv_wait <= 0
 
     def run(self, until: int | None = None) -> SimResults:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import itertools
 import time
 import tomllib
@@ -301,6 +302,13 @@ def _size(wl: dict[str, Any]) -> int:
     return int(wl.get("size_kib", 256)) << 10
 
 
+WORKLOAD_PLUGINS: dict[str, Callable[[FabricSim, dict[str, Any], int, int], None]] = {}
+"""Workload kinds a layer above the simulator provides: ``kind -> add(sim, workload table, size, start_ns)``,
+registered by the module `PLUGIN_MODULES` names when it is imported (on first use of the kind: the
+simulator imports nothing from above itself)."""
+PLUGIN_MODULES: dict[str, str] = {"collective": "openmrc.collectives.simworld"}
+
+
 def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
     kind = wl.get("kind", "permutation")
     start = int(wl.get("start_us", 0) * 1000)
@@ -339,6 +347,10 @@ def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
             workloads.hierarchical_allreduce(
                 sim, _size(wl), gpus_per_server=int(wl.get("gpus_per_server", 8)), start=start
             )
+        elif kind in PLUGIN_MODULES:
+            if kind not in WORKLOAD_PLUGINS:
+                importlib.import_module(PLUGIN_MODULES[kind])  # it registers itself
+            WORKLOAD_PLUGINS[kind](sim, wl, _size(wl), start)
         elif kind == "allreduce":
             seed = wl.get("order_seed")
             workloads.ring_allreduce(
@@ -451,6 +463,10 @@ def iter_runs(
     runs = expand_runs(doc, seeds, variants)
     if ranks is not None:  # refuse before the first run, not after it: the config says what can be split
         for r in runs:
+            if r.doc.get("workload", {}).get("kind") == "collective":
+                raise ScenarioError(
+                    f"variant {r.label!r}: workload.kind collective runs in one process (no --ranks)"
+                )
             r.doc["fabric"]["ordered"] = True
             try:
                 _config(r.doc)
@@ -475,6 +491,9 @@ def iter_runs(
                 r.results = partition.run(build, ranks, until, tick)
             except (partition.PartitionError, ValueError) as exc:
                 raise ScenarioError(f"variant {r.label!r}: {exc}") from None
+        if r.sim is not None:
+            for job in r.sim.jobs:  # a collective of real Communicators: its time, and whether it is right
+                r.extra |= job.report()
         victim = [f for f in r.results.flows if f.tag == "victim" and f.fct_ns is not None]
         if victim:
             r.extra |= victim_alone(r.doc, victim[0])

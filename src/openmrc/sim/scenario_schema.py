@@ -138,11 +138,14 @@ class Fabric(_Section):
 class Workload(_Section):
     """The traffic: one pattern of RDMA Writes."""
 
-    kind: Literal["permutation", "incast", "alltoall", "allreduce", "allreduce-hier", "cm", "pair"] = _field(
+    kind: Literal[
+        "permutation", "incast", "alltoall", "allreduce", "allreduce-hier", "cm", "pair", "collective"
+    ] = _field(
         "permutation",
         "",
         "the traffic pattern (pair: one QP's messages, as ib_write_bw / ib_write_lat; allreduce: a ring; "
-        "allreduce-hier: one hierarchical all-reduce step, servers of gpus_per_server GPUs)",
+        "allreduce-hier: one hierarchical all-reduce step, servers of gpus_per_server GPUs; collective: the "
+        "real openmrc.collectives Communicator on every host, moving and reducing real data)",
     )
     size_kib: int = _field(256, "KiB", "bytes per flow (per rank/GPU for allreduce*)", ge=1, le=1 << 30)
     size_bytes: int | None = _field(None, "bytes", "bytes per flow, when not a whole number of KiB", ge=1)
@@ -169,6 +172,16 @@ class Workload(_Section):
     depth: int = _field(1, "", "pair: messages outstanding at once (ib_write_bw's tx-depth)", ge=1)
     imm: bool = _field(
         False, "", "pair: Writes with Immediate, so the receiver sees each arrive (delivery_us)"
+    )
+    op: Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"] = _field(
+        "all_reduce", "", "collective: the operation (size_kib per rank, as nccl-tests counts it)"
+    )
+    algo: Literal["ring", "rhd", "tree", "chain"] | None = _field(
+        None, "", "collective: the algorithm (default: chosen by size)"
+    )
+    dtype: str = _field("float32", "", "collective: the element type (float32, bfloat16, int32 ...)")
+    chunk_kib: int = _field(
+        256, "KiB", "collective: the pipelining unit, one Write with Immediate", ge=4, le=65536
     )
 
     @model_validator(mode="after")
