@@ -178,7 +178,10 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
         len(records), 1, figsize=(10, 2.6 * len(records) + 0.6), sharex=True, squeeze=False
     )
     colors = {"mrc": "tab:blue", "gloo": "tab:orange"}
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     top = max((max(r.get("step_s") or [0]) for r in records), default=1) * 1000 * 1.5
+    low = min((min(r.get("step_s") or [1]) for r in records), default=0.001) * 1000 * 0.7
     for ax, rec in zip(axes[:, 0], records, strict=True):
         secs, ends = rec.get("step_s") or [], rec.get("ends") or []
         c = colors.get(rec["backend"], "gray")
@@ -197,7 +200,10 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
         state = "finished" if rec["finished"] else "did not finish"
         ax.set_title(f"{rec['backend']}: {state}", loc="left", fontsize=10)
         ax.set_yscale("log")
-        ax.set_ylim(top=top)
+        ax.set_ylim(low, top)  # the same scale on every panel: the backends compare at a glance
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("step time (ms)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="upper right", fontsize=8)
