@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,3 +116,51 @@ def test_ctrl_c_stops_every_rank() -> None:
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-a", "-g", str(p.pid)], capture_output=True, text=True).stdout
     assert [x for x in left.splitlines() if "<defunct>" not in x] == []  # (exited, not yet reaped: fine)
+
+
+def _one_table(out: str) -> list[str]:
+    return [x for x in out.splitlines() if x.strip() and not x.startswith("#")]
+
+
+def test_each_process_is_one_rank_under_mpiexec() -> None:
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("no mpiexec / mpi4py (the mpi extra)")
+    openmrc = os.path.join(os.path.dirname(sys.executable), "openmrc")
+    cmd = [
+        mpiexec,
+        "-n",
+        "3",
+        openmrc,
+        "collective",
+        "run",
+        "-b",
+        "1K",
+        "-e",
+        "8K",
+        "-f",
+        "8",
+        "--iters",
+        "2",
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-1500:]
+    assert "over MRC (3 ranks)" in p.stdout and "BAD TERMINATION" not in p.stdout + p.stderr
+    rows = _one_table(p.stdout)  # rank 0 alone prints the table
+    assert [int(r.split()[0]) for r in rows] == [1024, 8192] and all(r.split()[8] == "0" for r in rows)
+
+
+def test_each_process_is_one_rank_under_torchrun() -> None:
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("no torch (the torch extra)")
+    openmrc = os.path.join(os.path.dirname(sys.executable), "openmrc")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", openmrc]
+    p = subprocess.run(
+        [*cmd, "collective", "run", "-b", "1K", "-e", "1K", "--iters", "2", "--op", "all_gather", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["ranks"] == 2 and out["op"] == "all_gather" and out["out_of_bounds"] == 0

@@ -374,8 +374,11 @@ def run() -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (`| head`): nothing more to say there
             stream.flush()
     mpi = sys.modules.get("mpi4py.MPI")  # a rank under mpiexec: leaving unfinalised gets the others killed
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
+    if mpi is not None and mpi.Is_initialized():
+        if not mpi.Is_finalized():
+            mpi.Finalize()
+        # and leaving by os._exit after MPI_Finalize gets mpiexec (hydra) to kill the ranks still finishing
+        sys.exit(code or 0)
     os._exit(code or 0)
 
 
