@@ -94,3 +94,27 @@ def test_a_scenario_runs_the_real_communicator_through_a_link_failure() -> None:
     assert rep["collective"] == "all_reduce" and rep["collective_ranks"] == 16
     assert rep["collective_right"] is True and rep["collective_us"] > 10
     assert run.sim is not None and run.sim.done()
+
+
+def test_immediates_a_peer_cannot_mean_are_refused() -> None:
+    """Forged or impossible immediates on a live QP: more credits than slots, a piece out of order, an
+    abort naming no rank -- each ends the collective with a CollectiveError naming the link, nothing else."""
+    from openmrc.collectives.engine import ABORT, CREDIT, KIND_SHIFT, LOW
+    from openmrc.verbs import WcOpcode, WcStatus, WorkCompletion
+
+    for imm, match in (
+        ((CREDIT << KIND_SHIFT) | 1, "gave back 1 slot"),  # every slot is free already
+        ((CREDIT << KIND_SHIFT) | 0, "gave back 0 slot"),
+        (5, "piece 5 from rank 1, expected 1"),
+        ((ABORT << KIND_SHIFT) | LOW, "a rank failed"),
+    ):
+        world = SimWorld(_fabric(2), chunk_bytes=4096)
+        bufs = [(np.zeros(4, np.float32), np.zeros(4, np.float32)) for _ in range(2)]
+        world.run(lambda comm, r, b=bufs: comm.sendrecv(b[r][0], 1 - r, b[r][1], 1 - r))  # (a QP each way)
+        eng = world.comms[0].engine
+        link = eng.links[1]
+        wc = WorkCompletion(0, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, 0, imm, link.qp.qp_num)
+        with pytest.raises(CollectiveError, match=match):
+            eng._received(wc)
+        assert eng.failed is not None
+        world.close()

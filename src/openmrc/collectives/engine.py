@@ -219,15 +219,24 @@ class Engine:
         link.last_heard = self.clock()
         link.ping_at = link.last_heard + self.ping_s
         if kind == CREDIT:
+            # a peer can only give back slots this rank has filled: more would let it overwrite unread ones
+            if low == 0 or link.credits + low > self.nslots:
+                self._fail(
+                    CollectiveError(
+                        f"rank {self.rank}: rank {link.peer} gave back {low} slot(s) with {link.credits} of "
+                        f"{self.nslots} free (the ranks disagree: a protocol violation)",
+                        link.peer,
+                    )
+                )
             link.credits += low
             return
         if kind == PING:
             link.bye = link.bye or low == BYE
             return
         if kind == ABORT:
-            self._fail(
-                CollectiveError(f"rank {low} failed (reported to rank {self.rank} by rank {link.peer})", low)
-            )
+            who = low if low < LOW else None  # (LOW: the peer did not know which rank failed)
+            named = f"rank {who} failed" if who is not None else "a rank failed"
+            self._fail(CollectiveError(f"{named} (reported to rank {self.rank} by rank {link.peer})", who))
         if low != link.recv_seq & LOW:
             self._fail(
                 CollectiveError(
