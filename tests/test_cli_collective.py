@@ -164,3 +164,15 @@ def test_each_process_is_one_rank_under_torchrun() -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
     assert out["ranks"] == 2 and out["op"] == "all_gather" and out["out_of_bounds"] == 0
+
+
+def test_a_reader_that_goes_away_stops_the_job_quietly() -> None:
+    """``… | head -3``: rank 0 finds its table's reader gone, aborts the others, and nothing complains."""
+    cmd = " ".join(
+        [sys.executable, "-m", "openmrc.cli.main", "collective", "run", "-n", "3", "-b", "8", "-e", "1M"]
+    )
+    p = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {cmd} | head -3"], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.splitlines()) == 3 and p.stderr == ""

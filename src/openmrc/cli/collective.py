@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -69,10 +70,21 @@ def _launched() -> str | None:
     return None
 
 
-def _rank_job(comm: Communicator, cfg: BenchConfig) -> list[Row]:
-    from openmrc.collectives.bench import bench
+_CLOSED = "output closed"
 
-    return bench(comm, cfg, sys.stdout)
+
+def _rank_job(comm: Communicator, cfg: BenchConfig) -> list[Row] | str:
+    """One rank's benchmark; rank 0 prints the table. When the table's reader goes away (``| head``) rank 0
+    stops the job at once: its peers get an abort rather than waiting for it."""
+    from openmrc.collectives.bench import OutputClosed, bench
+
+    try:
+        return bench(comm, cfg, sys.stdout)
+    except OutputClosed:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nothing more to print there)
+        comm.abort("the table's reader went away")
+        return _CLOSED
 
 
 @app.command()
@@ -211,7 +223,7 @@ def _execute(
     try:
         if launcher is None:
             results = run_local(ranks, _rank_job, cfg, timeout=timeout, comm_kwargs=comm_kwargs)
-            return results[0], ranks
+            return (None if results[0] == _CLOSED else results[0]), ranks
         if fabric is not None:
             from openmrc.collectives.fabric import fabric_device
 
@@ -227,8 +239,12 @@ def _execute(
             comm = Communicator.from_mpi(**comm_kwargs)
         with comm:
             rows = _rank_job(comm, cfg)
+            if isinstance(rows, str):
+                return None, comm.size
             return (rows if comm.rank == 0 else None), comm.size
     except RankFailed as exc:
+        if exc.outcomes[0] == ("ok", _CLOSED):  # `| head` had what it wanted: stop quietly
+            raise typer.Exit(0) from None
         for r, (kind, text) in enumerate(exc.outcomes):
             if kind != "ok":
                 print(f"openmrc collective run: rank {r}: {str(text).splitlines()[-1]}", file=sys.stderr)

@@ -258,13 +258,24 @@ def _faults(comm: Communicator, cfg: BenchConfig) -> None:
         timer.start()
 
 
+class OutputClosed(Exception):
+    """The table's reader went away (``openmrc collective run … | head``)."""
+
+
+def _emit(out: TextIO, text: str) -> None:
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        raise OutputClosed from None
+
+
 def bench(comm: Communicator, cfg: BenchConfig, out: TextIO | None = None) -> list[Row]:
     """Run ``cfg`` on this rank (every rank calls it); rank 0 writes the table to ``out`` row by row."""
     show = out is not None and comm.rank == 0 and not cfg.json
     if show:
         assert out is not None
-        out.write(format_header(comm, cfg))
-        out.flush()
+        _emit(out, format_header(comm, cfg))
     _faults(comm, cfg)
     rows: list[Row] = []
     for size in sizes(cfg.minbytes, cfg.maxbytes, cfg.stepfactor, cfg.stepbytes):
@@ -286,12 +297,10 @@ def bench(comm: Communicator, cfg: BenchConfig, out: TextIO | None = None) -> li
         rows.append(row)
         if show:
             assert out is not None
-            out.write(format_row(row) + "\n")
-            out.flush()
+            _emit(out, format_row(row) + "\n")
     if show:
         assert out is not None
-        out.write(format_footer(rows, cfg))
-        out.flush()
+        _emit(out, format_footer(rows, cfg))
     return rows
 
 

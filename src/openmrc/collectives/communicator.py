@@ -513,6 +513,16 @@ class Communicator:
             raise ValueError(f"peer {peer}: this rank itself")
 
     # -- end -------------------------------------------------------------------------------------------------
+    def abort(self, reason: str = "aborted") -> None:
+        """Stop this rank's part in the job now: every peer it has a QP with gets an abort naming this rank
+        (their collectives raise `CollectiveError` at once instead of waiting for it), then `close`."""
+        eng = self.engine
+        if not self._closed and eng.failed is None:
+            with contextlib.suppress(CollectiveError):
+                eng._fail(CollectiveError(f"rank {self.rank}: {reason}", self.rank))
+            eng.flush_aborts(1.0)
+        self.close()
+
     def close(self) -> None:
         """Release the QPs and slots (and the device, if the communicator made it). Idempotent."""
         if self._closed:

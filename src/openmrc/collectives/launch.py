@@ -67,7 +67,10 @@ def _rank_main() -> None:
             outcome: tuple[str, Any] = ("ok", fn(comm, *spec["args"]))
     except BaseException as exc:  # reported to the parent, which decides
         outcome = ("error", "".join(traceback.format_exception_only(type(exc), exc)).strip())
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away: nothing more goes there (not even at exit)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     tmp = spec["out"] + ".part"
     with open(tmp, "wb") as f:
         pickle.dump(outcome, f)
