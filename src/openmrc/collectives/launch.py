@@ -66,7 +66,10 @@ def _rank_main() -> None:
         with Communicator(spec["rank"], spec["size"], store, **spec["kwargs"]) as comm:
             outcome: tuple[str, Any] = ("ok", fn(comm, *spec["args"]))
     except BaseException as exc:  # reported to the parent, which decides
-        outcome = ("error", "".join(traceback.format_exception_only(type(exc), exc)).strip())
+        from openmrc.collectives.engine import CollectiveError
+
+        text = str(exc) if isinstance(exc, CollectiveError) else None
+        outcome = ("error", text or "".join(traceback.format_exception_only(type(exc), exc)).strip())
     try:
         sys.stdout.flush()
     except BrokenPipeError:  # the reader went away: nothing more goes there (not even at exit)
