@@ -118,3 +118,13 @@ def test_immediates_a_peer_cannot_mean_are_refused() -> None:
             eng._received(wc)
         assert eng.failed is not None
         world.close()
+
+
+def test_ranks_that_disagree_get_an_error_not_garbage() -> None:
+    """Rank 1 all-reduces twice as many elements as the others: a piece of the wrong size arrives, and the
+    collective stops with an error saying so rather than reducing misaligned data."""
+    world = SimWorld(_fabric(4), chunk_bytes=4096)
+    xs = [np.ones(2000 if r == 1 else 1000, np.float32) for r in range(4)]
+    with pytest.raises(CollectiveError, match="not running the same collective"):
+        world.run(lambda comm, r: comm.all_reduce(xs[r], algo="ring"))
+    world.close()
