@@ -27,21 +27,23 @@ def _ints(rng: np.random.Generator, n: int, count: int, dtype: Any = np.int64) -
 
 
 @settings(max_examples=120, deadline=None)
-@given(SIZES, COUNTS, CHUNKS, st.sampled_from(["ring", "rhd", "tree"]), st.booleans(), st.integers(0, 99))
+@given(
+    SIZES, COUNTS, CHUNKS, st.sampled_from(["ring", "rhd", "rd", "tree"]), st.booleans(), st.integers(0, 99)
+)
 def test_all_reduce_sum_exact(n: int, count: int, chunk: int, algo: str, inplace: bool, seed: int) -> None:
     rng = np.random.default_rng(seed)
     xs = _ints(rng, n, count)
     expect = functools.reduce(np.add, xs)
     outs = [x.copy() if inplace else np.full(count, 7, np.int64) for x in xs]
     progs = [A.all_reduce(r, n, count, chunk, algo=algo, inplace=inplace) for r in range(n)]
-    bufs = [[outs[r] if inplace else xs[r], outs[r]] for r in range(n)]
+    bufs = [[outs[r] if inplace else xs[r], outs[r], np.zeros(count, np.int64)] for r in range(n)]
     run_ranks(progs, bufs, np.add, seed=seed)
     for r in range(n):
         np.testing.assert_array_equal(outs[r], expect, err_msg=f"rank {r}")
 
 
 @pytest.mark.parametrize("op", ["prod", "min", "max", "avg"])
-@pytest.mark.parametrize("algo", ["ring", "rhd", "tree"])
+@pytest.mark.parametrize("algo", ["ring", "rhd", "rd", "tree"])
 def test_all_reduce_ops(op: str, algo: str) -> None:
     n, count = 5, 23
     rng = np.random.default_rng(3)
@@ -52,7 +54,8 @@ def test_all_reduce_ops(op: str, algo: str) -> None:
         expect = (np.sign(expect) * (np.abs(expect) // n)).astype(np.int32)  # C division
     outs = [np.zeros(count, np.int32) for _ in range(n)]
     progs = [A.all_reduce(r, n, count, 4, algo=algo, avg=op == "avg") for r in range(n)]
-    run_ranks(progs, [[xs[r], outs[r]] for r in range(n)], uf, n if op == "avg" else 1, seed=1)
+    bufs = [[xs[r], outs[r], np.zeros(count, np.int32)] for r in range(n)]
+    run_ranks(progs, bufs, uf, n if op == "avg" else 1, seed=1)
     for r in range(n):
         np.testing.assert_array_equal(outs[r], expect)
 
@@ -75,7 +78,7 @@ def test_ring_all_reduce_float_order_is_documented(dtype: str) -> None:
         assert outs[r].tobytes() == expect.tobytes(), f"rank {r}"
 
 
-@pytest.mark.parametrize("algo", ["rhd", "tree"])
+@pytest.mark.parametrize("algo", ["rhd", "rd", "tree"])
 def test_all_reduce_float_identical_on_every_rank(algo: str) -> None:
     n, count = 7, 41
     rng = np.random.default_rng(5)
@@ -83,7 +86,7 @@ def test_all_reduce_float_identical_on_every_rank(algo: str) -> None:
     outs = [np.zeros(count, np.float32) for _ in range(n)]
     run_ranks(
         [A.all_reduce(r, n, count, 5, algo=algo) for r in range(n)],
-        [[xs[r], outs[r]] for r in range(n)],
+        [[xs[r], outs[r], np.zeros(count, np.float32)] for r in range(n)],
         np.add,
     )
     np.testing.assert_allclose(outs[0], np.sum(xs, axis=0, dtype=np.float64), rtol=1e-5, atol=1e-5)

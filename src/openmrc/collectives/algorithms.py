@@ -13,6 +13,8 @@ Reduction order (what a floating result equals, bit for bit):
   r = size - p, ranks 2i and 2i+1 (i < r) first combine as (x_2i ⊕ x_2i+1) in rank 2i+1; then p ranks
   (new rank j) halve: at distance d = p/2, p/4, …, 1 the lower new rank of each pair keeps the lower half and
   computes (its value ⊕ the partner's), the upper one (partner's ⊕ its own) -- i.e. always lower ⊕ upper.
+- ``rd`` (recursive doubling, after the same fold): at distance 1, 2, 4 … partners exchange everything and
+  both compute lower ⊕ upper.
 - ``tree`` (binomial, rooted; all_reduce roots at 0 then broadcasts): a node folds its children into its
   value in increasing distance order, (x ⊕ child at distance 1) ⊕ child at distance 2 …, relative ranks.
 - ``chain`` reduce: from the rank after the root along the ring to the root: (x_{root+1} ⊕ …) ⊕ x_root.
@@ -49,7 +51,7 @@ SCRATCH: Final = 2
 
 # which algorithms each collective has (the first is the default for large messages)
 ALGORITHMS: Final[dict[str, tuple[str, ...]]] = {
-    "all_reduce": ("ring", "rhd", "tree"),
+    "all_reduce": ("ring", "rhd", "rd", "tree"),
     "reduce_scatter": ("ring",),
     "all_gather": ("ring",),
     "alltoall": ("pairwise",),
@@ -109,13 +111,18 @@ def all_reduce(
     avg: bool = False,
 ) -> Program:
     """``count`` elements of buffer 0 reduced over every rank into buffer 1."""
-    p = Program([count, count], {SEND_BUF: RECV_BUF} if inplace else None)
+    sizes = [count, count, count] if algo == "rd" else [count, count]  # (rd alone needs scratch)
+    p = Program(sizes, {SEND_BUF: RECV_BUF} if inplace else None)
     if size == 1 or count == 0:
         p.copy(SEND_BUF, 0, RECV_BUF, 0, count)
         return p
-    {"ring": _ring_all_reduce, "rhd": _rhd_all_reduce, "tree": _tree_all_reduce}[algo](
-        p, rank, size, count, chunk
-    )
+    builders = {
+        "ring": _ring_all_reduce,
+        "rhd": _rhd_all_reduce,
+        "rd": _rd_all_reduce,
+        "tree": _tree_all_reduce,
+    }
+    builders[algo](p, rank, size, count, chunk)
     if avg:
         for o, c in pieces(0, count, chunk):
             p.scale(RECV_BUF, o, c)
@@ -176,6 +183,33 @@ def _rhd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) ->
     for mate, klo, khi, glo, ghi in reversed(steps):  # doubling: the halves come back
         _sends(p, mate, RECV_BUF, klo, khi - klo, chunk)
         _recvs(p, mate, RECV_BUF, glo, ghi - glo, chunk)
+    if rank < 2 * rem:
+        _sends(p, rank - 1, RECV_BUF, 0, count, chunk)
+
+
+def _rd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
+    """Recursive doubling (latency: log2 p exchanges of the whole vector, after the same fold as ``rhd``).
+    Step k reads one buffer and writes the other (receive buffer and scratch in turn, the last step the
+    receive buffer), so a step's reduction never waits for the previous step's send to be acknowledged."""
+    pof2, rem = _fold(size)
+    src = SEND_BUF
+    if rank < 2 * rem:
+        if rank % 2 == 0:
+            _sends(p, rank + 1, SEND_BUF, 0, count, chunk)
+            _recvs(p, rank + 1, RECV_BUF, 0, count, chunk)
+            return
+        _recvs(p, rank - 1, RECV_BUF, 0, count, chunk, (SEND_BUF, 0))
+        src, me = RECV_BUF, rank // 2
+    else:
+        me = rank - rem
+    steps = pof2.bit_length() - 1
+    for k in range(steps):
+        mate = me ^ (1 << k)
+        peer = 2 * mate + 1 if mate < rem else mate + rem
+        dst = RECV_BUF if (steps - 1 - k) % 2 == 0 else SCRATCH
+        _sends(p, peer, src, 0, count, chunk)
+        _recvs(p, peer, dst, 0, count, chunk, (src, 0), first=me > mate)  # lower ⊕ upper on both sides
+        src = dst
     if rank < 2 * rem:
         _sends(p, rank - 1, RECV_BUF, 0, count, chunk)
 

@@ -176,7 +176,7 @@ class Workload(_Section):
     op: Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"] = _field(
         "all_reduce", "", "collective: the operation (size_kib per rank, as nccl-tests counts it)"
     )
-    algo: Literal["ring", "rhd", "tree", "chain"] | None = _field(
+    algo: Literal["ring", "rhd", "rd", "tree", "chain"] | None = _field(
         None, "", "collective: the algorithm (default: chosen by size)"
     )
     dtype: str = _field("float32", "", "collective: the element type (float32, bfloat16, int32 ...)")
