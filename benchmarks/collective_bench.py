@@ -8,8 +8,9 @@ Sections:
   8-byte latency for mrc (`openmrc collective run`'s benchmark) and for torch's gloo in the same run (4 ranks
   under torchrun, TCP on loopback), and their ratios. Needs the torch extra for gloo.
 - ``faults``: mrc's bus bandwidth at ``--fault-size`` with 1 % loss on every plane both ways, and with one
-  plane blackholed mid-run, as fractions of the clean figure of the same run. (gloo has no planes on
-  loopback to fail; what it does under a failure is measured on the testbed.)
+  plane blackholed mid-run, as fractions of the clean figure of the same run; gloo's with 1 % of its
+  packets dropped (the loopback of a network namespace, nftables: root). gloo has no planes on loopback to
+  fail; what it does under a failed link is measured on the testbed.
 - ``testbed``: DDP training on the 4 testbed hosts (`examples/testbed_train.py`): mean step time before,
   during and after a blackholed spine link, for gloo and mrc, and step_time.png. Needs root and torch.
 - ``sim``: the real Communicator on simulated hosts (`SimWorld`): a ring all_reduce on 128 hosts against
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,11 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("loopback", "faults", "testbed", "sim")
 
 GLOO_SCRIPT = """
-import json, sys, time, torch, torch.distributed as dist
+import json, os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 r, n = dist.get_rank(), dist.get_world_size()
 out = {}
-for nbytes, iters in ((8, 200), (1 << 20, 20), (64 << 20, 5)):
+sizes = json.loads(os.environ.get("GLOO_SIZES", "[[8, 200], [1048576, 20], [67108864, 5]]"))
+for nbytes, iters in sizes:
     x = torch.ones(max(nbytes // 4, 1))
     dist.all_reduce(x); dist.barrier()
     t = time.perf_counter()
@@ -81,30 +84,11 @@ def loopback(ranks: int) -> dict[str, Any]:
         out["note"] = "gloo: torch is not installed (make EXTRAS=dev,torch)"
         return out
     _log(f"loopback: gloo all_reduce on {ranks} ranks ...")
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(GLOO_SCRIPT)
-    try:
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc-per-node={ranks}",
-                f.name,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    finally:
-        os.unlink(f.name)
-    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
+    g = _gloo(ranks, [(8, 200), (1 << 20, 20), (64 << 20, 5)])
+    if g is None:
         out["gloo"] = None
-        out["note"] = f"gloo failed: {p.stderr.strip().splitlines()[-1:]}"
+        out["note"] = "gloo did not finish"
         return out
-    g = {int(k): v for k, v in json.loads(line[7:]).items()}
     out["gloo"] = {
         "busbw_GBps_1MiB": round(g[1 << 20][1], 4),
         "busbw_GBps_64MiB": round(g[64 << 20][1], 4),
@@ -114,6 +98,58 @@ def loopback(ranks: int) -> dict[str, Any]:
     out["ratio_mrc_over_gloo_64MiB"] = round(mrc["busbw_GBps_64MiB"] / out["gloo"]["busbw_GBps_64MiB"], 3)
     out["latency_ratio_mrc_over_gloo_8B"] = round(mrc["latency_us_8B"] / out["gloo"]["latency_us_8B"], 3)
     return out
+
+
+def _gloo(ranks: int, sizes: list[tuple[int, int]], netns: str | None = None) -> dict[int, Any] | None:
+    """gloo's all_reduce (time µs, busbw GB/s) per size, ``ranks`` ranks under torchrun (in ``netns``)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(GLOO_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", f.name]
+    if netns is not None:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    env = dict(os.environ, GLOO_SIZES=json.dumps(sizes))
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    finally:
+        os.unlink(f.name)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    return None if line is None else {int(k): v for k, v in json.loads(line[7:]).items()}
+
+
+def gloo_under_loss(ranks: int, size: int) -> dict[str, Any]:
+    """gloo clean and with 1 % of the packets dropped (the loopback of a namespace, nftables)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return {"skipped": "torch is not installed"}
+    if os.geteuid() != 0 or not shutil.which("nft") or not shutil.which("ip"):
+        return {"skipped": "needs root, ip and nft (a namespace whose loopback drops 1 %)"}
+    ns = f"omrc-gloo-{os.getpid()}"
+    rule = (
+        "add table inet omrcloss\n"
+        "add chain inet omrcloss input { type filter hook input priority 0; }\n"
+        "add rule inet omrcloss input numgen random mod 100 < 1 counter drop\n"
+    )
+    _log(f"faults: gloo clean and with 1 % loss ({size >> 20} MiB, {ranks} ranks, in a namespace) ...")
+    in_ns = ["ip", "netns", "exec", ns]
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run([*in_ns, "ip", "link", "set", "lo", "up"], check=True, capture_output=True)
+        clean = _gloo(ranks, [(size, 6)], ns)
+        subprocess.run([*in_ns, "nft", "-f", "-"], input=rule, text=True, check=True)
+        lossy = _gloo(ranks, [(size, 6)], ns)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return {"skipped": f"namespace set-up failed: {exc}"}
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    if clean is None or lossy is None:
+        return {"error": "gloo did not finish"}
+    c, lo = clean[size][1], lossy[size][1]
+    return {
+        "busbw_GBps_clean": round(c, 4),
+        "busbw_GBps_loss1": round(lo, 4),
+        "loss1_fraction": round(lo / c, 3),
+    }
 
 
 def faults(ranks: int, size: int) -> dict[str, Any]:
@@ -136,7 +172,8 @@ def faults(ranks: int, size: int) -> dict[str, Any]:
         "retransmits_loss1": lossy.retransmits,
         "busbw_GBps_plane_blackholed": round(bw(failed), 4),
         "plane_blackholed_fraction": round(bw(failed) / c, 3),
-        "gloo": "no planes to fail on loopback: see the testbed section",
+        "gloo_loss1": gloo_under_loss(ranks, size),
+        "gloo_plane": "gloo has no planes on loopback: its behaviour under a failed link is the testbed's",
     }
 
 
