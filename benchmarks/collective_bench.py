@@ -292,12 +292,14 @@ def main() -> int:
         ap.error("--ranks: 2..16")
     if not 12 <= args.train_steps <= 10_000:
         ap.error("--train-steps: 12..10000")
-    unit = {"K": 10, "M": 20, "G": 30}
-    fs = args.fault_size.strip().upper()
+    import typer
+
+    from openmrc.cli.perf import parse_size
+
     try:
-        fault_size = int(fs[:-1]) << unit[fs[-1]] if fs[-1] in unit else int(fs)
-    except ValueError:
-        ap.error(f"--fault-size {args.fault_size!r}: e.g. 16M")
+        fault_size = parse_size(args.fault_size)
+    except typer.BadParameter as exc:
+        ap.error(f"--fault-size {exc.message}")
     if not 1 << 16 <= fault_size <= 1 << 28:
         ap.error("--fault-size: 64K .. 256M")
     results: dict[str, Any] = {}

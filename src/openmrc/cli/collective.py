@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from openmrc.cli.perf import parse_percent, parse_size
+
 if TYPE_CHECKING:
     from openmrc.collectives.bench import BenchConfig, Row
     from openmrc.collectives.communicator import Communicator
@@ -21,7 +23,6 @@ app = typer.Typer(
     help="Collectives over MRC: nccl-tests' benchmark on local ranks (or one rank under torchrun / mpiexec).",
 )
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
 _OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")
 
 
@@ -32,21 +33,17 @@ def _fail(msg: str) -> NoReturn:
 
 
 def _size(opt: str, text: str) -> int:
-    m = _SIZE.match(text)
-    if not m:
-        _fail(f"{opt} {text!r}: not a size (e.g. 8, 64K, 64M)")
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+    try:
+        return parse_size(text)
+    except typer.BadParameter as exc:
+        _fail(f"{opt} {exc.message}")
 
 
 def _rate(text: str) -> float:
-    t = text.strip()
     try:
-        v = float(t.rstrip("%")) / (100 if t.endswith("%") else 1)
-    except ValueError:
-        _fail(f"--loss {text!r}: not a loss rate (e.g. 1% or 0.01)")
-    if not 0 <= v < 1:
-        _fail(f"--loss {text!r}: a loss rate is 0 .. <100 %")
-    return v
+        return parse_percent(text)
+    except typer.BadParameter as exc:
+        _fail(f"--loss {exc.message}")
 
 
 def _fail_plane(text: str, planes: int) -> tuple[int, float, float | None]:

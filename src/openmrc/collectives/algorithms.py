@@ -1,9 +1,9 @@
 """The collective algorithms, each written as a `Program` for one rank (see `openmrc.collectives.program`).
 
 Buffers are numbered: 0 the send buffer, 1 the receive buffer, 2 a scratch buffer (only where an algorithm
-needs one: `scratch_size`). An in-place call aliases 0 to 1. Every region is cut into pieces of at most
-``chunk`` elements, the unit that moves in one Write with Immediate, so each step is pipelined: piece i is
-reduced while piece i+1 is on the wire.
+needs one: the program's third size, which the communicator allocates). An in-place call aliases 0 to 1.
+Every region is cut into pieces of at most ``chunk`` elements, the unit that moves in one Write with
+Immediate, so each step is pipelined: piece i is reduced while piece i+1 is on the wire.
 
 Reduction order (what a floating result equals, bit for bit):
 - ``ring``: the data is cut into ``size`` segments (`segments`); segment s is folded left to right in ring
@@ -23,7 +23,7 @@ Every rank of an all_reduce ends with bitwise the same result (each element is r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from openmrc.collectives.program import Program
@@ -39,7 +39,6 @@ __all__ = [
     "recv",
     "reduce",
     "reduce_scatter",
-    "scratch_size",
     "segments",
     "send",
     "sendrecv",
@@ -99,6 +98,12 @@ def _recvs(
         p.recv(peer, buf, o, c, src, first=first)
 
 
+def _scale(p: Program, count: int, chunk: int) -> None:
+    """``avg``: the result in buffer 1 divided by the world size, piece by piece."""
+    for o, c in pieces(0, count, chunk):
+        p.scale(RECV_BUF, o, c)
+
+
 # -- all_reduce ----------------------------------------------------------------------------------------------
 def all_reduce(
     rank: int,
@@ -124,8 +129,7 @@ def all_reduce(
     }
     builders[algo](p, rank, size, count, chunk)
     if avg:
-        for o, c in pieces(0, count, chunk):
-            p.scale(RECV_BUF, o, c)
+        _scale(p, count, chunk)
     return p
 
 
@@ -299,8 +303,7 @@ def reduce(
         if vr:
             _sends(p, (rank + 1) % size, src, 0, count, chunk)
     if avg and rank == root:
-        for o, c in pieces(0, count, chunk):
-            p.scale(RECV_BUF, o, c)
+        _scale(p, count, chunk)
     return p
 
 
@@ -330,8 +333,7 @@ def reduce_scatter(
             (SEND_BUF, s_in * count),
         )
     if avg:
-        for o, c in pieces(0, count, chunk):
-            p.scale(RECV_BUF, o, c)
+        _scale(p, count, chunk)
     return p
 
 
@@ -407,15 +409,3 @@ def sendrecv(dest: int, send_count: int, source: int, recv_count: int, chunk: in
     _sends(p, dest, SEND_BUF, 0, send_count, chunk)
     _recvs(p, source, RECV_BUF, 0, recv_count, chunk)
     return p
-
-
-def scratch_size(collective: str, size: int, count: int) -> int:
-    """Elements of scratch (buffer 2) a collective needs."""
-    if collective == "reduce_scatter":
-        return size * count
-    if collective == "reduce":
-        return count
-    return 0
-
-
-Builder = Callable[..., Program]

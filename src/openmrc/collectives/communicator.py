@@ -273,6 +273,8 @@ class Communicator:
     def _run(self, prog: Program, bufs: list[np.ndarray[Any, Any]], op: str | None = None) -> None:
         if self._closed:
             raise CollectiveError("the communicator is closed")
+        dtype = bufs[1].dtype
+        bufs = bufs + [np.empty(n, dtype) for n in prog.sizes[len(bufs) :]]  # the scratch it asks for
         if self.captured is not None:  # a driver that runs many ranks at once (SimWorld) runs it
             self.captured.append((prog, bufs, op))
             return
@@ -284,14 +286,7 @@ class Communicator:
             sched = Schedule(prog, bufs, ufunc_of(op) if op else None, self.size if op == "avg" else 1)
             eng.begin(sched, bufs)
             try:
-                while not sched.done:
-                    if eng.step():
-                        continue
-                    eng.arm()
-                    if eng.step():
-                        continue
-                    eng.wait(min(0.05, eng.ping_s))
-                    eng.check_peers()
+                eng.settle(lambda: sched.done)
             except CollectiveError:
                 eng.flush_aborts(1.0)  # the other ranks learn who failed before this one's QPs go
                 raise
@@ -346,8 +341,7 @@ class Communicator:
             inplace=inplace,
             avg=op.lower() == "avg",
         )
-        scratch = np.empty(r.size if a == "rd" else 0, r.dtype)
-        self._run(prog, [s, r, scratch], op.lower())
+        self._run(prog, [s, r], op.lower())
         return recvbuf if recvbuf is not None else sendbuf
 
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any, op: str = "sum", *, algo: str | None = None) -> Any:
@@ -363,7 +357,7 @@ class Communicator:
         prog = algs.reduce_scatter(
             self.rank, self.size, r.size, self._chunk(r.dtype), avg=op.lower() == "avg"
         )
-        self._run(prog, [s, r, np.empty(s.size, r.dtype)], op.lower())
+        self._run(prog, [s, r], op.lower())
         return recvbuf
 
     def all_gather(self, sendbuf: Any, recvbuf: Any, *, algo: str | None = None) -> Any:
@@ -475,7 +469,7 @@ class Communicator:
             inplace=inplace,
             avg=op.lower() == "avg",
         )
-        self._run(prog, [s, r, np.empty(s.size, s.dtype)], op.lower())
+        self._run(prog, [s, r], op.lower())
         return (recvbuf if recvbuf is not None else sendbuf) if self.rank == root else None
 
     def barrier(self) -> None:

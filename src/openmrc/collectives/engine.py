@@ -65,7 +65,6 @@ class Link:
         "bye",
         "credits",
         "freed",
-        "last_heard",
         "mr",
         "peer",
         "pending",
@@ -94,7 +93,6 @@ class Link:
         self.pending: deque[tuple[int, Any]] = deque()  # (op index, op) waiting for a credit
         self.backlog: deque[memoryview] = deque()  # pieces of a collective this rank has not begun
         self.bye = False  # the peer is closing and has nothing of its own left unacknowledged
-        self.last_heard = 0.0
         self.ping_at = 0.0
 
 
@@ -160,10 +158,9 @@ class Engine:
                 continue
             access = verbs.Access.LOCAL_WRITE if b.flags.writeable else 0
             self.mrs.append(verbs.reg_mr(self.pd, b.view(np.uint8), access))  # bytes: bfloat16 has no format
-        now = self.clock()
+        ping_at = self.clock() + self.ping_s
         for link in self.links.values():
-            link.last_heard = now
-            link.ping_at = now + self.ping_s
+            link.ping_at = ping_at
         schedule.start()
         for link in self.links.values():
             while link.backlog and schedule.wants(link.peer):
@@ -216,8 +213,7 @@ class Engine:
             )
         imm = wc.imm_data or 0
         kind, low = imm >> KIND_SHIFT, imm & LOW
-        link.last_heard = self.clock()
-        link.ping_at = link.last_heard + self.ping_s
+        link.ping_at = self.clock() + self.ping_s
         if kind == CREDIT:
             # a peer can only give back slots this rank has filled: more would let it overwrite unread ones
             if low == 0 or link.credits + low > self.nslots:
@@ -364,20 +360,28 @@ class Engine:
             return [k for k in self.links.values() if k.qp.state == verbs.QpState.RTS]
 
         try:
-            self._settle(end, lambda: self.unacked <= 0)
+            self.settle(lambda: self.unacked <= 0, end)
             for link in live():
                 self._control(link, PING, BYE, signaled=True)
-            self._settle(end, lambda: self.unacked <= 0 and all(k.bye for k in live()))
+            self.settle(lambda: self.unacked <= 0 and all(k.bye for k in live()), end)
         except CollectiveError:
             pass  # a peer failed while closing: nothing more to wait for
 
-    def _settle(self, end: float, done: Callable[[], bool]) -> None:
-        while not done() and self.clock() < end:
+    def settle(self, done: Callable[[], bool], end: float | None = None) -> None:
+        """Step until ``done()`` (or the clock reaches ``end``), sleeping on the completion channel between
+        completions and pinging the peers the schedule waits for (`check_peers`). Raises `CollectiveError`
+        when a peer fails."""
+        while not done():
+            left = None if end is None else end - self.clock()
+            if left is not None and left <= 0:
+                return
             if self.step():
                 continue
-            self.arm()
-            if not self.step():
-                self.wait(min(0.05, max(0.0, end - self.clock())))
+            self._arm()
+            if self.step():
+                continue
+            self._wait(min(0.05, self.ping_s, left if left is not None else 0.05))
+            self.check_peers()
 
     def flush_aborts(self, timeout: float) -> None:
         """Give the abort messages up to ``timeout`` s to reach the peers (before the QPs go away)."""
@@ -389,12 +393,12 @@ class Engine:
             time.sleep(0.001)
 
     # -- waiting ---------------------------------------------------------------------------------------------
-    def arm(self) -> None:
-        """Ask for an event at the next completion (then `step` once more before `wait`: what completed
+    def _arm(self) -> None:
+        """Ask for an event at the next completion (then `step` once more before `_wait`: what completed
         before arming raises no event)."""
         verbs.req_notify_cq(self.cq)
 
-    def wait(self, timeout: float) -> None:
+    def _wait(self, timeout: float) -> None:
         """Sleep until the armed CQ reports a completion (or ``timeout`` s)."""
         if self.channel is None:
             raise CollectiveError("this rank is driven by an event loop; it cannot wait")

@@ -14,7 +14,7 @@ from typing import Any, Final
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DTYPES", "OPS", "dtype_name", "dtype_of", "finish_avg", "ufunc_of"]
+__all__ = ["DTYPES", "OPS", "dtype_of", "finish_avg", "ufunc_of"]
 
 DTYPES: Final[dict[str, np.dtype[Any]]] = {
     "int8": np.dtype(np.int8),
@@ -66,10 +66,6 @@ def dtype_of(what: Any) -> np.dtype[Any]:
         if dt is not None and dt in _BY_DTYPE:
             return DTYPES[_BY_DTYPE[dt]]
     raise ValueError(f"dtype {what!r}: not supported (supported: {', '.join(DTYPES)})")
-
-
-def dtype_name(dt: np.dtype[Any]) -> str:
-    return _BY_DTYPE[dt]
 
 
 def ufunc_of(op: str) -> np.ufunc:

@@ -306,9 +306,10 @@ class Schedule:
 
     def _place(self, op: Op, data: Any) -> None:
         size = op.n * self.dtype.itemsize
-        if len(memoryview(data).cast("B")) != size:
+        got = memoryview(data).nbytes
+        if got != size:
             raise ScheduleError(
-                f"a piece of {len(memoryview(data).cast('B'))} B from rank {op.peer}: expected {size} B "
+                f"a piece of {got} B from rank {op.peer}: expected {size} B "
                 "(the ranks are not running the same collective)"
             )
         if not op.n:
