@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import select
 import subprocess
@@ -145,17 +146,35 @@ def test_cli_end_to_end_over_two_processes() -> None:
         srv.kill()
 
 
+_read: dict[int, list[str]] = {}  # per process: what `_line_with` has read of its stdout, and what is left
+
+
 def _line_with(proc: subprocess.Popen[str], text: str, timeout: float) -> str:
-    """The first line of ``proc``'s stdout holding ``text`` (fails after ``timeout`` seconds)."""
+    """The first line of ``proc``'s stdout holding ``text`` (fails after ``timeout`` seconds). Reads the
+    pipe itself (os.read): a text file's readline may buffer the next lines, where select no longer sees
+    them."""
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    seen = _read.setdefault(proc.pid, ["", ""])  # [everything read, the part not yet split into lines]
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if select.select([proc.stdout], [], [], end - time.monotonic())[0]:
-            line = proc.stdout.readline()
-            assert line, f"the process ended (code {proc.wait()}) before printing {text!r}"
+    while True:
+        while "\n" in seen[1]:
+            line, seen[1] = seen[1].split("\n", 1)
             if text in line:
-                return line
-    raise AssertionError(f"no line with {text!r} in {timeout} s")
+                return line + "\n"
+        left = end - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no line with {text!r} in {timeout} s")
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 1 << 16).decode()
+            assert chunk, f"the process ended (code {proc.wait()}) before printing {text!r}"
+            seen[0] += chunk
+            seen[1] += chunk
+
+
+def _output(proc: subprocess.Popen[str]) -> str:
+    """Everything ``proc`` printed: what `_line_with` read, then the rest (it must have ended)."""
+    return _read.pop(proc.pid, ["", ""])[0] + proc.communicate()[0]
 
 
 def _perf_server(*args: str) -> tuple[int, int, subprocess.Popen[str]]:
@@ -169,7 +188,12 @@ def _perf_server(*args: str) -> tuple[int, int, subprocess.Popen[str]]:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    _line_with(srv, "waiting", 15)
+    try:
+        _line_with(srv, "waiting", 15)
+    except BaseException:
+        srv.kill()  # (not left running, a child of the test process, when it does not start)
+        srv.wait()
+        raise
     return x, port, srv
 
 
@@ -182,7 +206,12 @@ def _perf_client(x: int, port: int, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    _line_with(cli, "Gb/s", 15)
+    try:
+        _line_with(cli, "Gb/s", 15)
+    except BaseException:
+        cli.kill()
+        cli.wait()
+        raise
     return cli
 
 
@@ -198,6 +227,7 @@ def test_a_client_notices_a_killed_server_at_once() -> None:
         killed = time.monotonic()
         out, err = cli.communicate(timeout=10)
         took = time.monotonic() - killed
+        out = _read.pop(cli.pid, ["", ""])[0] + out  # (with what `_line_with` read of it)
         assert cli.returncode == 1, out + err
         assert took < 4, f"the client took {took:.1f} s to notice"
         assert "server went away" in out and "Traceback" not in out + err, out + err
@@ -222,7 +252,7 @@ def test_a_server_outlives_a_killed_client() -> None:
         assert srv.poll() is None
     finally:
         srv.kill()
-        srv_out = srv.communicate()[0]
+        srv_out = _output(srv)
         if cli is not None:
             cli.kill()
             cli.wait()
