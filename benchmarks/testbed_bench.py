@@ -3,7 +3,9 @@ from host0 to host3 for ``--seconds``, host0's plane-0 link to the second spine 
 healed 1 s later. Once in SRv6 mode (one uSID path per EV) and once in ECMP mode (STEV flow labels).
 
 Per mode: ``goodput_before`` / ``goodput_during`` / ``goodput_after`` (Gb/s, per report: every 5 ms, which
-is the resolution of the times below),
+is the resolution of the times below; times count from the moment the fault, or the heal, was in effect
+at both ends of the link: ``fault_apply_s`` says how long applying it took, a bound on how much sooner
+the first direction may have been dropped),
 ``detect_s`` (fault → the first report with an EV out of use, held or ASSUMED_BAD: the time to route
 around the blackholed spine link), ``blame_s`` (→ the first EV ASSUMED_BAD), ``recover_s`` (heal → every
 EV GOOD and in use again, by probes), ``retransmits``, ``max_bad`` of ``evs``, the packets each spine
@@ -64,7 +66,8 @@ def main() -> int:
             print(
                 f"{mode:5} ({r.mode} EVs, {r.evs} per QP): goodput before {r.goodput_before:.3f} / during "
                 f"{r.goodput_during:.3f} / after {r.goodput_after:.3f} Gb/s; blackhole detected in "
-                f"{_ms(r.detect_s)}, EVs back {_ms(r.recover_s)} after the heal; {r.retransmits} "
+                f"{_ms(r.detect_s)} (applying it took {_ms(r.fault_apply_s)}), EVs back {_ms(r.recover_s)} "
+                f"after the heal; {r.retransmits} "
                 f"retransmissions, at most {r.max_bad} EVs bad; bit-exact {r.hash_ok}; "
                 f"spines {r.spine_packets}"
             )

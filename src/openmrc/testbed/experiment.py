@@ -30,10 +30,11 @@ def openmrc_argv() -> list[str]:
 @dataclass
 class FailoverResult:
     """What a perf run between two testbed hosts showed. Times in seconds, goodput in Gb/s; ``during`` is
-    while the link was blackholed. ``detect_s``: from the fault until the first report with an EV out of
-    use (held while a loss on it is judged, or ASSUMED_BAD: the sender routes around it); ``blame_s``: until
-    the first report with an EV ASSUMED_BAD; ``recover_s``: from the heal until every EV was GOOD and in use
-    again (None: never seen)."""
+    while the link was blackholed. Times count from the moment the fault (or the heal) was in effect at
+    both ends of the link (`Testbed.changed_at`). ``detect_s``: from the fault until the first report with
+    an EV out of use (held while a loss on it is judged, or ASSUMED_BAD: the sender routes around it);
+    ``blame_s``: until the first report with an EV ASSUMED_BAD; ``recover_s``: from the heal until every
+    EV was GOOD and in use again (None: never seen)."""
 
     mode: str
     link: str | None
@@ -48,6 +49,9 @@ class FailoverResult:
     retransmits: int
     spine_packets: dict[str, int] = field(default_factory=dict)
     blame_s: float | None = None
+    fault_apply_s: float | None = None
+    """How long applying the fault took (both ends' rules at once): a bound on how much sooner than
+    ``detect_s`` says the first direction may already have been dropped."""
     intervals: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -124,14 +128,18 @@ def failover(
         assert client.stdout is not None
         first = client.stdout.readline()
         start = time.time()
-        failed = healed = None
+        failed = healed = apply = None
         if link is not None and first:
+            # times count from when the change was in effect at both ends of the link (applying it takes
+            # 10-40 ms of `ip netns exec` on a busy machine: not the transport's time)
             time.sleep(max(0.0, start + fail_at - time.time()))
-            failed = time.time()
             bed.fail(link)
+            failed = bed.changed_at
+            if failed is not None and bed.changing_at is not None:
+                apply = round(failed - bed.changing_at, 4)
             time.sleep(max(0.0, start + heal_at - time.time()))
-            healed = time.time()
             bed.heal(link)
+            healed = bed.changed_at
         rest, err = client.communicate(timeout=timeout)
         out = first + rest
         if client.returncode != 0:
@@ -182,5 +190,6 @@ def failover(
         sum(r["retransmits"] for r in report["results"]),
         {k: spines1[k] - spines0.get(k, 0) for k in spines1},
         blame,
+        apply,
         intervals,
     )

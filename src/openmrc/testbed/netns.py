@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -51,6 +52,32 @@ def _run(args: Sequence[str], *, stdin: str | None = None, check: bool = True) -
     return r.stdout
 
 
+def _run_together(cmds: Sequence[tuple[Sequence[str], str]]) -> None:
+    """Run every (command, standard input) at once and wait for all; `TestbedError` with the first one's
+    message that failed."""
+    procs = []
+    for args, stdin in cmds:
+        p = subprocess.Popen(
+            list(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert p.stdin is not None
+        p.stdin.write(stdin)  # (a few lines: fits the pipe, never blocks)
+        p.stdin.close()
+        procs.append((args, p))
+    results = []
+    for args, p in procs:
+        assert p.stdout is not None and p.stderr is not None
+        out, err = p.stdout.read(), p.stderr.read()  # (short: the pipes cannot fill while one is read)
+        p.wait()
+        p.stdout.close()
+        p.stderr.close()
+        results.append((args, p, out, err))
+    for args, p, out, err in results:
+        if p.returncode:
+            why = (err or out).strip() or f"exit status {p.returncode}"
+            raise TestbedError(f"{shlex.join(args)}: {why}")
+
+
 class Testbed:
     """The namespaces named ``prefix``<node> and their export under ``state_dir``."""
 
@@ -63,6 +90,11 @@ class Testbed:
         self.state_dir = Path(state_dir)
         self.export_dir = self.state_dir / "export"
         self._state_file = self.state_dir / "state.json"
+        self.changing_at: float | None = None
+        self.changed_at: float | None = None
+        """Wall-clock times (``time.time()``) at which the last `fail`, `loss` or `heal` started to be
+        applied, and was in effect at both ends of its link (what an experiment measures detection and
+        recovery from)."""
 
     # -- shape ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -219,6 +251,7 @@ class Testbed:
         ends = ((ln["a"], ln["a_dev"]), (ln["b"], ln["b_dev"]))
         dropped = state.setdefault("dropped", {})  # what earlier rules of the link dropped
         dropped[ln["name"]] = dropped.get(ln["name"], 0) + sum(self.drops(n).get(d, 0) for n, d in ends)
+        scripts = []
         for node, dev in ends:
             chain = f"in-{dev}"
             hook = f'{{ type filter hook ingress device "{dev}" priority 0; }}'
@@ -229,7 +262,13 @@ class Testbed:
             ]
             if rule is not None:
                 script.append(f"add rule netdev {_TABLE} {chain} {rule}")
-            _run(["ip", "netns", "exec", self.ns(node), "nft", "-f", "-"], stdin="\n".join(script) + "\n")
+            argv = ["ip", "netns", "exec", self.ns(node), "nft", "-f", "-"]
+            scripts.append((argv, "\n".join(script) + "\n"))
+        # Both ends at once, so that the two directions change within a few milliseconds of each other
+        # (one after the other, each `ip netns exec` taking 5-15 ms, the second came up to 30 ms later).
+        self.changing_at = time.time()
+        _run_together(scripts)
+        self.changed_at = time.time()
         if record is None:
             state["faults"].pop(ln["name"], None)
         else:
