@@ -51,6 +51,7 @@ MODULES = [
     "openmrc/transport/sent.py",
     "openmrc/transport/stats.py",
     "openmrc/transport/types.py",
+    "openmrc/provider/faults.py",
     "openmrc/provider/udp/config.py",
     "openmrc/provider/udp/sockets.py",
     "openmrc/provider/udp/receive.py",
