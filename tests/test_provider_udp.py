@@ -12,6 +12,7 @@ import os
 import random
 import socket
 import struct
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProf
 from openmrc.provider import Peer, UdpDevice, parse_endpoint
 from openmrc.provider.udp import gso_burst
 from openmrc.transport import Access, LocalProtocolError, NicConfig, RecvWR, SendWR, Sge, WcStatus, WrOpcode
-from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, parse, seal
+from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, parse, seal, service_time_ns
 from openmrc.wire.packet import data_packet
 
 _RNG = random.Random()
@@ -452,3 +453,30 @@ def test_data_datagrams_are_the_bytes_of_their_packets_built_header_by_header() 
             )
             assert d[:-4] == want.encode()[:-4]
         assert {(pkt.bth.psn - first_psn) & 0xFFFFFF for _d, pkt in data} == set(range(npkts))
+
+
+def test_a_sack_reports_how_long_its_trigger_waited_in_the_responders_host() -> None:
+    """The responder's device reads a one-packet Write 30 ms after the kernel received it (its process was
+    busy): the SACK that leaves says so in SETH ``svc``, from the kernel's receive timestamp, and the
+    requester keeps it out of the RTT its congestion control sees and allows for it before a tail probe."""
+    with devices(1) as (a, b):
+        link = Link(a, b, 4096)
+        sacks: list[int] = []
+
+        def tap(port: int, src: Any, flow: int, tos: int, data: memoryview) -> None:
+            pkt = parse(bytes(data))
+            if pkt.seth is not None:
+                sacks.append(pkt.seth.svc)
+
+        a.rx_tap = tap
+        link.write()
+        a.progress(0)  # the packet leaves
+        time.sleep(0.03)  # ... and waits in b's socket
+        b.progress(0)  # read 30 ms late; the SACK leaves now
+        assert a.run_until(lambda: bool(link.qa.send_cq.poll(4)), 10)
+        assert sacks, "a SACK came back"
+        held = service_time_ns(max(sacks))
+        assert 25_000_000 <= held <= 31_000_000, held
+        rec = link.qa.requester.rec
+        assert rec.peer_delay >= held  # remembered for the tail probe's wait
+        assert rec.probe_wait(a.now()) >= rec.srtt + held

@@ -5,6 +5,7 @@ would be descheduled)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import warnings
 
@@ -40,16 +41,17 @@ def _transfer(p: Pair, n: int, size: int) -> None:
 
 
 # -- the rule itself --------------------------------------------------------------------------------------
-def _recovery(n: int) -> tuple[Recovery, list[SentPacket]]:
-    """A recovery with ``n`` one-MTU packets, none sent yet, over a real EV table of 8 EVs."""
-    cfg = NicConfig()
+def _recovery(n: int, cfg: NicConfig | None = None, per_ev: int = 1) -> tuple[Recovery, list[SentPacket]]:
+    """A recovery with ``n`` one-MTU packets, ``per_ev`` in a row on an EV, none sent yet, over a real EV
+    table of 8 EVs; ``cfg``: the NIC's (default `NicConfig()`)."""
+    cfg = cfg or NicConfig()
     rec = Recovery(cfg, NicStats(), lambda now, status, detail: None)
     evs = EvTable([(bytes(32), 1 + i % 4, 0xC000 + i) for i in range(8)], rng=random.Random(1), min_active=1)
     rec.start(FixedWindow(mtu=cfg.mtu), evs, 0)
     rec.configure(14, 7, 7)
     buf = [memoryview(bytearray(n * 4096))]
     w = PostedWrite(SendWR(1, WrOpcode.RDMA_WRITE, [], 0, 0), buf, n * 4096, True, 4096)
-    return rec, [SentPacket(i, w, 4096, evs.rotation[i % len(evs.rotation)]) for i in range(n)]
+    return rec, [SentPacket(i, w, 4096, evs.rotation[(i // per_ev) % len(evs.rotation)]) for i in range(n)]
 
 
 def test_acknowledgements_read_late_do_not_make_their_neighbours_lost() -> None:
@@ -84,14 +86,20 @@ def test_a_packet_is_lost_once_one_sent_a_window_later_is_delivered() -> None:
 
 
 # -- lateness in a software NIC's host -----------------------------------------------------------------------
-def _software_pair(stalls: bool, seed: int = 1, **kw: object) -> Pair:
-    cfg = software_config(10.0)  # 4 x 10 Gb/s: a 24 MiB transfer meets several stalls
-    hosts = None
-    if stalls:
+def _software_pair(
+    stalls: bool | dict[str, HostStalls], seed: int = 1, cfg: NicConfig | None = None, **kw: object
+) -> Pair:
+    """Two software NICs (``cfg``, default `software_config` at 4 x 10 Gb/s: a 24 MiB transfer meets
+    several stalls); ``stalls``: both hosts descheduled ~0.7 ms every 3 ms, or the hosts' stalls given."""
+    cfg = cfg or software_config(10.0)
+    hosts: dict[str, HostStalls] | None = None
+    if stalls is True:
         hosts = {
             "a": HostStalls(3_000_000, 700_000, seed=seed),
             "b": HostStalls(3_000_000, 700_000, seed=seed + 50),
         }
+    elif stalls:
+        hosts = stalls
     return Pair(
         seed=seed,
         ports=4,
@@ -225,3 +233,107 @@ def test_an_ack_timeout_below_the_floor_is_raised_with_a_reason() -> None:
         warnings.simplefilter("error")
         q = Pair(config=software_config(), timeout=14)  # at or above the floor: nothing to say
     assert q.qp_a.ack_timeout_ns == 1024 << 14
+
+
+# -- the peer's service time ------------------------------------------------------------------------------
+def _responder_stalls(software: bool, seed: int) -> Pair:
+    """A pair whose responder's host alone is descheduled for about 1.5 ms every 4 ms; ``software``: the
+    requester runs as a software NIC does (`software_config`: a late host, the peer's service times,
+    a software peer's delay allowed), else it takes lateness for loss as a hardware NIC may."""
+    cfg = software_config(10.0)
+    if not software:
+        cfg = dataclasses.replace(cfg, late_host=False, report_service_time=False, peer_ack_delay_ns=0)
+    return _software_pair({"b": HostStalls(4_000_000, 1_500_000, seed=seed + 50)}, seed, cfg)
+
+
+def test_a_peer_that_holds_its_acknowledgements_is_not_probed_for_a_lost_tail() -> None:
+    """The responder is descheduled for ~1.5 ms while the requester sends: every acknowledgement waits in its
+    host, so nothing comes back for longer than a tail probe's 2·srtt. A software NIC sends no tail probe
+    (the peer answers nothing across paths: it is late, and it says how late); one that does not know its
+    peer is late probes the tail at the stalls it meets. (What else it resends here is the unpaced pair's
+    queueing, as in the tests above.)"""
+    probes = {}
+    for software in (False, True):
+        total = 0
+        for seed in (1, 2, 3):
+            p = _responder_stalls(software, seed)
+            _transfer(p, 6, 4 * MiB)
+            _transfer(p, 6, 4 * MiB)
+            assert p.now > 8_000_000, "the transfers met the stalls"
+            total += p.a.stats.tail_probes
+            rec = p.qp_a.requester.rec
+            if software:  # it learned how long the stalled peer held a SACK
+                assert 500_000 <= rec.recent_svc <= 2_500_000, rec.recent_svc
+            else:
+                assert rec.recent_svc == 0
+        probes[software] = total
+    assert probes[False] > 0, "the stalls did make the tail probe fire"
+    assert probes[True] == 0, probes
+
+
+def _late_recovery(n: int) -> tuple[Recovery, list[SentPacket]]:
+    """`_recovery` on a late host (a software NIC) whose peer reports its service times, four packets an
+    EV."""
+    return _recovery(n, software_config(), 4)
+
+
+def _timer(rec: Recovery, now: int) -> None:
+    rec.on_timer(now, True, bool(rec.by_order.live), False)
+
+
+def test_acknowledgements_read_together_are_judged_together() -> None:
+    """A late peer answers a backlog in a burst of SACKs, in the order it read its sockets: the first SACK
+    of the burst acknowledges packets sent well after one that the next SACK acknowledges. Judged SACK by
+    SACK, that one is lost; judged when the batch has been read (the driver's timer call), it is not."""
+    rec, pkts = _late_recovery(400)
+    for i, p in enumerate(pkts):
+        rec.on_sent(p, i * 1_000)  # one packet a µs
+    rec.rtt_sample(150_000)
+    at = 1_000_000
+    for p in pkts[200:]:  # read first: the later half
+        rec.on_acked(p, at, -1)
+    rec.on_ack_done(200, 200 * 4096, None, False, at, True)
+    assert not pkts[0].lost, "not judged before the batch is in"
+    for p in pkts[:200]:  # then the older half, in the same read
+        rec.on_acked(p, at + 2_000, -1)
+    rec.on_ack_done(200, 200 * 4096, None, False, at + 2_000, False)
+    _timer(rec, at + 3_000)
+    assert rec.stats.losses_inferred == 0 and not rec.retx
+
+
+def test_a_silence_across_paths_is_the_peers_but_a_lost_burst_is_probed() -> None:
+    """No answer at all for longer than the tail probe's wait: with the flight sprayed over many EVs the
+    peer is late (or gone: the retransmission timeout's case) and no tail probe goes; a message sent as one
+    burst on one EV, lost with its path, is probed as before."""
+    rec, pkts = _late_recovery(64)
+    rec.rtt_sample(150_000)
+    for i, p in enumerate(pkts):
+        rec.on_sent(p, i * 1_000)  # 16 EVs, four packets each
+    rec.heard(64_000)
+    late = 64_000 + rec.probe_wait(64_000) + 1
+    _timer(rec, late)
+    assert rec.stats.tail_probes == 0 and not rec.retx
+    # one EV's burst (an idle QP's small message), unanswered
+    rec, pkts = _late_recovery(4)
+    rec.rtt_sample(150_000)
+    for i, p in enumerate(pkts):
+        rec.on_sent(p, i * 1_000)
+    rec.heard(4_000)
+    late = 4_000 + rec.probe_wait(4_000) + 1
+    _timer(rec, late)
+    assert rec.stats.tail_probes == 1 and rec.retx
+
+
+def test_the_service_time_is_taken_out_of_the_rtt_the_congestion_control_sees() -> None:
+    """MRC's NSCC delay is RTT − base RTT − service time: a SACK that says its trigger waited 300 µs in the
+    peer's host gives the congestion control the RTT without those 300 µs (and the tail probe waits for a
+    peer that slow); a service time longer than what the RTT leaves over the shortest RTT is not taken out."""
+    rec, _ = _recovery(4)
+    rec.rtt_sample(100_000)  # rtt_min 100 µs
+    assert rec.peer_service(300_000, 450_000, 1_000) == 150_000
+    assert rec.peer_service(300_000, 350_000, 2_000) == 350_000  # 50 µs left: below the shortest RTT
+    assert rec.peer_service(300_000, None, 3_000) is None
+    assert rec.peer_delay == 300_000
+    assert rec.probe_wait(4_000) >= rec.srtt + 300_000
+    # a second later without so long a delay, it is forgotten
+    assert rec.probe_wait(2_000_000_000) < rec.srtt + 300_000

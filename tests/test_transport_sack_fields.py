@@ -71,7 +71,7 @@ def test_a_sack_made_again_of_its_packed_words_has_every_field_it_had(f: tuple[A
     assert again.packet.encode() == t.packet.encode()
 
 
-_BOUNDS = (1 << 55, 1 << 58, 1 << 64, 1 << 48)  # psn, op, va, qps_word
+_BOUNDS = (1 << 55, 1 << 58, 1 << 64, 1 << 56)  # psn, op, va, qps_word (svc in its top byte)
 
 
 @pytest.mark.parametrize("word", range(4), ids=["psn", "op", "va", "qps"])

@@ -17,6 +17,7 @@ import pytest
 from openmrc import verbs as v
 from openmrc.provider import Peer, UdpDevice
 from openmrc.transport import AckTimeoutWarning, LocalProtocolError
+from openmrc.wire import parse, service_time_ns
 
 _RNG = random.Random()
 
@@ -82,14 +83,14 @@ def _to_init(qp: v.Qp, hint: v.QpHint | None = None) -> None:
     )
 
 
-def _to_rts(qp: v.Qp, peer: UdpDevice, dest_qpn: int) -> None:
+def _to_rts(qp: v.Qp, peer: UdpDevice, dest_qpn: int, cap: v.QpCapFlags = v.QpCapFlags.DYNAMIC_MPR) -> None:
     """RTR and RTS with the OCP example's attribute values."""
     M = v.MrcQpAttrMask
     v.modify_qp(
         qp,
         v.QpAttr(qp_state=v.QpState.RTR, ah_attr=Peer.of(peer.endpoints()), dest_qp_num=dest_qpn, rq_psn=0),
         v.QpAttrMask.STATE | v.QpAttrMask.AV | v.QpAttrMask.DEST_QPN | v.QpAttrMask.RQ_PSN,
-        v.MrcQpAttr(mpr=8, mpr_dest=8, max_wimm=128, max_wimm_dest=128, cap=v.QpCapFlags.DYNAMIC_MPR),
+        v.MrcQpAttr(mpr=8, mpr_dest=8, max_wimm=128, max_wimm_dest=128, cap=cap),
         M.MPR | M.MPR_DEST | M.MAX_WIMM | M.MAX_WIMM_DEST | M.CAP,
     )
     v.modify_qp(
@@ -101,13 +102,17 @@ def _to_rts(qp: v.Qp, peer: UdpDevice, dest_qpn: int) -> None:
     )
 
 
-def _pair(devices: tuple[str, str, UdpDevice, UdpDevice], size: int = 1 << 16) -> tuple[Side, Side]:
+def _pair(
+    devices: tuple[str, str, UdpDevice, UdpDevice],
+    size: int = 1 << 16,
+    cap_b: v.QpCapFlags = v.QpCapFlags.DYNAMIC_MPR,
+) -> tuple[Side, Side]:
     na, nb, a, b = devices
     sa, sb = _side(na, size), _side(nb, size)
     _to_init(sa.qp)
     _to_init(sb.qp)
     _to_rts(sa.qp, b, v.get_qpn(sb.qp))
-    _to_rts(sb.qp, a, v.get_qpn(sa.qp))
+    _to_rts(sb.qp, a, v.get_qpn(sa.qp), cap_b)
     return sa, sb
 
 
@@ -153,6 +158,7 @@ def test_devices_are_opened_by_name(devices: tuple[str, str, UdpDevice, UdpDevic
     assert attr.supported and attr.protocol_version & v.ProtocolVersion.V1
     assert attr.max_mpr == 255 and attr.mpr_resolution == 1 and attr.max_qp_hint > 0
     assert attr.cap & v.DeviceCap.TRIM_NACK and attr.cap & v.DeviceCap.DYNAMIC_MPR
+    assert attr.cap & v.DeviceCap.SVC_TIME  # its SACKs say how long their trigger waited in the host
     v.close_device(dev)
     with pytest.raises(v.VerbsError) as e:
         v.alloc_pd(dev)
@@ -648,3 +654,33 @@ def test_the_same_program_runs_on_sockets_and_on_simulated_hosts(
     with pytest.raises(LocalProtocolError) as err:
         fabric.verbs_device(0).add_peer(99)
     assert err.value.errno == errno.EINVAL and "0..7" in str(err.value)
+
+
+@pytest.mark.parametrize("unsupported", [False, True], ids=["svc-time", "svc-time-dest-unsupported"])
+def test_a_responder_reports_its_service_time_unless_the_peer_cannot_take_it(
+    devices: tuple[str, str, UdpDevice, UdpDevice], unsupported: bool
+) -> None:
+    """The responder reads a Write 20 ms after it arrived: its SACK says so (SVC_TIME), unless its QP's
+    cap says the peer cannot take a service time (SVC_TIME_DEST_UNSUPPORTED)."""
+    cap = v.QpCapFlags.DYNAMIC_MPR
+    if unsupported:
+        cap |= v.QpCapFlags.SVC_TIME_DEST_UNSUPPORTED
+    sa, sb = _pair(devices, 4096, cap)
+    a = devices[2]
+    codes: list[int] = []
+    a.rx_tap = lambda port, src, flow, tos, data: codes.extend(
+        [p.seth.svc] if (p := parse(bytes(data))).seth is not None else []
+    )
+    v.post_send(
+        sa.qp,
+        v.SendWR(1, v.WrOpcode.RDMA_WRITE, [v.Sge(sa.mr.addr, 4096, sa.mr.lkey)], sb.mr.addr, sb.mr.rkey),
+    )
+    v.poll_cq(sa.cq, 0)  # the packet leaves
+    time.sleep(0.02)
+    v.poll_cq(sb.cq, 0)  # read 20 ms late
+    (wc,) = _poll_until(sa, 1, sb)
+    assert wc.status is v.WcStatus.SUCCESS and codes
+    if unsupported:
+        assert set(codes) == {0}
+    else:
+        assert service_time_ns(max(codes)) >= 15_000_000

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openmrc.transport import Transmit
-from openmrc.transport.types import data_transmit
+from openmrc.transport.types import SackTransmit, data_transmit, sack_of_words
 from openmrc.wire import (
     AETH,
     BTH,
@@ -36,6 +36,8 @@ from openmrc.wire import (
     seal,
     seal_header_parts,
     seal_parts,
+    service_time_code,
+    service_time_ns,
 )
 from openmrc.wire.buffer import Buffer
 from openmrc.wire.constants import DATA_OPCODES, is_data_opcode
@@ -608,3 +610,42 @@ def test_setting_a_transmits_packet_replaces_its_template() -> None:
     other = Packet(BTH(Opcode.PROBE, dest_qp=5), peth=PETH(probe_id=1))
     t.packet = other
     assert t.tpl is None and t.packet is other
+
+
+# -- SETH svc: the responder's service time ([openmrc], a reserved byte of MRC 1.0) --------------------------
+@given(st.integers(min_value=0, max_value=1 << 40))
+def test_a_service_time_code_never_says_more_than_was_spent(ns: int) -> None:
+    """Rounded down (a requester takes no more out of an RTT than the responder spent), within 1 µs or an
+    eighth of it below 0.5 s, saturating above; codes order as the times they stand for."""
+    code = service_time_code(ns)
+    assert 0 <= code <= 0xFF
+    back = service_time_ns(code)
+    if ns >= 507_904_000:
+        assert code == 0xFF and back == 507_904_000
+        return
+    assert back <= ns
+    assert ns - back < max(1000, ns // 8 + 1000)
+    assert service_time_code(back) == code  # a time a code says is said exactly
+    assert code == 0 or service_time_ns(code - 1) < back
+
+
+def test_svc_is_byte_12_of_seth_and_travels_in_a_sack_by_its_fields() -> None:
+    """SETH byte 12 (reserved in MRC 1.0) carries the code; a SACK that leaves as its fields
+    (`SackTransmit`) takes it from `stamp_service` and keeps it in its packed words (a split simulation
+    ships those)."""
+    seth = SETH(cack_psn=0x123456, svc=0xA7)
+    buf = Buffer()
+    seth.push(buf)
+    raw = buf.data()
+    assert raw[12] == 0xA7 and raw[13:16] == bytes.fromhex("123456")
+    assert SETH.pull(Buffer(raw)).svc == 0xA7
+    t = SackTransmit(0x42, 0x43, 7, 1, 0, 0b101, 0x1234, 0, False, 8, 9, 3, 77)
+    assert t.svc == 0
+    t.stamp_service(5_000_000)  # nothing known about its trigger: nothing said
+    assert t.svc == 0
+    t.arrived = 1_000_000
+    t.stamp_service(1_450_000)  # 450 µs in the host
+    assert service_time_ns(t.svc) <= 450_000 and t.svc == service_time_code(450_000)
+    assert t.packet.seth is not None and t.packet.seth.svc == t.svc and t.rcvd_256b == 77
+    back = sack_of_words(t.qp_num, t.psn, t.op, t.va, t.qps_word, t.sack_offset, t.pr)
+    assert back.svc == t.svc and back.dest_qp == 0x43 and back.rcvd_256b == 77

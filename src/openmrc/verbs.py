@@ -511,8 +511,10 @@ def query_version() -> ApiVersions:
 def query_device(device: Device) -> DeviceAttr:
     """mrc_query_device (API 1.0.0 semantics): the device's MRC limits and capabilities."""
     device._check()
-    nic = device.dev.nic
-    del nic  # every openmrc NIC has the same limits today (the transport core's)
+    nic = device.dev.nic  # every openmrc NIC has the same limits (the transport core's)
+    cap = DeviceCap.TRIM_NACK | DeviceCap.DYNAMIC_MPR
+    if nic.config.report_service_time:  # the UDP device: SACKs say how long their trigger was in the host
+        cap |= DeviceCap.SVC_TIME
     return DeviceAttr(
         protocol_version=ProtocolVersion.V1,
         max_wimm=0xFFFF,
@@ -520,9 +522,9 @@ def query_device(device: Device) -> DeviceAttr:
         max_mpr=255,
         mpr_resolution=1,
         max_qp_hint=MAX_QP_HINTS,
-        # The responder NACKs trimmed packets and dynamic MPR is implemented; the responder service time is
-        # not measured (SVC_TIME not offered).
-        cap=DeviceCap.TRIM_NACK | DeviceCap.DYNAMIC_MPR,
+        # The responder NACKs trimmed packets and dynamic MPR is implemented; a device that knows when its
+        # packets arrived and its SACKs leave reports the responder's service time (SVC_TIME).
+        cap=cap,
     )
 
 

@@ -36,6 +36,7 @@ from openmrc.transport.qp import Qp, QpInitAttr
 from openmrc.transport.types import (
     Access,
     RecvWR,
+    SackTransmit,
     SendFlags,
     SendWR,
     Sge,
@@ -320,6 +321,8 @@ class Pair:
             if h is not None and h.awake_at(self.now) != self.now:
                 continue  # stalled: sends nothing
             for t in nic.datagrams_to_send(self.now):
+                if type(t) is SackTransmit and t.arrived > 0:
+                    t.stamp_service(self.now)  # as a driver does when the SACK leaves
                 self.fabric.send(nic, other, t, self.now, name)
         for nic in (self.a, self.b):  # `timer_floor`: never after the deadline, -1 once none is left
             floor, deadline = nic.timer_floor(), nic.get_timer()

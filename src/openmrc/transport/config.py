@@ -53,6 +53,17 @@ class NicConfig:
     Without it (a hardware NIC, the simulator's hosts), the EV is skipped for the rest of the rotation and
     blamed when the retransmission is acknowledged, as MRC's rule has it; a fabric with random loss recovers
     faster so."""
+    report_service_time: bool = False
+    """Report in every SACK how long its triggering packet had been in this host when the SACK left (SETH
+    ``svc``, an ``[openmrc]`` use of a reserved byte: `openmrc.wire.service_time_code`), for a driver that
+    knows when a packet arrived and when a SACK leaves (the UDP device, from the kernel's receive
+    timestamps). The requester takes it out of the RTT its congestion control sees (MRC: delay = RTT −
+    base RTT − service time) and waits for it before a tail loss probe."""
+    peer_ack_delay_ns: int = 0
+    """The longest the peer is expected to hold an acknowledgement (QUIC's max_ack_delay): a tail loss probe
+    waits at least srtt plus this, or plus the longest service time the peer reported in the last second
+    if that is longer. A software peer is descheduled for a millisecond or two at a time
+    (`openmrc.provider.udp.software_config`: 2 ms); 0 for a hardware NIC or the simulator's hosts."""
     probe_backoff_max_ns: int = 50_000
     """The longest spacing between probes of one ASSUMED_BAD EV: each probe that goes unanswered doubles the
     EV's spacing up to this (the default, ``probe_interval_ns``: no backoff)."""
@@ -94,6 +105,7 @@ class NicConfig:
             "probe_backoff_max_ns": self.probe_backoff_max_ns > 0,
             "silent_probe_interval_ns": self.silent_probe_interval_ns > 0,
             "min_ack_timeout_ns": 0 <= self.min_ack_timeout_ns <= 1024 << 24,
+            "peer_ack_delay_ns": 0 <= self.peer_ack_delay_ns <= 1_000_000_000,
             "default_ev_count": self.default_ev_count >= 1,
             "default_ev_sports": len(self.default_ev_sports) == 2
             and 1 <= self.default_ev_sports[0] < self.default_ev_sports[1] <= 65536

@@ -44,6 +44,7 @@ from openmrc.wire import (
     icrc_ok,
     parse,
     seal,
+    service_time_ns,
 )
 from openmrc.wire.constants import (
     OP_ACK,
@@ -87,6 +88,11 @@ def draw_qpn(rng: random.Random) -> int:
     while r >= _QPN_SPAN:
         r = rng.getrandbits(24)
     return 0x100 + r
+
+
+def _svc_ns(code: int) -> int:
+    """The service time (ns) of an SETH ``svc`` code (0: none reported)."""
+    return service_time_ns(code) if code else 0
 
 
 class Nic:
@@ -347,6 +353,7 @@ class Nic:
                 dqp & 0xFFFF,
                 t.mpr,
                 now,
+                _svc_ns(t.svc),
             )
         else:
             op = t.op

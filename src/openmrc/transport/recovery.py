@@ -17,14 +17,25 @@ packet is lost only when all of these hold (RACK, RFC 8985 §6):
 2. a packet sent after it was delivered, unambiguously (``rack_order``: the latest-sent such packet; an
    acknowledgement of a retransmitted packet sooner than ``rtt_min`` after it left may answer the original,
    and is not used);
-3. its acknowledgement is later than that packet's by more than the reordering window:
-   ``now >= sent_at + max(rack_rtt, srtt) + reo_wnd``, ``rack_rtt`` being that packet's RTT. What counts is
-   when each was *sent*: a burst of acknowledgements read late moves ``now`` and ``rack_rtt`` together (and
-   srtt stands in when the latest-sent delivery took a shorter path than the packet's).
+3. its acknowledgement is later than that packet's by more than the reordering window and the peer's
+   recent delay: ``now >= sent_at + max(rack_rtt, srtt) + reo_wnd + recent service time``, ``rack_rtt``
+   being that packet's RTT. What counts is when each was *sent*: a burst of acknowledgements read late
+   moves ``now`` and ``rack_rtt`` together (and srtt stands in when the latest-sent delivery took a
+   shorter path than the packet's). A peer that reported holding packets for a while lately
+   (`recent_service`) is answering a backlog it reads from its sockets in turns, in another order than
+   they were sent.
 
-A check timer runs the rule again when only (3) is missing. The driver hands the core each packet at the
+A check timer runs the rule again when only (3) is missing. On a late host the rule runs once per batch
+of acknowledgements (the driver's timer call after it has handed over what it read), as of the last one's
+arrival: a late peer answers its backlog in a burst of SACKs, which are each other's missing pieces.
+The driver hands the core each packet at the
 time it reached the host (`openmrc.provider.udp` reads the kernel's receive timestamp), so an
-acknowledgement's delay in this host is not taken for the network's.
+acknowledgement's delay in this host is not taken for the network's. The peer's delay is told: a responder
+that knows (`NicConfig.report_service_time`) reports in each SACK how long its trigger had been in its host
+(SETH ``svc``). It is taken out of the RTT the congestion control sees (MRC's delay = RTT − base RTT −
+service time; only when what is left is no shorter than the shortest RTT seen, as QUIC takes out its
+ack_delay), and the longest the peer reported within the last ``_PEER_DELAY_WINDOW_NS`` (at least
+`NicConfig.peer_ack_delay_ns`, QUIC's max_ack_delay) is waited for before a tail loss probe.
 
 *The reordering window* is max(4·rttvar, srtt/4) (RACK's default is a quarter of the RTT), and while the QP
 sees congestion (a trim or an ECN echo within the last `_CONGESTED_RTTS` RTTs, when queues differ from path to
@@ -53,7 +64,11 @@ after that (the loss wait plus the SACK delay, or as long again as the original 
 with no copy of the original turning up.
 
 *Tail loss probe* (RFC 8985 §7). If the newest packet has had no acknowledgement for the loss wait plus the
-SACK coalescing delay, it is sent again (no EV penalty); its acknowledgement exposes the holes before it.
+SACK coalescing delay (and at least srtt plus the peer's longest delay), it is sent again (no EV
+penalty); its acknowledgement exposes the holes before it. On a late host not while the peer answers
+nothing at all with packets on three EVs or more in flight: a lost tail leaves the other paths
+answering (or is one EV's burst), a silence across paths is the peer's, descheduled (or gone: the
+retransmission timeout's case).
 The probe timer also runs from the first packet a QP sends with nothing else in flight, so that a
 one-packet message lost on a failed path is recovered in about two RTTs, not a retransmission timeout.
 
@@ -98,6 +113,9 @@ _REO_PERSIST: Final = 4
 """Loss episodes a learned reordering window outlives without another spurious loss (RFC 8985 §6.2.4 keeps
 it for 16 recoveries; a fabric with random loss and no late host recovers faster with fewer)."""
 _RETRY_EXC: Final = WcStatus.RETRY_EXC_ERR
+_PEER_DELAY_WINDOW_NS: Final = 1_000_000_000
+"""How long the longest service time a peer reported is remembered (a host that was descheduled for a
+while is likely to be again)."""
 
 
 def _detached(now: int, status: WcStatus, detail: str) -> None:
@@ -131,6 +149,8 @@ class Recovery:
         self.reo_persist = 0  # loss episodes it still lasts
         self.rto_deadline: int | None = None
         self.check_deadline: int | None = None  # tail loss check / probe
+        self.detect_at = -1
+        """On a late host, the arrival time of the last acknowledgement not yet judged by (`on_ack_done`)."""
         self.judge_deadline: int | None = None  # the earliest judgement due (`judging`)
         self.first_sent: dict[int, int] = {}
         """When each packet under suspicion (``suspect`` set) first left: seq -> time."""
@@ -155,6 +175,11 @@ class Recovery:
         self.sack_delay = config.sack_delay_ns
         self.base_rtt = config.base_rtt_ns
         self.min_rto = config.min_ack_timeout_ns
+        self.peer_delay_floor = config.peer_ack_delay_ns
+        self.peer_delay = config.peer_ack_delay_ns  # the longest the peer is expected to hold a SACK
+        self.peer_delay_at = 0  # when the peer last reported a service time longer than the floor
+        self.recent_svc = 0  # the longest service time reported lately (`recent_service`)
+        self.recent_svc_at = 0
         self.rto_base = 1024
         self.silence = self.silent_probe_interval  # no feedback for this long: the peer is silent
         self.retry_linear = 0
@@ -237,7 +262,8 @@ class Recovery:
         """How long after the newest transmission, with no acknowledgement of it, a tail loss probe goes:
         the loss wait plus the responder's SACK coalescing delay (the newest packet may be one whose SACK is
         held back); on a late host at least RFC 8985's 2·srtt (its answers come in bursts), and before the
-        first RTT sample the retransmission timeout (its first answers can take milliseconds)."""
+        first RTT sample the retransmission timeout (its first answers can take milliseconds). (Also the
+        judging grace of a packet thought lost: `_judge`.)"""
         wait = self.loss_wait(now)
         if self.late_host:
             if not self.srtt:
@@ -245,6 +271,49 @@ class Recovery:
             if wait < 2 * self.srtt:
                 wait = 2 * self.srtt
         return wait + self.sack_delay
+
+    def probe_wait(self, now: int) -> int:
+        """`tlp_wait`, and at least srtt plus the longest the peer may hold an acknowledgement (its
+        reported service times, `NicConfig.peer_ack_delay_ns`) and the SACK delay: how long the newest
+        packet goes unanswered before a tail loss probe."""
+        wait = self.tlp_wait(now)
+        peer = self.peer_delay
+        if peer and self.srtt:
+            if peer > self.peer_delay_floor and now - self.peer_delay_at > _PEER_DELAY_WINDOW_NS:
+                peer = self._forget_peer_delay()
+            least = self.srtt + peer + self.sack_delay
+            if wait < least:
+                return least
+        return wait
+
+    def peer_service(self, svc: int, rtt: int | None, now: int) -> int | None:
+        """The peer reported holding a SACK's trigger ``svc`` ns in its host: remembered for the tail probe's
+        wait (`probe_wait`); returns the RTT sample ``rtt`` (None: none) as the congestion control is to see
+        it, without the peer's service time (unless that would make it shorter than any RTT seen)."""
+        if now - self.peer_delay_at > _PEER_DELAY_WINDOW_NS:
+            self._forget_peer_delay()
+        if svc > self.peer_delay:
+            self.peer_delay = svc
+            self.peer_delay_at = now
+        if svc >= self.recent_service(now):
+            self.recent_svc = svc
+            self.recent_svc_at = now
+        if rtt is not None and rtt - svc >= self.rtt_min:
+            return rtt - svc
+        return rtt
+
+    def recent_service(self, now: int) -> int:
+        """The longest service time the peer reported within the last two srtt (0: none): a peer that held
+        packets that long is answering a backlog it read in turns from its sockets, so what it answers
+        next may have been sent before what it answered first, by up to that much."""
+        if now - self.recent_svc_at > 2 * self.srtt:
+            return 0
+        return self.recent_svc
+
+    def _forget_peer_delay(self) -> int:
+        """A second without so long a service time: back to the configured bound."""
+        self.peer_delay = self.peer_delay_floor
+        return self.peer_delay
 
     def rtt_sample(self, rtt: int) -> None:
         if rtt <= 0:
@@ -270,7 +339,9 @@ class Recovery:
         if self.rto_deadline is None:
             self.rto_deadline = now + self.rto()
         if self.check_deadline is None and self.by_order.live == 1:
-            self.check_deadline = now + self.tlp_wait(now)  # a tail probe for what an idle QP starts to send
+            self.check_deadline = now + self.probe_wait(
+                now
+            )  # a tail probe for what an idle QP starts to send
 
     def lose(self, p: SentPacket) -> None:
         """``p`` is to be sent again: out of the bytes in flight, queued oldest PSN first."""
@@ -329,10 +400,18 @@ class Recovery:
             self.rto_sends = -1
             self.cc.on_ack(now, newly, self.inflight, rtt, ecn)  # type: ignore[union-attr]
             self.rto_deadline = now + self.rto() if live else None
-            self.check_deadline = now + self.tlp_wait(now)  # cleared below when nothing is outstanding
-            self.detect_losses(now)
+            if self.late_host:
+                # Acknowledgements read together are judged together, as of the last one's arrival: a late
+                # peer drains its sockets in turns and answers a backlog in a burst, whose SACKs are each
+                # other's missing pieces (the driver's timer call after the batch runs `check_tail`).
+                self.detect_at = now
+                self.check_deadline = now
+            else:
+                self.check_deadline = now + self.probe_wait(now)  # cleared below when nothing is outstanding
+                self.detect_losses(now)
         if not live:
             self.check_deadline = None
+            self.detect_at = -1
 
     def on_trimmed(self, p: SentPacket, now: int) -> None:
         """A trim NACK for ``p`` (in flight): congestion, which restarts the retransmission timer (a trim
@@ -361,7 +440,7 @@ class Recovery:
         rack = self.rack_order
         threshold = acked_order - self.reorder_allowance
         tail = self.order - self.reorder_allowance  # later than this, fewer than the allowance follow
-        wait = self._expected_rtt() + self.reo_wnd(now)
+        wait = self._expected_rtt() + self.reo_wnd(now) + self.recent_service(now)
         by_order = self.by_order
         base = by_order.base
         lost: list[SentPacket] = []
@@ -474,23 +553,53 @@ class Recovery:
     def check_tail(self, now: int) -> None:
         """The check timer (cleared by the caller; `detect_losses` may set it again): infer tail losses,
         else probe the tail once if nothing came back for a PTO."""
+        at = self.detect_at
+        if at >= 0:
+            self.detect_at = -1
+            if at > now:
+                at = now
+        else:
+            at = now
         if not self.by_order.live:
             return
-        self.detect_losses(now)
+        self.detect_losses(at)
         p = self.by_order.newest()
         if self.retx or p is None:
             return
         order = p.order
-        tlp = self.tlp_wait(now)
-        if order > self.tlp_order and p.sent_at + tlp <= now:
+        tlp = self.probe_wait(now)
+        if order > self.tlp_order and p.sent_at + tlp <= now and not self._silent_peer(now, tlp):
             self.tlp_order = self.order + 1  # the probe's own transmission: no second probe for it
             self.by_order.pop(order)
             self.lose(p)  # resent on a fresh EV, RTX set; its EV keeps its state
             self.stats.tail_probes += 1
         elif self.check_deadline is None and p.sent_at + tlp > now:
             self.check_deadline = p.sent_at + tlp
-        # else the newest transmission is the tail probe itself, overdue: only the retransmission timeout
-        # can tell more now (re-arming the check in the past would spin the driver's timer)
+        # else the newest transmission is the tail probe itself, overdue, or (on a late host) the peer has
+        # answered nothing for as long across paths (`_silent_peer`): stalled (its answers come when it
+        # runs again) or gone, not a lost tail, and the retransmission timeout is what tells (re-arming
+        # the check in the past would spin the driver's timer)
+
+    def _silent_peer(self, now: int, wait: int) -> bool:
+        """On a late host, whether the peer has answered nothing for ``wait`` while packets on three EVs or
+        more are in flight: a silence across paths is the peer's (descheduled, or gone), not a lost tail
+        (a tail lost on one path leaves the others answering, or is a burst on a single EV)."""
+        if not self.late_host or now - self.heard_at < wait:
+            return False
+        first: EvEntry | None = None
+        second: EvEntry | None = None
+        for p in self.by_order.slots:
+            if p is None:
+                continue
+            e = p.entry
+            if first is None:
+                first = e
+            elif e is not first:
+                if second is None:
+                    second = e
+                elif e is not second:
+                    return True
+        return False
 
     # -- probes --------------------------------------------------------------------------------------------
     def collect_probes(self, now: int, has_work: bool, out: list[EvEntry], timer: bool = False) -> None:
@@ -606,6 +715,7 @@ class Recovery:
         self.inflight = 0
         self.rto_deadline = None
         self.check_deadline = None
+        self.detect_at = -1
         self.judge_deadline = None
         self.judging.clear()
         self.first_sent.clear()

@@ -73,6 +73,7 @@ from openmrc.wire import (
     Opcode,
     Packet,
     SackM,
+    service_time_ns,
 )
 from openmrc.wire.constants import OP_WRITE_MIDDLE
 
@@ -362,6 +363,7 @@ class Requester:
             seth.dst_qp,
             seth.mpr,
             now,
+            service_time_ns(seth.svc) if seth.svc else 0,
         )
 
     def on_sack_fields(
@@ -377,9 +379,11 @@ class Requester:
         dst_qp: int,
         mpr: int,
         now: int,
+        svc: int = 0,
     ) -> None:
-        """A SACK by its SETH fields (QP numbers as SETH carries them: their low 16 bits); a simulated peer's
-        `SackTransmit` arrives this way, with no `Packet` built."""
+        """A SACK by its SETH fields (QP numbers as SETH carries them: their low 16 bits; ``svc``: the
+        responder's service time in ns, 0 if not reported); a simulated peer's `SackTransmit` arrives this
+        way, with no `Packet` built."""
         qp = self.qp
         if qp.state is not _RTS:
             return
@@ -412,6 +416,8 @@ class Requester:
         rtt = now - trig.sent_at if trig is not None and not trig.sends and not pr else None
         if rtt is not None:
             rec.rtt_sample(rtt)
+        if svc:
+            rtt = rec.peer_service(svc, rtt, now)
         if not pr:
             rec.on_trigger(trig_seq, entropy, trig, now)
         acked = []

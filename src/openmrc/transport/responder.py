@@ -76,6 +76,7 @@ _MASK64: Final = (1 << 64) - 1
 # setting up a large fabric's QPs, when it was per QP)
 _DYNAMIC_MPR: Final = int(QpCapFlags.DYNAMIC_MPR)
 _NO_TRIM_NACK: Final = int(QpCapFlags.TRIM_NACK_DEST_UNSUPPORTED)
+_NO_SVC_TIME: Final = int(QpCapFlags.SVC_TIME_DEST_UNSUPPORTED)
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _M_NONE: Final = SackM.NONE
 _SKIP_ONCE: Final = SackM.SKIP_ONCE
@@ -99,7 +100,7 @@ class Responder:
         self.sack_deadline: int | None = None
         # The last arrival not yet acknowledged (when ``unacked``), for the delayed SACK; plain fields: no
         # tuple per packet.
-        self._last_seq = self._last_entropy = self._last_port = self._last_ts = 0
+        self._last_seq = self._last_entropy = self._last_port = self._last_ts = self._last_at = 0
         self._last_ecn = False
         self.adv_mpr = 0
         cfg = qp.nic.config  # frozen: per-packet paths read these copies
@@ -107,6 +108,7 @@ class Responder:
         self.sack_every = cfg.sack_every
         self.sack_on_reorder = cfg.sack_on_reorder
         self.sack_delay = cfg.sack_delay_ns
+        self.report_service = cfg.report_service_time  # (and the peer takes it: `start`)
 
     def start(self, now: int) -> None:
         a = self.qp.attr
@@ -114,6 +116,8 @@ class Responder:
         self.cack = a.rq_psn
         self.window = a.mpr_dest * 128
         self.adv_mpr = a.mpr_dest if int(a.cap or 0) & _DYNAMIC_MPR else 0
+        # SVC_TIME_DEST_UNSUPPORTED: the peer cannot take a service time in its acknowledgements
+        self.report_service = self.qp.nic.config.report_service_time and not int(a.cap or 0) & _NO_SVC_TIME
 
     # -- data ----------------------------------------------------------------------------------------------
     def on_data(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int, trim: TrimMark) -> None:
@@ -243,6 +247,7 @@ class Responder:
             self._last_port = port
             self._last_ts = ts
             self._last_ecn = ecn
+            self._last_at = now
             if self.sack_deadline is None:
                 self.sack_deadline = now + self.sack_delay  # Nic.receive wakes the QP after this returns
 
@@ -281,7 +286,10 @@ class Responder:
         ts: int = 0,
         pr: bool = False,
         again: bool = False,
+        arrived: int = 0,
     ) -> None:
+        """Send a SACK triggered by PSN ``trigger`` (arrived on EV ``entropy``, NIC port ``port``, at
+        ``arrived``; 0: now, the arrival being handled)."""
         qp = self.qp
         cack = self.cack
         off = trigger - cack
@@ -317,6 +325,8 @@ class Responder:
             min(self.bitmap.bit_count(), 0x7FFF),
             (-(-self.rcvd_bytes // 256)) & 0xFFFFFF,
         )
+        if self.report_service:  # the driver stamps the service time as the SACK leaves
+            sack.arrived = arrived if arrived else now
         self.unacked = 0
         self.sack_deadline = None
         nic = qp.nic
@@ -326,7 +336,7 @@ class Responder:
             # News beyond this window: report it now. Arrivals that keep filling holes near cack would
             # otherwise win every SACK, and packets that arrived far above them would wait unreported
             # until the requester gave them up as lost (and blamed their paths).
-            self._sack(trigger, entropy, port, False, now)
+            self._sack(trigger, entropy, port, False, now, arrived=arrived)
 
     def _nack(self, reason: NackReason, seq: int, entropy: int, port: int) -> None:
         qp = self.qp
@@ -356,5 +366,11 @@ class Responder:
             self.sack_deadline = None
             if self.unacked:
                 self._sack(
-                    self._last_seq, self._last_entropy, self._last_port, self._last_ecn, now, self._last_ts
+                    self._last_seq,
+                    self._last_entropy,
+                    self._last_port,
+                    self._last_ecn,
+                    now,
+                    self._last_ts,
+                    arrived=self._last_at,
                 )

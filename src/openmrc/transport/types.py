@@ -12,7 +12,7 @@ from mypy_extensions import mypyc_attr
 
 from openmrc.wire import PSN_MASK, SETH, CcState, DataTemplate, Packet, SackM
 from openmrc.wire.constants import OP_SACK, is_data_opcode
-from openmrc.wire.headers import make_bth
+from openmrc.wire.headers import make_bth, service_time_code
 
 __all__ = [
     "Access",
@@ -449,7 +449,7 @@ class SackTransmit(Transmit):
         self.ack_req = pr
         self.sack_offset = sack_offset
         # packed below 2**62 (the compiled build keeps such ints unboxed): cack_psn 24 | ts_echo 16 |
-        # ooo_count 15, echo 32 | mpr 8 | m 2 | ack_psn_offset 16, dest_qp 24 | rcvd_256b 24
+        # ooo_count 15, echo 32 | mpr 8 | m 2 | ack_psn_offset 16, dest_qp 24 | rcvd_256b 24 | svc 8
         self.psn = cack_psn | ts_echo << 24 | ooo_count << 40
         self.op = echo | mpr << 32 | m << 40 | (ack_psn_offset & 0xFFFF) << 42
         self._qps = dest_qp | rcvd_256b << 24
@@ -497,12 +497,41 @@ class SackTransmit(Transmit):
 
     @property
     def rcvd_256b(self) -> int:
-        return self._qps >> 24
+        return (self._qps >> 24) & 0xFFFFFF
+
+    @property
+    def arrived(self) -> int:
+        """When the packet that triggered it reached the responder's host (ns of the NIC's clock; 0: not
+        told). A driver that knows when the SACK leaves stamps the service time from it (`stamp_service`).
+        Kept in the slot of ``src`` until the SACK leaves the NIC (a simulated fabric sets ``src`` as it
+        takes a packet, and stamps none: a SACK is the size it was without it)."""
+        return self.src
+
+    @arrived.setter
+    def arrived(self, at: int) -> None:
+        self.src = at
+
+    @property
+    def svc(self) -> int:
+        """SETH's ``svc`` code: the responder's service time (`openmrc.wire.service_time_code`; 0: none)."""
+        return self._qps >> 48
+
+    def stamp_service(self, now: int) -> None:
+        """The SACK leaves at ``now``: its service time is how long its trigger had been in the host
+        (nothing when `arrived` was not told)."""
+        arrived = self.arrived
+        if arrived <= 0:
+            return
+        code = service_time_code(now - arrived)
+        self._qps = (self._qps & 0xFFFFFFFFFFFF) | code << 48
+        pkt = self._packet
+        if pkt is not None and pkt.seth is not None:
+            pkt.seth.svc = code
 
     @property
     def qps_word(self) -> int:
-        """``dest_qp | rcvd_256b << 24``: with ``psn``, ``op`` and ``va``, the words the fields are packed
-        in (`sack_of_words` makes a SACK of them again)."""
+        """``dest_qp | rcvd_256b << 24 | svc << 48``: with ``psn``, ``op`` and ``va``, the words the fields
+        are packed in (`sack_of_words` makes a SACK of them again)."""
         return self._qps
 
     def payload_len(self) -> int:
@@ -534,6 +563,7 @@ class SackTransmit(Transmit):
                 self.mpr,
                 self.sack_offset,
                 self.bitmap,
+                self.svc,
             ),
             CcState(self.ts_echo, self.ooo_count, False, 0, self.rcvd_256b),
         )
@@ -546,7 +576,7 @@ def sack_of_words(
     as another SACK holds them: what a split simulation ships of a SACK (`openmrc.sim.crossing`), read
     back without taking the fields apart. A word beyond its fields' widths is a ValueError."""
     if not (
-        0 <= psn < 1 << 55 and 0 <= op < 1 << 58 and 0 <= va <= 0xFFFFFFFFFFFFFFFF and 0 <= qps < 1 << 48
+        0 <= psn < 1 << 55 and 0 <= op < 1 << 58 and 0 <= va <= 0xFFFFFFFFFFFFFFFF and 0 <= qps < 1 << 56
     ):
         raise ValueError("a SACK word is outside its fields' widths")
     t = SackTransmit(qp_num, 0, 0, 0, sack_offset, 0, 0, 0, pr, 0, 0, 0, 0)

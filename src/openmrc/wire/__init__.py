@@ -25,7 +25,22 @@ from openmrc.wire.datagram import (
     trim_datagram,
 )
 from openmrc.wire.framing import Frame, SRv6Encap, encapsulate, parse_frame, usid_final_address
-from openmrc.wire.headers import AETH, BTH, EETH, ERTH, METH, NETH, PETH, RETH, SETH, TSETH, CcState, ImmDt
+from openmrc.wire.headers import (
+    AETH,
+    BTH,
+    EETH,
+    ERTH,
+    METH,
+    NETH,
+    PETH,
+    RETH,
+    SETH,
+    TSETH,
+    CcState,
+    ImmDt,
+    service_time_code,
+    service_time_ns,
+)
 from openmrc.wire.icrc import compute_icrc
 from openmrc.wire.packet import DataTemplate, Packet, parse
 
@@ -70,6 +85,8 @@ __all__ = [
     "seal_header_parts",
     "seal_into",
     "seal_parts",
+    "service_time_code",
+    "service_time_ns",
     "trim_datagram",
     "usid_final_address",
 ]

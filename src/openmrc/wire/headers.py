@@ -20,8 +20,11 @@ MRC 1.0 tables are not public, kept here so that a correction is a one-line chan
 * Extension headers (SETH, NETH, PETH, ERTH, EETH) open with two bytes "type/next". ``[openmrc]`` byte 0 is
   hdr_type(7:4) next_hdr(3:0); byte 1 holds the header's own flag bits, the rest of byte 1 is reserved.
 * **SETH** (28): 0 type/next; 1 M(7:6) PR(5); 2-3 ack_psn_offset (signed, PSN of the triggering packet minus
-  cack_psn); 4-7 entropy (EV echo); 8-9 src_qp; 10-11 dst_qp (low 16 bits of the QPNs); 12 resv;
-  13-15 cack_psn; 16 cc_type(7:4) cc_flags(3:0); 17 MPR (128-PSN units, 0 = not advertised);
+  cack_psn); 4-7 entropy (EV echo); 8-9 src_qp; 10-11 dst_qp (low 16 bits of the QPNs);
+  12 ``[openmrc]`` svc: the responder's service time, how long the triggering packet had been in its host
+  when the SACK left (reserved in MRC 1.0, so 0 from a peer that does not fill it: nothing known), in the
+  8-bit log scale of `service_time_code`; 13-15 cack_psn; 16 cc_type(7:4) cc_flags(3:0); 17 MPR (128-PSN
+  units, 0 = not advertised);
   18-19 sack_offset (signed, bitmap base minus cack_psn); 20-27 bitmap (bit i, LSB first, = PSN base+i).
   ``[openmrc]`` bit order inside byte 1 and of the bitmap.
 * **CC_STATE** (8, follows SETH): 0-1 ts_echo; 2-3 resv(15) ooo_count(14:0); 4 R_C(7) rcv_cwnd_pen(6:0);
@@ -65,7 +68,33 @@ __all__ = [
     "ImmDt",
     "make_bth",
     "range_test",
+    "service_time_code",
+    "service_time_ns",
 ]
+
+_SVC_MANTISSA: Final = 5  # bits of a service time code's mantissa; the other 3 are its exponent
+_SVC_MAX_US: Final = 31 << 14  # the largest service time a code says: 507,904 µs
+
+
+def service_time_code(ns: int) -> int:
+    """``ns`` of responder service time as SETH's 8-bit ``svc`` code ``e << 5 | m``, which means ``m << 2e``
+    µs (exact to 31 µs, then 4, 16, 64, 256 µs, 1, 4, 16 ms steps, up to 0.5 s): rounded down, so that a
+    requester never takes more out of an RTT sample than the responder spent; longer saturates."""
+    us = ns // 1000
+    if us <= 0:
+        return 0
+    if us >= _SVC_MAX_US:
+        return 0xFF
+    e = 0
+    while us >> (2 * e) > 31:
+        e += 1
+    return e << _SVC_MANTISSA | us >> (2 * e)
+
+
+def service_time_ns(code: int) -> int:
+    """The service time (ns) an ``svc`` code stands for (`service_time_code`)."""
+    return ((code & 31) << (2 * (code >> _SVC_MANTISSA))) * 1000
+
 
 # (field name, byte offset of the field inside the header, width in bits, signed)
 _Spec = tuple[tuple[str, int, int, bool], ...]
@@ -467,6 +496,7 @@ class _SETHLayout(Header):
         ("entropy", 4, 32, False),
         ("src_qp", 8, 16, False),
         ("dst_qp", 10, 16, False),
+        ("svc", 12, 8, False),
         ("cack_psn", 13, 24, False),
         ("cc_type", 16, 4, False),
         ("cc_flags", 16, 4, False),
@@ -494,6 +524,7 @@ class SETH(_SETHLayout):
     mpr: int = 0
     sack_offset: int = 0
     bitmap: int = 0
+    svc: int = 0
 
     def __init__(
         self,
@@ -511,6 +542,7 @@ class SETH(_SETHLayout):
         mpr: int = 0,
         sack_offset: int = 0,
         bitmap: int = 0,
+        svc: int = 0,
     ) -> None:
         # written out: compiled, the dataclass-generated __init__ would run interpreted
         self.hdr_type = hdr_type
@@ -527,6 +559,7 @@ class SETH(_SETHLayout):
         self.mpr = mpr
         self.sack_offset = sack_offset
         self.bitmap = bitmap
+        self.svc = svc
 
     @classmethod
     def pull(cls, buf: Buffer) -> SETH:
@@ -568,6 +601,7 @@ class SETH(_SETHLayout):
             mpr,
             so,
             bm,
+            w12 >> 24,
         )
 
     def out_of_range(self) -> int:
@@ -587,6 +621,7 @@ class SETH(_SETHLayout):
             | self.mpr >> 8
             | (self.sack_offset + 0x8000) >> 16
             | self.bitmap >> 64
+            | self.svc >> 8
         )
 
     def words(self) -> tuple[int, int, int, int, int, int, int, int, int, int, int]:
@@ -598,7 +633,7 @@ class SETH(_SETHLayout):
             self.entropy,
             self.src_qp,
             self.dst_qp,
-            self.cack_psn,
+            self.svc << 24 | self.cack_psn,
             (self.cc_type << 4) | self.cc_flags,
             self.mpr,
             self.sack_offset,

@@ -129,6 +129,7 @@ local HEADERS = {
         { "entropy", "Entropy (EV echo)", 4, 4, base = base.HEX },
         { "src_qp", "Source QP", 8, 2, base = base.HEX },
         { "dst_qp", "Destination QP", 10, 2, base = base.HEX },
+        { "svc", "Service time code (openmrc: m << 2e us)", 12, 1, base = base.HEX },
         { "cack_psn", "Cumulative ACK PSN", 13, 3 },
         { "cc_type", "CC type", 16, 1, mask = 0xF0 },
         { "cc_flags", "CC flags", 16, 1, mask = 0x0F, base = base.HEX },

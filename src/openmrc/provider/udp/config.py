@@ -44,6 +44,9 @@ def gso_burst(mtu: int) -> int:
 
 SOFTWARE_MIN_ACK_TIMEOUT_NS: Final = 1024 << 13
 """The floor of a software NIC's retransmission timeout (8.39 ms: ``timeout`` 13)."""
+SOFTWARE_PEER_ACK_DELAY_NS: Final = 4_000_000
+"""How long a software peer may hold an acknowledgement while its process is descheduled (4 ms; more when
+the peer reports longer service times: `NicConfig.peer_ack_delay_ns`)."""
 DEFAULT_TIMEOUT: Final = 14
 """`UdpDevice.connect`'s ACK timeout exponent: 16.8 ms, and with the default retries (7 linear, 7
 exponential) a peer that answers nothing fails the QP with RETRY_EXC_ERR after 4.4 s."""
@@ -58,8 +61,11 @@ def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
     range. A process is descheduled for milliseconds, so a packet thought lost holds its EV until the loss
     is judged (it is mostly late: `NicConfig.late_host`), the retransmission timeout is at least
     ``SOFTWARE_MIN_ACK_TIMEOUT_NS`` (8.39 ms, the QP attribute ``timeout`` 13, whatever lower value a QP
-    asks for), and a path that stays down is probed at least every 20 ms once its probes go unanswered
-    (a failed path comes back within that, a dead one costs 50 probes a second)."""
+    asks for), SACKs report the service time (`NicConfig.report_service_time`: how long this host held
+    the packet that triggered them, from the kernel's receive timestamp) and a tail loss probe allows the
+    peer ``SOFTWARE_PEER_ACK_DELAY_NS`` (4 ms) of such delay, and a path that stays down is probed at least
+    every 20 ms once its probes go unanswered (a failed path comes back within that, a dead one costs 50
+    probes a second)."""
     return NicConfig(
         mtu=mtu,
         link_bps=int(link_gbps * 1e9),
@@ -75,6 +81,8 @@ def software_config(link_gbps: float = 25.0, *, mtu: int = 4096) -> NicConfig:
         probe_backoff_max_ns=20_000_000,
         late_host=True,
         sack_on_reorder=False,
+        report_service_time=True,
+        peer_ack_delay_ns=SOFTWARE_PEER_ACK_DELAY_NS,
     )
 
 

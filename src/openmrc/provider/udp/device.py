@@ -129,6 +129,7 @@ class UdpDevice:
             config=cfg,
             pace=pace,
             gso=gso,
+            clock=self.now,
         )
         try:
             self._progress = Progress(

@@ -9,6 +9,7 @@ import errno
 import ipaddress
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any, Final
 
 from openmrc.provider.udp.config import (
@@ -23,7 +24,7 @@ from openmrc.provider.udp.injector import FaultInjector
 from openmrc.provider.udp.sockets import PortSocket, PortSockets
 from openmrc.transport.config import NicConfig
 from openmrc.transport.nic import Nic
-from openmrc.transport.types import LocalProtocolError, Transmit
+from openmrc.transport.types import LocalProtocolError, SackTransmit, Transmit
 from openmrc.wire import (
     Addressing,
     WireError,
@@ -53,7 +54,8 @@ class _Lane:
 class Sender:
     """Sends what ``nic`` has to send from the ports of ``sockets``, counted in ``stats``; datagrams of a
     port ``injector`` impairs go through it. ``config``: the MTU, the port rate and the spray burst;
-    ``pace``: no faster than the port rate; ``gso``: UDP segmentation offload where packets allow."""
+    ``pace``: no faster than the port rate; ``gso``: UDP segmentation offload where packets allow;
+    ``clock``: the device's clock, read when a SACK that reports its service time leaves."""
 
     def __init__(
         self,
@@ -65,8 +67,10 @@ class Sender:
         config: NicConfig,
         pace: bool,
         gso: bool,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self._nic = nic
+        self._clock = clock
         self._stats = stats
         self._sockets = sockets
         self._no_gso = sockets.no_gso
@@ -119,6 +123,7 @@ class Sender:
         run_sock: socket.socket | None = None
         run_dest: tuple[Any, ...] = ()
         run_size = run_count = run_limit = 0
+        left_at = -1  # when these packets leave (read once, for the first SACK that reports its service time)
         for t in out:
             if (
                 r is None
@@ -143,6 +148,10 @@ class Sender:
                 hdr = tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, n)
                 size = len(hdr) + n + (-n & 3) + _ICRC_SIZE
             else:
+                if type(t) is SackTransmit and t.arrived > 0:
+                    if left_at < 0:
+                        left_at = self._clock() if self._clock is not None else now
+                    t.stamp_service(left_at)
                 try:
                     parts = seal_parts(t.packet, addr)
                 except WireError:  # the core never emits one; counted, never raised into a progress thread
