@@ -134,7 +134,9 @@ def test_ctrl_c_stops_every_rank_of_a_split_run(tmp_path: Path) -> None:
 
 def test_ctrl_c_before_anything_finished_leaves_no_empty_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _start(tmp_path, TWO_VARIANTS.replace("size_kib = 64", "size_kib = 262144"), out)
+    # 4 GiB flows (less 1 KiB: a Write's length is 32-bit): the first variant runs to until_us (100 ms
+    # simulated), far longer than the 4 s (256 MiB ones finished in 3.6 s on a quiet machine)
+    proc = _start(tmp_path, TWO_VARIANTS.replace("size_kib = 64", "size_kib = 4194303"), out)
     time.sleep(4)
     proc.send_signal(signal.SIGINT)
     text, _ = proc.communicate(timeout=60)

@@ -147,8 +147,16 @@ class Workload(_Section):
         "allreduce-hier: one hierarchical all-reduce step, servers of gpus_per_server GPUs; collective: the "
         "real openmrc.collectives Communicator on every host, moving and reducing real data)",
     )
-    size_kib: int = _field(256, "KiB", "bytes per flow (per rank/GPU for allreduce*)", ge=1, le=1 << 30)
-    size_bytes: int | None = _field(None, "bytes", "bytes per flow, when not a whole number of KiB", ge=1)
+    size_kib: int = _field(
+        256,
+        "KiB",
+        "bytes per flow (per rank/GPU for allreduce*); a flow is one RDMA Write, whose length is 32-bit",
+        ge=1,
+        le=(1 << 22) - 1,
+    )
+    size_bytes: int | None = _field(
+        None, "bytes", "bytes per flow, when not a whole number of KiB", ge=1, le=(1 << 32) - 1
+    )
     start_us: float = _field(0.0, "µs", "when the flows start", ge=0)
     seed: int = _field(1, "", "permutation: seeds the shuffle", ge=0)
     senders: int = _field(7, "", "incast: senders", ge=1)

@@ -62,8 +62,8 @@ class NicConfig:
     peer_ack_delay_ns: int = 0
     """The longest the peer is expected to hold an acknowledgement (QUIC's max_ack_delay): a tail loss probe
     waits at least srtt plus this, or plus the longest service time the peer reported in the last second
-    if that is longer. A software peer is descheduled for a millisecond or two at a time
-    (`openmrc.provider.udp.software_config`: 2 ms); 0 for a hardware NIC or the simulator's hosts."""
+    if that is longer. A software peer is descheduled for one to four milliseconds at a time on a busy
+    host (`openmrc.provider.udp.software_config`: 4 ms); 0 for a hardware NIC or the simulator's hosts."""
     probe_backoff_max_ns: int = 50_000
     """The longest spacing between probes of one ASSUMED_BAD EV: each probe that goes unanswered doubles the
     EV's spacing up to this (the default, ``probe_interval_ns``: no backoff)."""
