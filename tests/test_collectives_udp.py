@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openmrc.collectives import CollectiveError, Communicator, HashStore
+from openmrc.collectives import LOOPBACK_MTU, CollectiveError, Communicator, HashStore
 from openmrc.collectives.launch import RankFailed, run_local
 from openmrc.collectives.ops import DTYPES, ufunc_of
 
@@ -160,3 +160,32 @@ def test_communicator_refuses_bad_calls() -> None:
         comm.all_reduce(x)
     with pytest.raises(ValueError, match="rank"):
         Communicator(2, 2, store)
+
+
+def test_ranks_on_loopback_send_jumbo_packets_and_all_ranks_must_agree() -> None:
+    """On loopback a rank's packets carry `LOOPBACK_MTU` (a software NIC's cost is per packet; lo carries
+    64 KiB datagrams); ``mtu`` chooses another, checked, and a rank whose packets are another size than
+    its peer's is told so by name instead of having its data refused at the responder."""
+    store = HashStore(timeout=5)
+    with Communicator(0, 1, store, prefix="mtu-one") as comm:
+        assert comm.mtu == LOOPBACK_MTU == comm.device.config.mtu
+    for bad in (3, 128, 64 << 10, True):
+        with pytest.raises(ValueError, match="mtu"):
+            Communicator(0, 1, store, mtu=bad)
+    with pytest.raises(ValueError, match="given device"):
+        Communicator(0, 1, store, device=object(), mtu=4096)
+    errors: list[str] = []
+
+    def rank(r: int) -> None:
+        try:
+            with Communicator(r, 2, store, prefix="mtu-two", mtu=4096 if r else 8192) as comm:
+                comm.all_reduce(np.ones(16, np.float32))
+        except CollectiveError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(errors) == 2 and all("4096 B" in e and "8192 B" in e for e in errors), errors

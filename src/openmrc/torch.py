@@ -10,7 +10,8 @@ collectives in call order while the software NIC makes network progress on its o
 thread (DDP's backward pass) goes on. Each process has one MRC device, shared by its groups: its endpoints
 come from ``OPENMRC_BINDS`` (``ip[:port],ip[:port]``, one per plane), from ``OPENMRC_FABRIC`` (a fabric export
 such as `openmrc testbed`'s: this host's plane addresses, and SRv6 or flow-label paths towards each peer) or,
-by default, loopback addresses of its global rank with ``OPENMRC_PLANES`` planes (2). A failed collective (a
+by default, loopback addresses of its global rank with ``OPENMRC_PLANES`` planes (2); on loopback its packets
+carry 32 KiB (`openmrc.collectives.LOOPBACK_MTU`), elsewhere MRC's 4 KiB. A failed collective (a
 dead rank, a peer that stopped answering) fails its Work with the `CollectiveError`'s message, naming the
 rank.
 """
@@ -33,7 +34,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined,unused-ignore]
 
 from openmrc.collectives import Communicator
-from openmrc.collectives.communicator import loopback_device
+from openmrc.collectives.communicator import rank_device
 
 __all__ = ["MrcProcessGroup", "device", "register"]
 
@@ -91,8 +92,6 @@ def _shared_device(rank: int) -> tuple[Any, Callable[[Any], int] | None]:
     global _device, _profile_for
     with _device_lock:
         if _device is None or _device.closed:
-            from openmrc.provider import UdpDevice
-
             binds = os.environ.get("OPENMRC_BINDS")
             ends = [b.strip() for b in binds.split(",")] if binds else None
             export = os.environ.get("OPENMRC_FABRIC")
@@ -103,7 +102,7 @@ def _shared_device(rank: int) -> tuple[Any, Callable[[Any], int] | None]:
                 _device, _profile_for = fd.device, fd.profile_for
             else:
                 planes = int(os.environ.get("OPENMRC_PLANES", "2"))
-                _device = UdpDevice(ends) if ends else loopback_device(rank, planes, None)
+                _device = rank_device(rank, planes, ends)
             _device.start()
         return _device, _profile_for
 

@@ -111,6 +111,10 @@ def run(
         str | None, typer.Option(help="PLANE@TIME[+DURATION]: blackhole a plane on every rank, e.g. 1@2s")
     ] = None,
     chunk: Annotated[str, typer.Option(help="pipelining unit (one Write with Immediate)")] = "256K",
+    mtu: Annotated[
+        str | None,
+        typer.Option(help="payload bytes per packet, 256 .. 60K (default: 32K on loopback, else 4K)"),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="seconds the whole run may take")] = 1800.0,
     fabric: Annotated[
         str | None,
@@ -157,6 +161,11 @@ def run(
     if not 1 <= planes <= 8:
         _fail(f"--planes {planes}: 1..8")
     chunk_bytes = _size("--chunk", chunk)
+    mtu_bytes = None if mtu is None else _size("--mtu", mtu)
+    if mtu_bytes is not None and (not 256 <= mtu_bytes <= 60 << 10 or mtu_bytes % 4):
+        _fail(f"--mtu {mtu}: a multiple of 4 B in 256 .. 60K")
+    if mtu_bytes is not None and fabric is not None:
+        _fail("--mtu: a fabric's path MTU is its own (4K); not with --fabric")
     if not 4096 <= chunk_bytes <= 64 << 20 or chunk_bytes % 16:
         _fail(f"--chunk {chunk}: a multiple of 16 B in 4K .. 64M")
     if not 1 <= timeout <= 86_400:
@@ -189,6 +198,8 @@ def run(
         json=json_out,
     )
     comm_kwargs: dict[str, Any] = {"planes": planes, "chunk_bytes": chunk_bytes}
+    if mtu_bytes is not None:
+        comm_kwargs["mtu"] = mtu_bytes
     rows, n = _execute(launcher, ranks, cfg, comm_kwargs, timeout, fabric)
     if rows is not None and json_out:
         json.dump(as_json(rows, cfg, n), sys.stdout, indent=2)

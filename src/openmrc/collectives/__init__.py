@@ -8,13 +8,14 @@ completions and hands back sends); `engine` moves pieces with Writes with Immedi
 """
 
 from openmrc.collectives.bootstrap import HashStore, Launch, Store, TCPStore, from_env, from_mpi
-from openmrc.collectives.communicator import Communicator, default_binds
+from openmrc.collectives.communicator import LOOPBACK_MTU, Communicator, default_binds, rank_device
 from openmrc.collectives.engine import CollectiveError
 from openmrc.collectives.ops import DTYPES, OPS, dtype_of
 from openmrc.collectives.program import Program, Schedule, ScheduleError
 
 __all__ = [
     "DTYPES",
+    "LOOPBACK_MTU",
     "OPS",
     "CollectiveError",
     "Communicator",
@@ -29,4 +30,5 @@ __all__ = [
     "dtype_of",
     "from_env",
     "from_mpi",
+    "rank_device",
 ]
