@@ -34,8 +34,8 @@ from openmrc.wire import (
 )
 
 from .helpers import Impairments, Pair
-from .test_transport_timers import run_checked
-from .transport_tools import TEST_ADDR, deliver_sack, install, statuses
+from .test_transport_timers import LOST, run_checked
+from .transport_tools import TEST_ADDR, Sent, deliver_sack, install, statuses
 
 MTU = 4096
 S = WcStatus
@@ -200,12 +200,25 @@ def sack(p: Pair, cack: int, **kw: int) -> Packet:
     "forge",
     [
         lambda p, r: sack(p, r.next_seq + r.mpr * 128 + 1),  # past any window the responder can have
+        lambda p, r: sack(p, r.next_seq + 1),  # one PSN past what was sent
+        lambda p, r: sack(p, r.cack, sack_offset=r.next_seq - r.cack, bitmap=1),  # a bit for an unsent PSN
+        # a true bit (the oldest packet in flight) beside one for a PSN never sent: the SACK cannot be true
+        lambda p, r: sack(p, r.cack, sack_offset=r.next_seq - 32 - r.cack, bitmap=1 | 1 << 40),
         lambda p, r: sack(p, r.cack - 9 * 128 * 8),  # far older than the window
         lambda p, r: sack(p, r.cack, pr=True, entropy=r.qp.evs.rotation[0].entropy),  # no probe outstanding
         lambda p, r: sack(p, max(r.outstanding) + 1, src_qp=(p.qp_b.qp_num ^ 0x5A5A) & 0xFFFF),  # wrong peer
         lambda p, r: sack(p, max(r.outstanding) + 1, dst_qp=(p.qp_a.qp_num ^ 0x5A5A) & 0xFFFF),  # not ours
     ],
-    ids=["cack-past-any-window", "cack-ancient", "probe-answer-unasked", "wrong-src-qp", "wrong-dst-qp"],
+    ids=[
+        "cack-past-any-window",
+        "cack-past-next-psn",
+        "bit-for-unsent-psn",
+        "true-bit-beside-unsent",
+        "cack-ancient",
+        "probe-answer-unasked",
+        "wrong-src-qp",
+        "wrong-dst-qp",
+    ],
 )
 @pytest.mark.parametrize("via", ["packet", "fields"])
 def test_forged_sack_is_dropped_and_changes_nothing(forge, via: str) -> None:  # type: ignore[no-untyped-def]
@@ -219,31 +232,36 @@ def test_forged_sack_is_dropped_and_changes_nothing(forge, via: str) -> None:  #
 
 
 @pytest.mark.parametrize("via", ["packet", "fields"])
-def test_cumulative_psn_past_what_was_sent_acknowledges_what_was_sent_only(via: str) -> None:
-    """A forged Write the responder took at the very next PSNs moves its cumulative PSN past everything
-    the requester sent: that acknowledges what was sent (no retry to exhaustion), and no PSN not yet sent
-    counts as acknowledged."""
-    p = running_pair()
-    r = p.qp_a.requester
-    sent = r.next_seq
-    deliver_sack(p, sack(p, sent + 3), via)
-    assert p.a.stats.rx_bogus_ack == 0
-    assert r.cack == sent and not r.outstanding and r.inflight == 0 and r.next_seq == sent
+@pytest.mark.parametrize("how", ["bitmap", "only-bit"])
+def test_a_forged_bit_for_a_lost_packet_completes_nothing_and_the_packet_is_sent_again(
+    via: str, how: str
+) -> None:
+    """A packet is lost, and a forged SACK (fields right, in the window) says it arrived: the Write does
+    not complete on a bitmap's word (only the cumulative acknowledgement completes), and when the
+    cumulative acknowledgement stays below it until a retransmission timeout, it is sent again from the
+    Write's memory: the transfer ends bit-exact, not stalled for ever with 4 KiB missing."""
+    p = Pair(buf_size=1 << 16, timeout=8)
+    lost = 3
+    sends = 0
 
+    def drop(s: Sent) -> int:
+        nonlocal sends
+        if s.src == "a" and s.is_data and s.psn == lost:
+            sends += 1
+            return LOST if sends == 1 else 0
+        return 0
 
-@pytest.mark.parametrize("via", ["packet", "fields"])
-def test_sack_bits_for_psns_never_sent_are_ignored_and_the_rest_is_used(via: str) -> None:
-    """A forged Write the responder placed at a PSN not yet sent shows up in every later SACK's bitmap:
-    those bits are ignored, the SACKs are not (their cumulative PSN and other bits still count)."""
-    p = running_pair()
+    install(p, drop)
+    p.write(0, 1 << 16)
     r = p.qp_a.requester
-    state = (r.cack, len(r.outstanding), r.inflight)
-    deliver_sack(p, sack(p, r.cack, sack_offset=r.next_seq - r.cack - 8, bitmap=1 << 9), via)
-    assert (r.cack, len(r.outstanding), r.inflight) == state and p.a.stats.rx_bogus_ack == 0
-    low = max(r.outstanding)
-    deliver_sack(p, sack(p, r.cack, sack_offset=low - r.cack, bitmap=1 | 1 << 40), via)
-    assert low not in r.outstanding and len(r.outstanding) == state[1] - 1  # its own bit acknowledged
-    finishes(p)
+    p.run(lambda: r.next_seq > lost + 1, max_time=10**9)
+    bits = 1 if how == "only-bit" else (1 << (r.next_seq - lost)) - 1  # the lost packet and what followed
+    deliver_sack(p, sack(p, lost, sack_offset=0, bitmap=bits), via)
+    assert p.a.stats.rx_bogus_ack == 0 and lost not in r.outstanding  # believed: nothing tells it from true
+    assert not p.completions()
+    run_checked(p, 1)
+    assert statuses(p.completions()) == [(1, S.SUCCESS)] and p.dst == p.src
+    assert sends == 2 and p.a.stats.sacks_reneged >= 1
 
 
 @pytest.mark.parametrize("via", ["packet", "fields"])
@@ -461,3 +479,29 @@ def test_a_storm_of_forged_feedback_never_stops_an_impaired_transfer(seed: int) 
             forged += 1
     assert statuses(p.completions()) == [(wr, S.SUCCESS)] and p.dst == p.src
     assert forged > 200 and p.a.stats.rx_bogus_ack >= forged  # every one dropped (plus stale real ones)
+
+
+def test_a_forged_cumulative_acknowledgement_ends_in_errors_both_sides_not_a_silent_stall() -> None:
+    """A packet is lost and a forged SACK's cumulative PSN (in the window, below what was sent) covers it:
+    nothing tells it from a true one, so the requester completes the Write. The responder's hole persists:
+    it asks for the packet (NACK), the requester finds the contradiction and fails its QP naming the PSN,
+    and the responder, asking in vain, fails its own after its NACKs: the Write with Immediate's receive is
+    flushed, not left waiting for ever. (Without authentication, that is the most a requester can do.)"""
+    p = Pair(buf_size=1 << 16, timeout=8)
+    lost = 3
+
+    def drop(s: Sent) -> int:
+        return LOST if s.src == "a" and s.is_data and s.psn == lost else 0
+
+    install(p, drop)
+    p.post_recv(1)
+    p.write(0, 1 << 16, imm=0xABC)
+    r = p.qp_a.requester
+    p.run(lambda: r.next_seq == 16, max_time=10**9)
+    deliver_sack(p, sack(p, r.next_seq), "fields")
+    assert p.a.stats.rx_bogus_ack == 0
+    p.run(lambda: p.qp_b.state is QpState.ERROR, max_time=p.now + 10**10)
+    assert p.qp_a.state is QpState.ERROR and f"PSN {lost}" in p.qp_a.error_detail
+    assert p.qp_b.state is QpState.ERROR and "never arrived" in p.qp_b.error_detail
+    assert p.b.stats.nacks_sent >= 1
+    assert [w.status for w in p.qp_b.recv_cq.poll(4)] == [S.WR_FLUSH_ERR]

@@ -150,3 +150,23 @@ def test_the_timer_heap_answers_as_the_list_of_deadlines_would(
             del deadline[j]
         after = nic.get_timer()
         assert after is None or after > now
+
+
+def test_a_qp_with_work_keeps_a_timer_whatever_the_drivers_budget() -> None:
+    """Every port is down (signalled) and the driver, whose ports can take nothing, asks for no data
+    (``max_data=0``, as the driver contract allows): the posted Write still has a timer, and runs into its
+    retransmission timeouts until the QP fails with RETRY_EXC_ERR instead of waiting for ever."""
+    for budget in (0, None):
+        p = Pair(buf_size=1 << 16, timeout=8, retry_exp=3)
+        for port in range(1, p.a.num_ports + 1):
+            p.a.port_down(port, now=p.now)
+        p.write(0, 2 * MTU)
+        for _ in range(200):
+            assert p.a.datagrams_to_send(p.now, budget) == []
+            due = p.a.get_timer()
+            assert due is not None, f"max_data={budget}: a QP with work and no timer"
+            p.now = max(p.now, due)
+            p.a.handle_timer(p.now)
+            if len(p.qp_a.send_cq):
+                break
+        assert statuses(p.qp_a.send_cq.poll(4))[0][1] is WcStatus.RETRY_EXC_ERR

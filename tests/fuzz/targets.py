@@ -32,6 +32,7 @@ from openmrc.wire import (
     Addressing,
     EpOp,
     Frame,
+    NackReason,
     Opcode,
     Packet,
     WireError,
@@ -426,8 +427,10 @@ def potency(live: Live, to: str, pkt: Packet, as_peer: bool, psns: tuple[int, in
     data unless some fuzzed datagram passed the ICRC gate (sealed, or trim-marked) and the parser, reached
     a live QP, and
     * is data for QP b with a PSN of the Write not yet acknowledged: it takes that PSN (or draws a NAK or
-      an UNEXP_EVENT NACK that is legitimate for it); RDMA has no authentication;
-    * is a SACK acknowledging, or a NACK or AETH NAK naming, a PSN QP a has outstanding;
+      an UNEXP_EVENT NACK that is legitimate for it); RDMA has no authentication; or with a PSN in QP b's
+      window that QP a has not sent: QP b's SACKs then acknowledge a PSN never sent, which QP a refuses;
+    * is a SACK acknowledging, or a NACK or AETH NAK naming, a PSN QP a has outstanding; or a NACK asking
+      again (NO_PKT_BUFFER) for a PSN QP a's cumulative acknowledgement passed within its window;
     * is a port status update claiming to come from the real peer (it legitimately takes paths away).
     Then the Write may complete with any status, and with SUCCESS each of its packets' bytes are either the
     source's or untouched (a forged SACK can acknowledge a packet that never arrived) — never a hang.
@@ -452,14 +455,23 @@ def potency(live: Live, to: str, pkt: Packet, as_peer: bool, psns: tuple[int, in
         if r.cack <= seq < psns[1]:
             return f"data for PSN {bth.psn} of the Write", ""
         s = qp.responder  # cack: the cumulative PSN; window: MPR · 128
-        in_window = 0 <= unwrap_psn(bth.psn, s.cack) - s.cack < s.window
-        return "", "K3" if in_window and seq >= psns[1] else ""
+        if 0 <= unwrap_psn(bth.psn, s.cack) - s.cack < s.window and seq >= psns[1]:
+            # QP b takes it (no authentication), and from then on its SACKs acknowledge a PSN QP a never
+            # sent: they cannot be believed, and QP a, hearing nothing it can believe, times out
+            return f"data for PSN {bth.psn}, never sent: QP b's SACKs cannot be believed any more", ""
+        return "", ""
     if to == "b":
         return "", ""  # QP b's requester has nothing outstanding
     if op == Opcode.SACK and _acks_outstanding(qp, pkt):
         return "SACK acknowledging outstanding PSNs of QP a", ""
     if op == Opcode.NACK and pkt.neth is not None and _outstanding(qp, pkt.neth.psn):
         return f"NACK (reason {pkt.neth.reason}) for outstanding PSN {pkt.neth.psn}", ""
+    if op == Opcode.NACK and pkt.neth is not None and pkt.neth.reason == NackReason.NO_PKT_BUFFER:
+        r = qp.requester
+        if r.cack - r.mpr * 128 <= unwrap_psn(pkt.neth.psn, r.cack) < r.cack:
+            # the peer asks again for a PSN the cumulative acknowledgement passed: what QP a believed
+            # was wrong, and it fails its QP rather than leave Writes complete with data missing
+            return f"NACK asking again for acknowledged PSN {pkt.neth.psn}", ""
     if (
         op == Opcode.ACK
         and pkt.aeth is not None

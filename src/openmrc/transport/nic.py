@@ -604,8 +604,13 @@ class Nic:
                     # A pacing driver polls often with no room left. Without bad EVs (no probe can be due)
                     # emit() would change nothing, and nothing else changed since this QP's last wake()
                     # (every state change ends in one), so its timer stands: it only stays in the set.
+                    # Work that never had room (every port down, a driver that asks for nothing) gets
+                    # its retransmission timer now: a QP with work always has one.
                     if r.unsent or rec.retx:
                         self._active[qp] = None
+                        if rec.rto_deadline is None:
+                            rec.rto_deadline = now + rec.rto()
+                            self._wake_now(qp)
                     continue
                 # Even with no data budget left a QP sends its due probes (tiny, not rate-limited), so
                 # that probe deadlines move on; QPs with data left stay in the set.

@@ -360,9 +360,13 @@ class Qp:
 
     # -- timers --------------------------------------------------------------------------------------------
     def next_timer(self) -> int | None:
-        """The earliest of the responder's SACK deadline and the requester's recovery deadlines (timeout,
-        loss check, judgement, plane and EV probes; nothing is sent or probed outside RTS)."""
-        b = self.responder.sack_deadline
+        """The earliest of the responder's SACK and hole deadlines and the requester's recovery deadlines
+        (timeout, loss check, judgement, plane and EV probes; nothing is sent or probed outside RTS)."""
+        r = self.responder
+        b = r.sack_deadline
+        h = r.hole_deadline
+        if h is not None and (b is None or h < b):
+            b = h
         if self.state is not _RTS:
             return b
         a = self.requester.rec.next_timer()

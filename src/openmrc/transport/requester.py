@@ -84,6 +84,7 @@ __all__ = ["Requester"]
 
 # Final: the compiled build calls these through C statics (``heapq.heappush`` is an attribute lookup per call)
 _heappop: Final = heapq.heappop
+_heappush: Final = heapq.heappush
 
 _DYNAMIC_MPR: Final = int(QpCapFlags.DYNAMIC_MPR)  # a plain int: see the responder's
 _EMPTY: Final = memoryview(b"")
@@ -95,6 +96,7 @@ _ALWAYS_SKIP: Final = SackM.ALWAYS_SKIP
 _TRIMMED: Final = NackReason.TRIMMED
 _TRIMMED_LASTHOP: Final = NackReason.TRIMMED_LASTHOP
 _UNEXP_EVENT: Final = NackReason.UNEXP_EVENT
+_NO_PKT_BUFFER: Final = NackReason.NO_PKT_BUFFER
 
 
 class Requester:
@@ -198,6 +200,9 @@ class Requester:
                 self._probe(e, now, out)
         if budget <= 0:  # a pacing driver polls often with no room left: nothing more to do but stay polled
             self.blocked = False
+            if (self.unsent or rec.retx) and rec.rto_deadline is None:
+                # work and no room (or no port at all): the timer stands, whatever the driver's budget
+                rec.rto_deadline = now + rec.rto()
             return 0
         after_rto = rec.rto_sends >= 0
         if after_rto:  # one packet after a timeout, until an acknowledgement comes (`Recovery.on_timer`)
@@ -396,19 +401,19 @@ class Requester:
         if (
             dst_qp != self.qp_num & 0xFFFF
             or src_qp != self.dest_qp & 0xFFFF
-            or cack > next_seq + self.mpr * 128  # beyond any window the responder can have
+            or cack > next_seq  # acknowledges PSNs never sent: cannot be true
             or cack < self.cack - self.mpr * 128  # older than anything still useful
+            or (bm and wire_cack + sack_offset + bm.bit_length() > next_seq)  # a bit for a PSN never sent
             or (pr and (e is None or not evs.probe_matches(e)))  # answers no outstanding probe
         ):
+            # Forged, or the responder took a forged Write at PSNs not sent yet (RDMA has no
+            # authentication): believed, it would have the requester take unsent or lost data for
+            # delivered. Dropped; a QP that hears nothing else times out (RETRY_EXC_ERR), not stalls.
             self.stats.rx_bogus_ack += 1
             return
         self.blocked = False
         rec = self.rec
         rec.heard(now)
-        if cack > next_seq:
-            # The responder took a forged Write at PSNs we have not sent yet (RDMA has no authentication),
-            # so its cumulative PSN passed them: everything we did send is acknowledged, nothing more.
-            cack = next_seq
         outstanding = self.outstanding
         trig_seq = wire_cack + ack_psn_offset
         trig = outstanding.get(trig_seq)
@@ -421,7 +426,8 @@ class Requester:
         if not pr:
             rec.on_trigger(trig_seq, entropy, trig, now)
         acked = []
-        if cack > self.cack:
+        advanced = cack > self.cack
+        if advanced:
             for seq in range(self.cack, cack):
                 p = outstanding.pop(seq)
                 if p is not None:
@@ -429,10 +435,6 @@ class Requester:
             self.cack = cack
         if bm:
             base = wire_cack + sack_offset
-            if base + bm.bit_length() > next_seq:
-                # Bits for PSNs never sent: a forged packet the responder placed there (RDMA has no
-                # authentication). They tell nothing about our packets; the rest of the SACK does.
-                bm &= (1 << max(next_seq - base, 0)) - 1
             while bm:
                 low = bm & -bm
                 seq = base + low.bit_length() - 1
@@ -458,16 +460,22 @@ class Requester:
                 evs.mark_bad(e, now)
         if mpr:
             self.peer_mpr = mpr
-        rec.on_ack_done(npkts, newly, rtt, m == _SKIP_ONCE, now, outstanding.live > 0)
-        if npkts:
+        # (unacknowledged: below next_seq and not cumulatively acknowledged, whatever a bitmap said)
+        unacked = self.cack < next_seq
+        rec.on_ack_done(npkts, newly, rtt, m == _SKIP_ONCE, now, unacked)
+        if npkts or advanced:
             self._complete()
-        if not outstanding.live and not self.unsent:
+        if not unacked and not self.unsent:
             rec.rto_deadline = None
 
     def _complete(self) -> None:
+        """Complete the Writes the cumulative acknowledgement has passed, in order. (A SACK's bitmap alone
+        completes nothing: a bit may be wrong, and the packet is sent again if the cumulative
+        acknowledgement does not follow, `_renege`.)"""
         wrs = self.wrs
         qp = self.qp
-        while wrs and wrs[0].acked >= wrs[0].npkts:
+        cack = self.cack
+        while wrs and wrs[0].acked >= wrs[0].npkts and cack >= wrs[0].first_seq + wrs[0].npkts:
             w = wrs.popleft()
             if w.imm:
                 self.imm_inflight -= 1
@@ -484,13 +492,23 @@ class Requester:
         if qp.state is not _RTS:
             return
         stats = self.stats
-        p = self.outstanding.get(unwrap_psn(neth.psn, self.cack))
+        seq = unwrap_psn(neth.psn, self.cack)
+        p = self.outstanding.get(seq)
         if (
             p is None
             or neth.psn != pkt.bth.psn
             or neth.dst_qp != self.qp_num & 0xFFFF
             or neth.src_qp != self.dest_qp & 0xFFFF
         ):
+            if (
+                p is None
+                and neth.reason == _NO_PKT_BUFFER
+                and neth.psn == pkt.bth.psn
+                and neth.dst_qp == self.qp_num & 0xFFFF
+                and neth.src_qp == self.dest_qp & 0xFFFF
+                and self._asked_again(seq, now)
+            ):
+                return
             stats.rx_bogus_ack += 1  # about no packet in flight: stale, duplicated or forged
             return
         self.blocked = False
@@ -539,7 +557,55 @@ class Requester:
         self.blocked = False
         if self.qp.state is not _RTS:
             return
-        self.rec.on_timer(now, bool(self.wrs), self.outstanding.live > 0, bool(self.unsent))
+        rec = self.rec
+        timeouts = rec.timeouts
+        rec.on_timer(now, bool(self.wrs), self.cack < self.next_seq, bool(self.unsent))
+        if rec.timeouts > timeouts and self.qp.state is _RTS and self.cack < self.next_seq:
+            self._renege(self.cack)
+
+    def _asked_again(self, seq: int, now: int) -> bool:
+        """The responder asks for PSN ``seq`` (a NACK for a hole that persists) and it is not outstanding:
+        if a SACK's bitmap took it out of the window, it is sent again (True); if the cumulative
+        acknowledgement had passed it (within the window), what was accepted was wrong and the Writes it
+        completed may be missing data: the QP fails, naming it (True); else False (stale or forged)."""
+        if self.cack <= seq < self.next_seq:
+            self._renege(seq)
+            return True
+        if self.cack - self.mpr * 128 <= seq < self.cack:
+            self.qp.set_error(
+                now,
+                WcStatus.REM_OP_ERR,
+                f"the peer asks for PSN {seq & PSN_MASK} again, which an acknowledgement had covered (a "
+                "forged or wrong SACK): Writes completed before may be missing data",
+            )
+            return True
+        return False
+
+    def _renege(self, seq: int = -1) -> None:
+        """A retransmission timeout with the cumulative acknowledgement below a packet a SACK's bitmap said
+        had arrived (so it left the window), or a NACK asking for such a packet: the bitmap was wrong
+        (forged, or about data never placed), and the packet (default: the oldest unacknowledged) is sent
+        again. Data is kept (the Write's memory) until the cumulative acknowledgement covers it (RFC 2018
+        §8: SACKed data may be reneged)."""
+        if seq < 0:
+            seq = self.cack
+        if self.outstanding.get(seq) is not None:
+            return  # in flight or queued: the timeout itself deals with it
+        for w in self.wrs:
+            if w.first_seq <= seq < w.first_seq + w.npkts:
+                break
+        else:
+            return
+        evs = self.qp.evs
+        if evs is None or not evs.rotation:
+            return
+        size = w.total - (seq - w.first_seq) * self.mtu
+        p = SentPacket(seq, w, size if size < self.mtu else self.mtu, evs.rotation[0])
+        p.lost = True  # (not in flight: no bytes to take out)
+        self.outstanding.put(seq, p)
+        _heappush(self.rec.retx, seq)
+        w.acked -= 1
+        self.stats.sacks_reneged += 1
 
     # -- errors --------------------------------------------------------------------------------------------
     def fail_head(self, status: WcStatus) -> None:

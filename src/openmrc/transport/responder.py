@@ -77,6 +77,8 @@ _MASK64: Final = (1 << 64) - 1
 _DYNAMIC_MPR: Final = int(QpCapFlags.DYNAMIC_MPR)
 _NO_TRIM_NACK: Final = int(QpCapFlags.TRIM_NACK_DEST_UNSUPPORTED)
 _NO_SVC_TIME: Final = int(QpCapFlags.SVC_TIME_DEST_UNSUPPORTED)
+_HOLE_NACKS: Final = 7
+"""NACKs for a hole that persists before the responder gives up on it (`Responder._ask_for_hole`)."""
 # Enum members as plain globals: an Enum class attribute lookup costs more than the rest of a test.
 _M_NONE: Final = SackM.NONE
 _SKIP_ONCE: Final = SackM.SKIP_ONCE
@@ -98,6 +100,11 @@ class Responder:
         self.unacked = 0
         self.pending_imm: list[tuple[int, int, int]] = []  # heap of (last seq, imm, byte_len)
         self.sack_deadline: int | None = None
+        # A hole below received packets that persists: asked for by a NACK (`on_timer`).
+        self.hole_at = -1  # the cumulative PSN the hole was first seen at (-1: no hole)
+        self.hole_deadline: int | None = None
+        self.hole_nacks = 0
+        self._hole_port = self._hole_entropy = 0
         # The last arrival not yet acknowledged (when ``unacked``), for the delayed SACK; plain fields: no
         # tuple per packet.
         self._last_seq = self._last_entropy = self._last_port = self._last_ts = self._last_at = 0
@@ -239,6 +246,15 @@ class Responder:
             self.bitmap = bitmap
             self.unreported |= bit
         self.unacked += 1
+        if self.bitmap:
+            if self.hole_at != self.cack:  # a new hole (or the old one moved): its wait starts now
+                self.hole_at = self.cack
+                self.hole_nacks = 0
+                self.hole_deadline = now + self._hole_wait()
+                self._hole_port, self._hole_entropy = port, entropy
+        elif self.hole_at >= 0:
+            self.hole_at = -1
+            self.hole_deadline = None
         if ecn or new_hole or fills_hole or ack_req or imm or self.unacked >= self.sack_every:
             self._sack(seq, entropy, port, ecn, now, ts)
         else:
@@ -338,6 +354,25 @@ class Responder:
             # until the requester gave them up as lost (and blamed their paths).
             self._sack(trigger, entropy, port, False, now, arrived=arrived)
 
+    def _ask_for_hole(self, now: int) -> None:
+        """The hole at the cumulative PSN has outlived its wait: NACK it (NO_PKT_BUFFER, "send it again"):
+        a requester that took it for acknowledged (a forged SACK) sends it again from the Write's memory,
+        or, if it had completed the Write, finds the contradiction and fails the QP. After
+        `_HOLE_NACKS` unanswered NACKs this QP fails (RETRY_EXC_ERR): a hole is never waited for for ever."""
+        qp = self.qp
+        if self.hole_nacks >= _HOLE_NACKS:
+            self.hole_deadline = None
+            qp.set_error(
+                now,
+                WcStatus.RETRY_EXC_ERR,
+                f"PSN {self.cack & PSN_MASK} never arrived while later ones did "
+                f"({_HOLE_NACKS} NACKs asked for it)",
+            )
+            return
+        self.hole_nacks += 1
+        self.hole_deadline = now + self._hole_wait()
+        self._nack(NackReason.NO_PKT_BUFFER, self.cack, self._hole_entropy, self._hole_port)
+
     def _nack(self, reason: NackReason, seq: int, entropy: int, port: int) -> None:
         qp = self.qp
         a = qp.attr
@@ -361,7 +396,23 @@ class Responder:
         self.qp.nic.send_control(self.qp, pkt, port)
 
     # -- timers --------------------------------------------------------------------------------------------
+    def _hole_wait(self) -> int:
+        """How long a hole may stay before it is asked for: four of the QP's retransmission timeouts (the
+        requester recovers a loss on its own well within that; 16 base RTTs at least, for a QP that only
+        receives), doubling with each NACK."""
+        qp = self.qp
+        rto = qp.requester.rec.rto_base
+        floor = 4 * qp.nic.config.base_rtt_ns
+        return (4 * (rto if rto > floor else floor)) << self.hole_nacks
+
     def on_timer(self, now: int) -> None:
+        h = self.hole_deadline
+        if h is not None and now >= h:
+            state = self.qp.state
+            if state is _RTR or state is _RTS:
+                self._ask_for_hole(now)
+            else:
+                self.hole_deadline = None
         if self.sack_deadline is not None and now >= self.sack_deadline:
             self.sack_deadline = None
             if self.unacked:

@@ -161,6 +161,22 @@ class Window:
         slots.append(p)
         self.live += 1
 
+    def put(self, key: int, p: SentPacket) -> None:
+        """Hold ``p`` under ``key``, which holds nothing: below the keys held, or in a gap between them (a
+        packet held again after it left), or after them (`add`)."""
+        slots = self.slots
+        if not slots or key >= self.base + len(slots):
+            self.add(key, p)
+            return
+        i = key - self.base
+        if i < 0:
+            slots[:0] = [p, *([None] * (-i - 1))]
+            self.base = key
+        else:
+            assert slots[i] is None, "a key held already"
+            slots[i] = p
+        self.live += 1
+
     def pop(self, key: int) -> SentPacket | None:
         """Remove and return the packet under ``key`` (None: none)."""
         i = key - self.base

@@ -35,6 +35,9 @@ class NicStats:
     """Packets inferred lost whose original transmission was acknowledged after all (their EV not blamed)."""
     tail_probes: int = 0
     timeouts: int = 0
+    sacks_reneged: int = 0
+    """Packets a SACK's bitmap said had arrived, sent again because the cumulative acknowledgement stayed
+    below them until a retransmission timeout (the SACK was wrong: forged, or its data never placed)."""
     duplicates: int = 0
     sacks_sent: int = 0
     nacks_sent: int = 0
