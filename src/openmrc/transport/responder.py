@@ -102,7 +102,8 @@ class Responder:
         self.sack_deadline: int | None = None
         # A hole below received packets that persists: asked for by a NACK (`on_timer`).
         self.hole_at = -1  # the cumulative PSN the hole was first seen at (-1: no hole)
-        self.hole_deadline: int | None = None
+        self.hole_since = 0  # when
+        self.hole_deadline: int | None = None  # when to look at it (`on_timer`)
         self.hole_nacks = 0
         self._hole_port = self._hole_entropy = 0
         # The last arrival not yet acknowledged (when ``unacked``), for the delayed SACK; plain fields: no
@@ -115,6 +116,7 @@ class Responder:
         self.sack_every = cfg.sack_every
         self.sack_on_reorder = cfg.sack_on_reorder
         self.sack_delay = cfg.sack_delay_ns
+        self._hole_floor = 16 * cfg.base_rtt_ns  # the least a hole's wait can be (`_hole_wait`)
         self.report_service = cfg.report_service_time  # (and the peer takes it: `start`)
 
     def start(self, now: int) -> None:
@@ -248,9 +250,11 @@ class Responder:
         self.unacked += 1
         if self.bitmap:
             if self.hole_at != self.cack:  # a new hole (or the old one moved): its wait starts now
+                # (looked at first after the least wait: the whole one is worked out only then)
                 self.hole_at = self.cack
+                self.hole_since = now
                 self.hole_nacks = 0
-                self.hole_deadline = now + self._hole_wait()
+                self.hole_deadline = now + self._hole_floor
                 self._hole_port, self._hole_entropy = port, entropy
         elif self.hole_at >= 0:
             self.hole_at = -1
@@ -409,10 +413,12 @@ class Responder:
         h = self.hole_deadline
         if h is not None and now >= h:
             state = self.qp.state
-            if state is _RTR or state is _RTS:
-                self._ask_for_hole(now)
-            else:
+            if state is not _RTR and state is not _RTS:
                 self.hole_deadline = None
+            elif not self.hole_nacks and now < self.hole_since + self._hole_wait():
+                self.hole_deadline = self.hole_since + self._hole_wait()  # its whole first wait
+            else:
+                self._ask_for_hole(now)
         if self.sack_deadline is not None and now >= self.sack_deadline:
             self.sack_deadline = None
             if self.unacked:
