@@ -32,7 +32,12 @@ def test_ddp_training_matches_gloo(tmp_path: Path) -> None:
         p = _torchrun(
             2, "examples/train_ddp.py", "--backend", backend, "--steps", "25", "--quiet", "--out", str(out)
         )
-        assert p.returncode == 0, "\n".join(x for x in p.stderr.splitlines() if "arn" not in x)[:5000]
+        # torch 2.13's gloo sometimes aborts in its own teardown ("terminate called without an active
+        # exception", about one run in six on a loaded 2-core machine) after the run wrote its results:
+        # gloo is the reference here, its teardown is not what is tested
+        gloo_teardown = backend == "gloo" and "terminate called without an active exception" in p.stderr
+        ok = p.returncode == 0 or (gloo_teardown and out.exists())
+        assert ok, "\n".join(x for x in p.stderr.splitlines() if "arn" not in x)[:5000]
         runs[backend] = json.loads(out.read_text())
     g, m = runs["gloo"]["losses"], runs["mrc"]["losses"]
     assert len(g) == len(m) == 25

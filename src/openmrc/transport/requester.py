@@ -581,14 +581,11 @@ class Requester:
             return True
         return False
 
-    def _renege(self, seq: int = -1) -> None:
-        """A retransmission timeout with the cumulative acknowledgement below a packet a SACK's bitmap said
-        had arrived (so it left the window), or a NACK asking for such a packet: the bitmap was wrong
-        (forged, or about data never placed), and the packet (default: the oldest unacknowledged) is sent
-        again. Data is kept (the Write's memory) until the cumulative acknowledgement covers it (RFC 2018
-        §8: SACKed data may be reneged)."""
-        if seq < 0:
-            seq = self.cack
+    def _renege(self, seq: int) -> None:
+        """A retransmission timeout with the cumulative acknowledgement at a packet a SACK's bitmap said had
+        arrived (so it left the window), or a NACK asking for such a packet: the bitmap was wrong (forged,
+        or about data never placed), and packet ``seq`` is sent again. Data is kept (the Write's memory)
+        until the cumulative acknowledgement covers it (RFC 2018 §8: SACKed data may be reneged)."""
         if self.outstanding.get(seq) is not None:
             return  # in flight or queued: the timeout itself deals with it
         for w in self.wrs:

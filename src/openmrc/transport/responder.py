@@ -22,6 +22,13 @@ at the oldest arrival no SACK has reported yet (deep reordering over many paths 
 arrivals that no 64-bit window ever covers, and the requester would retransmit them spuriously). A
 duplicate's SACK reports the window from the cumulative PSN on instead (or the one ending at the
 duplicate): a requester that resends what arrived missed a SACK, and what that SACK said is there.
+Where the driver knows when a packet arrived and when its SACK leaves, the SACK carries the time its
+trigger spent in this host (SETH ``svc``: `NicConfig.report_service_time`).
+
+A hole below received packets that outlives four of the QP's retransmission timeouts is asked for: NACK
+NO_PKT_BUFFER at the cumulative PSN ("send it again"), the wait doubling with each, and after
+`_HOLE_NACKS` of them the QP fails (RETRY_EXC_ERR). A requester that recovers its losses never sees one; a
+requester that took a forged acknowledgement for true learns from it (`openmrc.transport.requester`).
 
 Write-with-Imm messages complete when the cumulative PSN passes their last packet, so completions come in
 message (RQMSN) order even when the last packets of later messages arrive first; each consumes one posted
