@@ -1,7 +1,8 @@
-"""Data-parallel training (PyTorch DDP) over MRC, or over gloo to compare.
+"""Data-parallel training (PyTorch DDP, or FSDP2 with ``--wrap fsdp``) over MRC, or over gloo to compare.
 
     torchrun --nproc-per-node 4 examples/train_ddp.py --backend mrc
     torchrun --nproc-per-node 4 examples/train_ddp.py --backend gloo
+    torchrun --nproc-per-node 4 examples/train_ddp.py --backend mrc --wrap fsdp
 
 A small MLP learns a fixed random teacher network from synthetic data (each rank draws its own batches,
 seeded by rank and step, so a run is reproducible and both backends see the same data). Rank 0 prints the
@@ -42,6 +43,12 @@ def batch(rank: int, step: int, size: int, teacher: nn.Module) -> tuple[torch.Te
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", choices=["mrc", "gloo"], default="mrc")
+    ap.add_argument(
+        "--wrap",
+        choices=["ddp", "fsdp"],
+        default="ddp",
+        help="DistributedDataParallel, or FSDP2's fully_shard (parameters sharded, all-gathered per step)",
+    )
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=64, help="samples per rank and step")
     ap.add_argument("--width", type=int, default=256, help="hidden layer width")
@@ -67,7 +74,16 @@ def main() -> int:
     torch.manual_seed(0)
     teacher = model(args.width)
     torch.manual_seed(1)
-    net = nn.parallel.DistributedDataParallel(model(args.width))
+    if args.wrap == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        net = model(args.width)
+        for layer in net:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)  # each layer's parameters sharded over the ranks
+        fully_shard(net)
+    else:
+        net = nn.parallel.DistributedDataParallel(model(args.width))
     opt = torch.optim.SGD(net.parameters(), lr=args.lr)
     losses: list[float] = []
     step_s: list[float] = []
@@ -99,6 +115,7 @@ def main() -> int:
             with open(args.out, "w") as f:
                 out = {
                     "backend": args.backend,
+                    "wrap": args.wrap,
                     "world": world,
                     "losses": losses,
                     "step_s": step_s,

@@ -134,6 +134,18 @@ class MrcProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND
 
+    # torch 2.13 keeps a group's name on its C++ backends, and a Python process group has none, so the
+    # name torch gives it is kept here (FSDP2's DeviceMesh resolves its groups by name)
+    def _set_group_name(self, name: str) -> None:
+        self._mrc_group_name: str | None = name
+
+    @property
+    def group_name(self) -> str:
+        name: str | None = getattr(self, "_mrc_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
+
     def __repr__(self) -> str:
         return f"MrcProcessGroup(rank {self._rank} of {self._size})"
 
