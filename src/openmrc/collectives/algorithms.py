@@ -148,74 +148,79 @@ def _ring_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -
         _recvs(p, left, RECV_BUF, o, n, chunk)
 
 
-def _fold(size: int) -> tuple[int, int]:
+def _fold_in(p: Program, rank: int, size: int, count: int, chunk: int) -> tuple[int, int, int, int] | None:
+    """The standard fold of a world that is not a power of two (``rem`` ranks over ``pof2``): of the
+    first 2·rem ranks, each even one hands its data to the odd one after it and gets the result back at
+    the end (its whole program: None); the odd one folds it in and takes part as rank ``rank // 2`` of the
+    power-of-two group, the rest as ``rank - rem``. Returns (pof2, rem, the buffer the group step reads
+    first, the rank in the group)."""
     pof2 = 1 << (size.bit_length() - 1)
-    return pof2, size - pof2
+    rem = size - pof2
+    if rank >= 2 * rem:
+        return pof2, rem, SEND_BUF, rank - rem
+    if rank % 2 == 0:
+        _sends(p, rank + 1, SEND_BUF, 0, count, chunk)
+        _recvs(p, rank + 1, RECV_BUF, 0, count, chunk)
+        return None
+    _recvs(p, rank - 1, RECV_BUF, 0, count, chunk, (SEND_BUF, 0))
+    return pof2, rem, RECV_BUF, rank // 2
+
+
+def _fold_rank(j: int, rem: int) -> int:
+    """The world rank of rank ``j`` of the power-of-two group (`_fold_in`)."""
+    return 2 * j + 1 if j < rem else j + rem
+
+
+def _fold_out(p: Program, rank: int, rem: int, count: int, chunk: int) -> None:
+    """The result back to the rank folded into this one (`_fold_in`)."""
+    if rank < 2 * rem:
+        _sends(p, rank - 1, RECV_BUF, 0, count, chunk)
 
 
 def _rhd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
-    pof2, rem = _fold(size)
-    src = SEND_BUF
-    if rank < 2 * rem:
-        if rank % 2 == 0:  # folded out: hand the data to rank+1, get the result back at the end
-            _sends(p, rank + 1, SEND_BUF, 0, count, chunk)
-            _recvs(p, rank + 1, RECV_BUF, 0, count, chunk)
-            return
-        _recvs(p, rank - 1, RECV_BUF, 0, count, chunk, (SEND_BUF, 0))
-        src, me = RECV_BUF, rank // 2
-    else:
-        me = rank - rem
-
-    def real(j: int) -> int:
-        return 2 * j + 1 if j < rem else j + rem
-
+    folded = _fold_in(p, rank, size, count, chunk)
+    if folded is None:
+        return
+    pof2, rem, src, me = folded
     lo, hi = 0, count
     steps: list[tuple[int, int, int, int, int]] = []
     d = pof2 >> 1
     while d:
         mate = me ^ d
+        peer = _fold_rank(mate, rem)
         mid = lo + (hi - lo) // 2
         lower = me < mate
         keep = (lo, mid) if lower else (mid, hi)
         give = (mid, hi) if lower else (lo, mid)
-        _sends(p, real(mate), src, give[0], give[1] - give[0], chunk)
-        _recvs(p, real(mate), RECV_BUF, keep[0], keep[1] - keep[0], chunk, (src, keep[0]), first=not lower)
+        _sends(p, peer, src, give[0], give[1] - give[0], chunk)
+        _recvs(p, peer, RECV_BUF, keep[0], keep[1] - keep[0], chunk, (src, keep[0]), first=not lower)
         src = RECV_BUF
-        steps.append((real(mate), *keep, *give))
+        steps.append((peer, *keep, *give))
         lo, hi = keep
         d >>= 1
     for mate, klo, khi, glo, ghi in reversed(steps):  # doubling: the halves come back
         _sends(p, mate, RECV_BUF, klo, khi - klo, chunk)
         _recvs(p, mate, RECV_BUF, glo, ghi - glo, chunk)
-    if rank < 2 * rem:
-        _sends(p, rank - 1, RECV_BUF, 0, count, chunk)
+    _fold_out(p, rank, rem, count, chunk)
 
 
 def _rd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
     """Recursive doubling (latency: log2 p exchanges of the whole vector, after the same fold as ``rhd``).
     Step k reads one buffer and writes the other (receive buffer and scratch in turn, the last step the
     receive buffer), so a step's reduction never waits for the previous step's send to be acknowledged."""
-    pof2, rem = _fold(size)
-    src = SEND_BUF
-    if rank < 2 * rem:
-        if rank % 2 == 0:
-            _sends(p, rank + 1, SEND_BUF, 0, count, chunk)
-            _recvs(p, rank + 1, RECV_BUF, 0, count, chunk)
-            return
-        _recvs(p, rank - 1, RECV_BUF, 0, count, chunk, (SEND_BUF, 0))
-        src, me = RECV_BUF, rank // 2
-    else:
-        me = rank - rem
+    folded = _fold_in(p, rank, size, count, chunk)
+    if folded is None:
+        return
+    pof2, rem, src, me = folded
     steps = pof2.bit_length() - 1
     for k in range(steps):
         mate = me ^ (1 << k)
-        peer = 2 * mate + 1 if mate < rem else mate + rem
+        peer = _fold_rank(mate, rem)
         dst = RECV_BUF if (steps - 1 - k) % 2 == 0 else SCRATCH
         _sends(p, peer, src, 0, count, chunk)
         _recvs(p, peer, dst, 0, count, chunk, (src, 0), first=me > mate)  # lower ⊕ upper on both sides
         src = dst
-    if rank < 2 * rem:
-        _sends(p, rank - 1, RECV_BUF, 0, count, chunk)
+    _fold_out(p, rank, rem, count, chunk)
 
 
 def _tree_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:

@@ -87,11 +87,11 @@ def rank_device(
     from openmrc.provider import UdpDevice
     from openmrc.provider.udp import software_config
 
-    if mtu is None:
-        mtu = LOOPBACK_MTU if not binds or all(_is_loopback(b) for b in binds) else 4096
-    _check_mtu(mtu)
     if not binds:
-        return loopback_device(rank, planes, seed, mtu)
+        return loopback_device(rank, planes, seed, LOOPBACK_MTU if mtu is None else mtu)
+    if mtu is None:
+        mtu = LOOPBACK_MTU if all(_is_loopback(b) for b in binds) else 4096
+    _check_mtu(mtu)
     return UdpDevice(list(binds), seed=seed, config=software_config(mtu=mtu))
 
 
@@ -184,10 +184,8 @@ class Communicator:
             raise ValueError(f"slots: {slots!r} outside 2..1024")
         if not 0.01 <= ping_s <= 3600:
             raise ValueError(f"ping_s: {ping_s!r} outside 0.01..3600 s")
-        if mtu is not None:
-            if device is not None:
-                raise ValueError("mtu: for the device the communicator makes (a given device has its own)")
-            _check_mtu(mtu)
+        if mtu is not None and device is not None:
+            raise ValueError("mtu: for the device the communicator makes (a given device has its own)")
         self.rank, self.size = rank, size
         self._ev_profile = ev_profile
         self.store = store

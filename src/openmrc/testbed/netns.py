@@ -47,9 +47,13 @@ def _run(args: Sequence[str], *, stdin: str | None = None, check: bool = True) -
     if r.returncode:
         if not check:
             return ""
-        why = (r.stderr or r.stdout).strip() or f"exit status {r.returncode}"
-        raise TestbedError(f"{shlex.join(args)}: {why}")
+        raise _failed(args, r.returncode, r.stdout, r.stderr)
     return r.stdout
+
+
+def _failed(args: Sequence[str], code: int, out: str, err: str) -> TestbedError:
+    why = (err or out).strip() or f"exit status {code}"
+    return TestbedError(f"{shlex.join(args)}: {why}")
 
 
 def _run_together(cmds: Sequence[tuple[Sequence[str], str]]) -> None:
@@ -74,8 +78,7 @@ def _run_together(cmds: Sequence[tuple[Sequence[str], str]]) -> None:
         results.append((args, p, out, err))
     for args, p, out, err in results:
         if p.returncode:
-            why = (err or out).strip() or f"exit status {p.returncode}"
-            raise TestbedError(f"{shlex.join(args)}: {why}")
+            raise _failed(args, p.returncode, out, err)
 
 
 class Testbed:

@@ -277,10 +277,8 @@ class Recovery:
         reported service times, `NicConfig.peer_ack_delay_ns`) and the SACK delay: how long the newest
         packet goes unanswered before a tail loss probe."""
         wait = self.tlp_wait(now)
-        peer = self.peer_delay
+        peer = self._peer_delay(now)
         if peer and self.srtt:
-            if peer > self.peer_delay_floor and now - self.peer_delay_at > _PEER_DELAY_WINDOW_NS:
-                peer = self._forget_peer_delay()
             least = self.srtt + peer + self.sack_delay
             if wait < least:
                 return least
@@ -290,9 +288,7 @@ class Recovery:
         """The peer reported holding a SACK's trigger ``svc`` ns in its host: remembered for the tail probe's
         wait (`probe_wait`); returns the RTT sample ``rtt`` (None: none) as the congestion control is to see
         it, without the peer's service time (unless that would make it shorter than any RTT seen)."""
-        if now - self.peer_delay_at > _PEER_DELAY_WINDOW_NS:
-            self._forget_peer_delay()
-        if svc > self.peer_delay:
+        if svc > self._peer_delay(now):
             self.peer_delay = svc
             self.peer_delay_at = now
         if svc >= self.recent_service(now):
@@ -310,9 +306,11 @@ class Recovery:
             return 0
         return self.recent_svc
 
-    def _forget_peer_delay(self) -> int:
-        """A second without so long a service time: back to the configured bound."""
-        self.peer_delay = self.peer_delay_floor
+    def _peer_delay(self, now: int) -> int:
+        """The longest the peer may hold an acknowledgement: the longest service time it reported within
+        `_PEER_DELAY_WINDOW_NS`, else (a second without one so long) the configured bound."""
+        if now - self.peer_delay_at > _PEER_DELAY_WINDOW_NS:
+            return self.peer_delay_floor
         return self.peer_delay
 
     def rtt_sample(self, rtt: int) -> None:

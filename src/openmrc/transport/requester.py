@@ -494,20 +494,13 @@ class Requester:
         stats = self.stats
         seq = unwrap_psn(neth.psn, self.cack)
         p = self.outstanding.get(seq)
-        if (
-            p is None
-            or neth.psn != pkt.bth.psn
-            or neth.dst_qp != self.qp_num & 0xFFFF
-            or neth.src_qp != self.dest_qp & 0xFFFF
-        ):
-            if (
-                p is None
-                and neth.reason == _NO_PKT_BUFFER
-                and neth.psn == pkt.bth.psn
-                and neth.dst_qp == self.qp_num & 0xFFFF
-                and neth.src_qp == self.dest_qp & 0xFFFF
-                and self._asked_again(seq, now)
-            ):
+        ours = (
+            neth.psn == pkt.bth.psn
+            and neth.dst_qp == self.qp_num & 0xFFFF
+            and neth.src_qp == self.dest_qp & 0xFFFF
+        )
+        if p is None or not ours:
+            if ours and neth.reason == _NO_PKT_BUFFER and self._asked_again(seq, now):
                 return
             stats.rx_bogus_ack += 1  # about no packet in flight: stale, duplicated or forged
             return
