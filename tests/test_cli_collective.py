@@ -37,6 +37,8 @@ def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         (["-f", "1"], "--stepfactor"),
         (["--root", "5", "-n", "2"], "--root 5"),
         (["--chunk", "100"], "--chunk"),
+        (["--encrypt"], "--encrypt needs --secure"),
+        (["--secure", "/nonexistent/key"], "--secure /nonexistent/key"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -107,6 +109,8 @@ def test_ctrl_c_stops_every_rank() -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # (as a terminal starts it: a suite run in the background inherits SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(4)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
@@ -176,3 +180,32 @@ def test_a_reader_that_goes_away_stops_the_job_quietly() -> None:
     )
     assert p.returncode == 0, p.stderr
     assert len(p.stdout.splitlines()) == 3 and p.stderr == ""
+
+
+def test_an_authenticated_and_encrypted_all_reduce_checks_out(tmp_path: pytest.TempPathFactory) -> None:
+    """**[openmrc]** --secure/--encrypt: every rank's QPs in one security domain, results right."""
+    from openmrc.transport import SecurityDomain
+
+    key = os.path.join(str(tmp_path), "k")
+    with open(key, "w") as f:
+        f.write(SecurityDomain.generate(3).spec())
+    p = _run(
+        "-n",
+        "3",
+        "--op",
+        "all_reduce",
+        "-b",
+        "64K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "--secure",
+        key,
+        "--encrypt",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["ranks"] == 3 and out["out_of_bounds"] == 0 and len(out["results"]) == 3
+    assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r in out["results"])

@@ -127,3 +127,34 @@ def test_pcap_errors_are_one_line(tmp_path: Path) -> None:
         res = runner.invoke(app, ["decode", "--pcap", str(path)])
         assert res.exit_code == 1
         assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+
+
+def test_decode_shows_a_sealed_packets_trailer_and_verifies_it_with_the_key(tmp_path: Path) -> None:
+    """**[openmrc]** a sealed (authenticated, encrypted) Write: SECH shown; with the right key and sending
+    QP the tags verify; a wrong key says so; --key alone is a usage error."""
+    from openmrc.provider.loopback import Pair
+    from openmrc.transport import QpSecurity, SecurityDomain
+
+    dom = SecurityDomain(5, bytes(range(32)))
+    (tmp_path / "k").write_text(dom.spec())
+    (tmp_path / "wrong").write_text(SecurityDomain(5, bytes(32)).spec())
+    p = Pair(seed=2, wire=True, security=(QpSecurity(dom, encrypt=True), QpSecurity(dom, encrypt=True)))
+    sent: list[bytes] = []
+    p.fabric.observers.append(
+        lambda dst, obj, port, now, kw: sent.append(bytes(obj)) if kw["src"] == "a" else None
+    )  # type: ignore[arg-type]
+    p.src[:300] = b"Z" * 300
+    p.write(0, 300)
+    p.run(lambda: len(p.qp_a.send_cq) >= 1)
+    hexed = sent[0].hex()
+    qpn = str(p.qp_a.qp_num)
+    plain = runner.invoke(app, ["decode", hexed])
+    assert (
+        plain.exit_code == 0 and "sealed [openmrc]: SDI 5" in plain.output and "not verified" in plain.output
+    )
+    good = runner.invoke(app, ["decode", hexed, "--key", str(tmp_path / "k"), "--src-qpn", qpn])
+    assert good.exit_code == 0 and "tags verify" in good.output and "300 B" in good.output
+    bad = runner.invoke(app, ["decode", hexed, "--key", str(tmp_path / "wrong"), "--src-qpn", qpn])
+    assert bad.exit_code == 0 and "do NOT verify" in bad.output
+    usage = runner.invoke(app, ["decode", hexed, "--key", str(tmp_path / "k")])
+    assert usage.exit_code == 2

@@ -25,7 +25,17 @@ import pytest
 from openmrc.ev import EVField, EVFormatMode, EVFormatProfile, EVProfile, EVProfileMode, EVState
 from openmrc.provider import Peer, UdpDevice, parse_endpoint
 from openmrc.provider.udp import gso_burst
-from openmrc.transport import Access, LocalProtocolError, NicConfig, RecvWR, SendWR, Sge, WcStatus, WrOpcode
+from openmrc.transport import (
+    Access,
+    LocalProtocolError,
+    NicConfig,
+    QpSecurity,
+    RecvWR,
+    SendWR,
+    Sge,
+    WcStatus,
+    WrOpcode,
+)
 from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, parse, seal, service_time_ns
 from openmrc.wire.packet import data_packet
 
@@ -59,7 +69,15 @@ def _v6_endpoints(n: int) -> tuple[list[str], list[str]]:
 class Link:
     """Two devices with one connected QP each and a registered buffer on each side."""
 
-    def __init__(self, a: UdpDevice, b: UdpDevice, size: int, *, profile: EVProfile | None = None) -> None:
+    def __init__(
+        self,
+        a: UdpDevice,
+        b: UdpDevice,
+        size: int,
+        *,
+        profile: EVProfile | None = None,
+        security: QpSecurity | None = None,
+    ) -> None:
         self.a, self.b = a, b
         self.src = bytearray(random.Random(7).randbytes(size))
         self.dst = bytearray(size)
@@ -71,8 +89,8 @@ class Link:
             pid = 5
             a.nic.add_ev_profile(pid, profile)
             b.nic.add_ev_profile(pid, profile)
-        a.connect(self.qa, Peer.of(b.endpoints()), self.qb.qp_num, ev_profile_id=pid)
-        b.connect(self.qb, Peer.of(a.endpoints()), self.qa.qp_num, ev_profile_id=pid)
+        a.connect(self.qa, Peer.of(b.endpoints()), self.qb.qp_num, ev_profile_id=pid, security=security)
+        b.connect(self.qb, Peer.of(a.endpoints()), self.qa.qp_num, ev_profile_id=pid, security=security)
 
     def write(self, wr_id: int = 1, length: int | None = None, imm: int | None = None) -> None:
         n = len(self.src) if length is None else length

@@ -20,7 +20,7 @@ from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Flow
 from openmrc.sim.metrics import LinkStat
 from openmrc.sim.network import HEADER_BYTES, Node, Port, PortCold, sim_packet
-from openmrc.transport import QpAttr, SackTransmit, Transmit, TrimMark
+from openmrc.transport import QpAttr, QpSecurity, SackTransmit, SecurityDomain, Transmit, TrimMark
 from openmrc.transport.types import QpCapFlags, WcStatus
 from openmrc.wire import BTH, METH, RETH, SETH, CcState, Opcode, Packet
 
@@ -425,6 +425,7 @@ _WRITTEN_OUT: list[tuple[type, dict[str, Any]]] = [
             timeout=10,
             retry_linear=3,
             retry_exp=11,
+            security=QpSecurity(SecurityDomain(1, bytes(32))),
         ),
     ),
     (

@@ -10,6 +10,7 @@ import select
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -684,3 +685,177 @@ def test_a_responder_reports_its_service_time_unless_the_peer_cannot_take_it(
         assert set(codes) == {0}
     else:
         assert service_time_ns(max(codes)) >= 15_000_000
+
+
+def test_an_authenticated_qp_over_verbs_and_protection_domains_that_hold(
+    devices: tuple[str, str, UdpDevice, UdpDevice],
+) -> None:
+    """**[openmrc]** MrcQpAttrMask.SECURITY in INIT: both QPs in one security domain, a Write goes through
+    and query_qp returns the attribute; a wrong value is EINVAL at once. And a Write through a QP of one
+    PD naming the region of another PD of the same device (a guessed R_Key) fails REM_ACCESS_ERR, the
+    region untouched."""
+    na, nb, a, b = devices
+    dom = v.SecurityDomain.generate(12)
+    sa, sb = _side(na, 1 << 16), _side(nb, 1 << 16)
+    M = v.MrcQpAttrMask
+    for side in (sa, sb):
+        with pytest.raises(v.VerbsError) as exc:
+            v.modify_qp(
+                side.qp,
+                v.QpAttr(qp_state=v.QpState.INIT),
+                v.QpAttrMask.STATE,
+                v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, security="key"),  # type: ignore[arg-type]
+                M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
+            )
+        assert _errno(exc) == "EINVAL" and "QpSecurity" in exc.value.reason
+        v.modify_qp(
+            side.qp,
+            v.QpAttr(qp_state=v.QpState.INIT),
+            v.QpAttrMask.STATE,
+            v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, security=v.QpSecurity(dom)),
+            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
+        )
+    _to_rts(sa.qp, b, v.get_qpn(sb.qp))
+    _to_rts(sb.qp, a, v.get_qpn(sa.qp))
+    q = v.query_qp(sa.qp, 0, M.SECURITY).mrc_attr.security
+    assert q is not None and q.domain is dom
+    sa.buf[:4096] = random.Random(1).randbytes(4096)
+    v.post_send(
+        sa.qp,
+        v.SendWR(1, v.WrOpcode.RDMA_WRITE, [v.Sge(sa.mr.addr, 4096, sa.mr.lkey)], sb.mr.addr, sb.mr.rkey),
+    )
+    (wc,) = _poll_until(sa, 1, sb)
+    assert wc.status is v.WcStatus.SUCCESS and sb.buf[:4096] == sa.buf[:4096]
+    assert b.nic.stats.rx_auth_failed == 0 and a.nic.stats.rx_auth_failed == 0
+
+    other_pd = v.alloc_pd(sb.dev)
+    secret = bytearray(4096)
+    mr2 = v.reg_mr(other_pd, secret, v.Access.LOCAL_WRITE | v.Access.REMOTE_WRITE)
+    v.post_send(
+        sa.qp, v.SendWR(2, v.WrOpcode.RDMA_WRITE, [v.Sge(sa.mr.addr, 4096, sa.mr.lkey)], mr2.addr, mr2.rkey)
+    )
+    (wc,) = _poll_until(sa, 1, sb)
+    assert wc.status is v.WcStatus.REM_ACCESS_ERR and not any(secret)
+
+
+def test_the_controller_creates_rotates_and_revokes_a_security_domain(
+    devices: tuple[str, str, UdpDevice, UdpDevice],
+) -> None:
+    """**[openmrc]** ctl: a domain created on both devices (the same key, handed over as its spec), bound
+    by id through verbs; Writes go through before and after the keys rotate; revoking it on one device
+    fails that device's QP at once (a queued Write flushed LOC_PROT_ERR, a QP_FATAL async event)."""
+    from openmrc import ctl
+
+    na, nb, a, b = devices
+    sa, sb = _side(na, 1 << 16), _side(nb, 1 << 16)
+    for side in (sa, sb):
+        ctl.grant(side.dev)
+    da = ctl.create_security_domain(sa.ctx, 40)
+    key = bytes.fromhex(da.spec().split(":")[1])
+    ctl.create_security_domain(sb.ctx, 40, key)
+    with pytest.raises(ctl.CtlError) as exc:
+        ctl.create_security_domain(sa.ctx, 40)
+    assert _errno(exc) == "EEXIST"
+    with pytest.raises(v.VerbsError) as exc:
+        v.get_security_domain(sa.ctx, 41)
+    assert _errno(exc) == "ENOENT"
+    M = v.MrcQpAttrMask
+    for side in (sa, sb):
+        v.modify_qp(
+            side.qp,
+            v.QpAttr(qp_state=v.QpState.INIT),
+            v.QpAttrMask.STATE,
+            v.MrcQpAttr(
+                ev_profile_id=0, cc_profile_id=0, security=v.QpSecurity(v.get_security_domain(side.ctx, 40))
+            ),
+            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
+        )
+    _to_rts(sa.qp, b, v.get_qpn(sb.qp))
+    _to_rts(sb.qp, a, v.get_qpn(sa.qp))
+    q = ctl.query_security_domain(sa.ctx, 40)
+    assert (q.sdi, q.epoch, q.revoked, q.qps) == (40, 0, False, 1)
+    assert q.fingerprint == ctl.query_security_domain(sb.ctx, 40).fingerprint
+
+    def write(wr_id: int) -> v.WcStatus:
+        sa.buf[:4096] = random.Random(wr_id).randbytes(4096)
+        v.post_send(
+            sa.qp,
+            v.SendWR(
+                wr_id, v.WrOpcode.RDMA_WRITE, [v.Sge(sa.mr.addr, 4096, sa.mr.lkey)], sb.mr.addr, sb.mr.rkey
+            ),
+        )
+        (wc,) = _poll_until(sa, 1, sb)
+        return wc.status
+
+    assert write(1) is v.WcStatus.SUCCESS and sb.buf[:4096] == sa.buf[:4096]
+    assert ctl.rotate_security_domain(sa.ctx, 40) == 1  # a first, b later: no packet lost meanwhile
+    assert write(2) is v.WcStatus.SUCCESS and sb.buf[:4096] == sa.buf[:4096]
+    assert ctl.rotate_security_domain(sb.ctx, 40) == 1
+    assert write(3) is v.WcStatus.SUCCESS and sb.buf[:4096] == sa.buf[:4096]
+    assert a.nic.stats.rx_auth_epoch == b.nic.stats.rx_auth_epoch == 0
+    with pytest.raises(ctl.CtlError) as exc:
+        ctl.destroy_security_domain(sa.ctx, 40)
+    assert _errno(exc) == "EBUSY"
+
+    assert ctl.revoke_security_domain(sa.ctx, 40) == 1
+    assert v.query_qp(sa.qp).attr.qp_state is v.QpState.ERROR
+    ev = v.get_async_event(sa.ctx, timeout=5)
+    assert ev.event_type is v.AsyncEventType.QP_FATAL and ev.element is sa.qp
+    v.ack_async_event(ev)
+    assert ctl.query_security_domain(sa.ctx, 40).revoked
+    with pytest.raises(ctl.CtlError):
+        ctl.rotate_security_domain(sa.ctx, 40)
+    ctl.destroy_security_domain(sa.ctx, 40)
+    with pytest.raises(ctl.CtlError) as exc:
+        ctl.query_security_domain(sa.ctx, 40)
+    assert _errno(exc) == "ENOENT"
+
+
+def test_security_domains_reach_other_processes_through_the_store(
+    devices: tuple[str, str, UdpDevice, UdpDevice], tmp_path: Path
+) -> None:
+    """**[openmrc]** A controller that publishes to the node's store: a device that uses the store (another
+    process's, here another device) finds the domain by id, follows its rotation, and fails its QP when the
+    controller revokes it; the domains file is its owner's only."""
+    from openmrc import ctl
+
+    na, nb, a, b = devices
+    sa, sb = _side(na, 1 << 16), _side(nb, 1 << 16)
+    ctl.grant(sa.dev)
+    store = tmp_path / "profiles.json"
+    ctl.attach_store(sa.ctx, store)
+    b.use_profile_store(store)
+    da = ctl.create_security_domain(sa.ctx, 9)
+    assert (store.parent / "profiles.json.domains").stat().st_mode & 0o777 == 0o600
+    db = v.get_security_domain(sb.ctx, 9)  # found in the store
+    assert db is not da and db.fingerprint() == da.fingerprint()
+    M = v.MrcQpAttrMask
+    for side, dom in ((sa, da), (sb, db)):
+        v.modify_qp(
+            side.qp,
+            v.QpAttr(qp_state=v.QpState.INIT),
+            v.QpAttrMask.STATE,
+            v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, security=v.QpSecurity(dom)),
+            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
+        )
+    _to_rts(sa.qp, b, v.get_qpn(sb.qp))
+    _to_rts(sb.qp, a, v.get_qpn(sa.qp))
+    v.post_send(
+        sa.qp,
+        v.SendWR(1, v.WrOpcode.RDMA_WRITE, [v.Sge(sa.mr.addr, 512, sa.mr.lkey)], sb.mr.addr, sb.mr.rkey),
+    )
+    assert _poll_until(sa, 1, sb)[0].status is v.WcStatus.SUCCESS
+    ctl.rotate_security_domain(sa.ctx, 9)
+    ctl.rotate_security_domain(sa.ctx, 9)
+    end = time.monotonic() + 10
+    while db.epoch != 2 and time.monotonic() < end:
+        b.progress(0.01)
+    assert db.epoch == 2  # followed through the store
+    ctl.revoke_security_domain(sa.ctx, 9)
+    end = time.monotonic() + 10
+    while not db.revoked and time.monotonic() < end:
+        b.progress(0.01)
+    assert db.revoked and v.query_qp(sb.qp).attr.qp_state is v.QpState.ERROR
+    with pytest.raises(v.VerbsError) as exc:
+        v.get_security_domain(sb.ctx, 10)
+    assert _errno(exc) == "ENOENT"

@@ -302,3 +302,53 @@ def test_icrc_status(tshark_env: dict[str, str], conversation: list[ExampleFrame
             assert "Bad ICRC" in row["_ws.expert.message"]
     rows = tshark_fields(tshark_env, path, fields, "-o", "mrc.check_icrc:FALSE", lua=True)
     assert {r["mrc.icrc.status"] for r in rows} == {"2"}
+
+
+# -- F: [openmrc] authenticated packets: S, the security trailer ---------------------------------------------
+def test_sealed_packets_show_their_security_trailer(tshark_env: dict[str, str], tmp_path: Path) -> None:
+    """Packets of an authenticated transfer (data, trimmed data, SACKs; payloads encrypted): S set, SECH's
+    fields as sealed, the payload without the trailer, the ICRC good."""
+    from openmrc.provider.loopback import Pair
+    from openmrc.transport import QpSecurity, SecurityDomain
+    from openmrc.wire import trim_datagram
+    from openmrc.wire.security import unpack_sech
+
+    dom = SecurityDomain(77, bytes(range(32)), epoch=5)
+    p = Pair(seed=2, wire=True, security=(QpSecurity(dom, encrypt=True), QpSecurity(dom, encrypt=True)))
+    sent: list[bytes] = []
+    p.fabric.observers.append(lambda dst, obj, port, now, kw: sent.append(bytes(obj)))  # type: ignore[arg-type]
+    p.write(0, 3 * 4096 + 100)
+    p.run(lambda: len(p.qp_a.send_cq) >= 1)
+    data = [x for x in sent if 0xC6 <= x[0] <= 0xCB]
+    sacks = [x for x in sent if x[0] == 0xDC]
+    assert data and sacks
+    packets = [*data, trim_datagram(data[0]), sacks[0]]
+    frames = [encapsulate(x, src="2001:db8::a", dst="2001:db8::b", sport=0xC000, ether=True) for x in packets]
+    path = tmp_path / "sealed.pcap"
+    write_pcap(path, [(i, f) for i, f in enumerate(frames)])
+    fields = [
+        "mrc.bth.sealed",
+        "mrc.sech.encrypted",
+        "mrc.sech.epoch",
+        "mrc.sech.sdi",
+        "mrc.sech.counter",
+        "mrc.sech.header_tag",
+        "mrc.payload",
+        "mrc.icrc.status",
+        "_ws.expert.message",
+    ]
+    rows = tshark_fields(tshark_env, path, fields, lua=True)
+    assert len(rows) == len(packets)
+    for raw, row in zip(packets, rows, strict=True):
+        is_data = 0xC6 <= raw[0] <= 0xCB
+        trailer = 48 if is_data else 32
+        h = unpack_sech(raw[-4 - trailer : -4 - trailer + 16])
+        assert as_int(row["mrc.bth.sealed"]) == 1 and as_int(row["mrc.sech.encrypted"]) == 1, row
+        assert (as_int(row["mrc.sech.epoch"]), as_int(row["mrc.sech.sdi"])) == (5, 77)
+        assert as_int(row["mrc.sech.counter"]) == h.counter
+        assert bool(row["mrc.sech.header_tag"]) == is_data
+        assert "internal error" not in row["_ws.expert.message"]
+    for raw, row in zip(data, rows, strict=False):
+        n = len(raw) - 4 - 48 - 32  # BTH, METH and RETH before the payload (no pad: whole words)
+        assert len(row["mrc.payload"].replace(":", "")) == 2 * n, row
+        assert row["mrc.icrc.status"] == "1"

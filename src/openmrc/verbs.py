@@ -43,8 +43,10 @@ from openmrc.transport import (
     MemoryRegion,
     Nic,
     QpCapFlags,
+    QpSecurity,
     QpState,
     RecvWR,
+    SecurityDomain,
     SendFlags,
     SendWR,
     Sge,
@@ -88,8 +90,10 @@ __all__ = [
     "QpHintAttrMask",
     "QpInitAttr",
     "QpQuery",
+    "QpSecurity",
     "QpState",
     "RecvWR",
+    "SecurityDomain",
     "SendFlags",
     "SendOpsFlags",
     "SendWR",
@@ -123,6 +127,7 @@ __all__ = [
     "get_cq_event",
     "get_device_list",
     "get_qpn",
+    "get_security_domain",
     "modify_qp",
     "modify_qp_hint",
     "open_device",
@@ -269,6 +274,9 @@ class MrcQpAttrMask(IntFlag):
     HINT = 1 << 7
     RETRY_CNT = 1 << 8
     CAP = 1 << 9
+    SECURITY = 1 << 16
+    """**[openmrc]** ``MrcQpAttr.security``: the security domain the QP's packets are authenticated in
+    (INIT only; both ends set the same)."""
     VENDOR_CFG = 1 << 31
 
 
@@ -390,6 +398,8 @@ class MrcQpAttr:
     qp_hint: QpHint | None = None
     cap: QpCapFlags | None = None
     vendor_cfg: bytes | None = None
+    security: QpSecurity | None = None
+    """**[openmrc]** (mask bit SECURITY) authenticated MRC: `openmrc.transport.QpSecurity`."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -601,6 +611,7 @@ def reg_mr(pd: ProtectionDomain, buffer: Any, access: int) -> MemoryRegion:
         mr = pd.device.dev.register(buffer, Access(access))
     except LocalProtocolError as exc:
         raise _err(exc) from None
+    mr.pd = pd  # remote Writes reach it only through QPs of this PD (the NIC checks it per packet)
     pd.mrs.append(mr)
     _MR_PD[id(mr)] = pd
     return mr
@@ -1094,10 +1105,30 @@ def create_qp(ctx: Context, init_attr: QpInitAttr) -> Qp:
     )
     with dev.lock:
         core = dev.create_qp(core_init)
+        core.pd = pd
     qp = Qp(ctx, core, init_attr)
     ctx.qps.append(qp)
     pd.qps.append(qp)
     return qp
+
+
+def get_security_domain(ctx: Context, sdi: int) -> SecurityDomain:
+    """**[openmrc]** The security domain ``sdi`` the device's controller created (`openmrc.ctl`; or the
+    node's, through the store the device uses, `UdpDevice.use_profile_store`), to bind a QP to in INIT
+    (``MrcQpAttr(security=QpSecurity(domain))``). ENOENT if there is none."""
+    ctx._check()
+    if isinstance(sdi, bool) or not isinstance(sdi, int):
+        raise VerbsError(errno.EINVAL, f"sdi: {sdi!r} is not a security domain identifier")
+    nic = ctx.dev.nic
+    dom = nic.domains.get(sdi)
+    resolver = nic.profiles.resolver
+    if dom is None and resolver is not None:  # a device that uses a node's store: the controller's domains
+        with ctx.dev.lock:
+            if resolver(2, sdi):
+                dom = nic.domains.get(sdi)
+    if dom is None:
+        raise VerbsError(errno.ENOENT, f"no security domain {sdi!r} on this device")
+    return dom
 
 
 def get_qpn(qp: Qp) -> int:
@@ -1134,13 +1165,13 @@ _RULES: dict[tuple[QpState, QpState], tuple[int, int, int, int]] = {
         0,
         _V.ACCESS_FLAGS | _V.PKEY_INDEX,
         _M.EV_PROFILE_ID | _M.CC_PROFILE_ID | _M.HINT,
-        _M.VENDOR_CFG,
+        _M.VENDOR_CFG | _M.SECURITY,
     ),
     (QpState.INIT, QpState.INIT): (
         0,
         _V.ACCESS_FLAGS | _V.PKEY_INDEX,
         0,
-        _M.EV_PROFILE_ID | _M.CC_PROFILE_ID | _M.HINT | _M.VENDOR_CFG,
+        _M.EV_PROFILE_ID | _M.CC_PROFILE_ID | _M.HINT | _M.VENDOR_CFG | _M.SECURITY,
     ),
     (QpState.INIT, QpState.RTR): (
         _V.AV | _V.DEST_QPN | _V.RQ_PSN,
@@ -1366,6 +1397,13 @@ def _collect(
         if c is None or isinstance(c, bool) or not isinstance(c, int) or c & ~allowed:
             raise VerbsError(errno.EINVAL, f"cap: {c!r}; mrc_qp_cap flags only")
         mrec["cap"] = kw["cap"] = QpCapFlags(c)
+    if mm & _M.SECURITY:
+        sec = m.security
+        if not isinstance(sec, QpSecurity):
+            raise VerbsError(errno.EINVAL, f"security: {sec!r}; expected an openmrc.transport.QpSecurity")
+        if sec.domain.revoked:
+            raise VerbsError(errno.EINVAL, f"security: domain {sec.domain.sdi} is revoked")
+        mrec["security"] = kw["security"] = sec
     if mm & _M.VENDOR_CFG:
         vc = m.vendor_cfg
         if not isinstance(vc, bytes | bytearray) or len(vc) > MAX_VENDOR_CFG_SIZE:
@@ -1427,6 +1465,7 @@ def query_qp(qp: Qp, attr_mask: int = int(QpAttrMask.STATE), mrc_attr_mask: int 
         (_M.RETRY_CNT, ("linear_cnt", "exp_cnt")),
         (_M.HINT, ("qp_hint",)),
         (_M.CAP, ("cap",)),
+        (_M.SECURITY, ("security",)),
         (_M.VENDOR_CFG, ("vendor_cfg",)),
     ):
         if mrc_attr_mask & mbit:

@@ -123,6 +123,11 @@ def run(
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the results as JSON, no table")] = False,
+    secure: Annotated[
+        str | None,
+        typer.Option(help="authenticate every packet in the security domain of this key file (perf keygen)"),
+    ] = None,
+    encrypt: Annotated[bool, typer.Option(help="with --secure: encrypt payloads too")] = False,
 ) -> None:
     """Time a collective from --minbytes to --maxbytes, out of place and in place, as nccl-tests does.
 
@@ -197,7 +202,23 @@ def run(
         heal_after=None if fp is None else fp[2],
         json=json_out,
     )
+    if encrypt and secure is None:
+        _fail("--encrypt needs --secure KEYFILE")
+    spec = None
+    if secure is not None:
+        from openmrc.transport import SecurityDomain
+
+        try:
+            with open(secure) as f:
+                spec = SecurityDomain.from_spec(f.read()).spec()
+        except OSError as exc:
+            _fail(f"--secure {secure}: {exc.strerror or exc}")
+        except ValueError as exc:
+            _fail(f"--secure {secure}: {exc}")
     comm_kwargs: dict[str, Any] = {"planes": planes, "chunk_bytes": chunk_bytes}
+    if spec is not None:
+        comm_kwargs["security"] = spec
+        comm_kwargs["encrypt"] = encrypt
     if mtu_bytes is not None:
         comm_kwargs["mtu"] = mtu_bytes
     rows, n = _execute(launcher, ranks, cfg, comm_kwargs, timeout, fabric)
@@ -240,6 +261,7 @@ def _execute(
                 "device": fd.device,
                 "ev_profile": fd.profile_for,
                 "chunk_bytes": comm_kwargs["chunk_bytes"],
+                **{k: v for k, v in comm_kwargs.items() if k in ("security", "encrypt")},
             }
         if launcher == "torchrun":
             comm = Communicator.from_env(**comm_kwargs)

@@ -13,7 +13,7 @@ from openmrc.wire import WireError, parse_frame
 from openmrc.wire.framing import Frame
 from openmrc.wire.pcap import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_pcap
 
-__all__ = ["decode_pcap", "endpoint", "frame_lines", "hex_bytes", "read_hex"]
+__all__ = ["decode_pcap", "endpoint", "frame_lines", "hex_bytes", "read_hex", "unseal"]
 
 _SEPARATORS = re.compile(r"[\s:,.-]+")
 
@@ -80,3 +80,52 @@ def decode_pcap(console: Console, path: Path, udp_port: int) -> tuple[int, int]:
             head = " " * len(head)
         console.print(packet_table(fr.packet))
     return mrc, other
+
+
+def unseal(raw: bytes, domain: object | None, src_qpn: int | None) -> tuple[bytes, list[str]]:
+    """**[openmrc]** A sealed packet (BTH's S bit; `openmrc.wire.security`) as the MRC packet inside it, and
+    lines about its security trailer: its fields, and with ``domain`` (a `SecurityDomain`) and the sending
+    QP's number whether its tags verify (an encrypted payload comes back decrypted). Any other packet comes
+    back as it is, with no lines. Raises ValueError when the trailer cannot be there."""
+    from openmrc.transport import NicStats, QpSecurity, SealState, SecurityDomain
+    from openmrc.wire import WireError
+    from openmrc.wire.constants import is_data_opcode
+    from openmrc.wire.datagram import data_header_length
+    from openmrc.wire.security import BTH_SEALED, DATA_SEAL_OVERHEAD, SEAL_OVERHEAD, SECH_SIZE, unpack_sech
+
+    if len(raw) < 12 or not raw[8] & BTH_SEALED:
+        return raw, []
+    data = is_data_opcode(raw[0])
+    trailer = DATA_SEAL_OVERHEAD if data else SEAL_OVERHEAD
+    body = raw[:-4]
+    if len(body) < 12 + trailer:
+        raise ValueError(
+            f"sealed (S) but {len(raw)} bytes leave no room for the {trailer}-byte security trailer"
+        )
+    end = len(body) - trailer
+    try:
+        h = unpack_sech(body[end : end + SECH_SIZE])
+    except WireError as exc:
+        raise ValueError(f"sealed (S), but its SECH is malformed: {exc}") from None
+    lines = [
+        f"sealed [openmrc]: SDI {h.sdi}, epoch {h.epoch}, SSI 0x{h.ssi:08x}, counter {h.counter}"
+        + (", payload encrypted" if h.encrypted else "")
+    ]
+    trimmed = data and end == data_header_length(body)  # headers and trailer only
+    inner = body[:end] + raw[-4:]
+    if domain is None or src_qpn is None:
+        lines.append("tags not verified (give --key KEYFILE and --src-qpn, the sending QP's number)")
+        return inner, lines
+    assert isinstance(domain, SecurityDomain)
+    stats = NicStats()
+    state = SealState(0, QpSecurity(domain, encrypt=h.encrypted), peer_qpn=src_qpn)
+    opened = state.open(memoryview(body), stats, trimmed)
+    if opened is None:
+        why = [k for k, v in stats.as_dict().items() if v]
+        lines.append(f"tags do NOT verify under this key and QP {src_qpn:#x} ({', '.join(why)})")
+        return inner, lines
+    lines.append("header tag verifies (trimmed packet)" if trimmed else "tags verify")
+    out = bytes(opened)
+    if trimmed:
+        return inner, lines
+    return out[:-4] + raw[-4:], lines

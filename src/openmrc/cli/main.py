@@ -112,9 +112,20 @@ def decode(
     port: Annotated[
         int, typer.Option(min=1, max=65535, help="UDP destination port of the MRC packets")
     ] = MRC_UDP_PORT,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help="a sealed packet's security domain key file (openmrc perf keygen): verify its tags"
+        ),
+    ] = None,
+    src_qpn: Annotated[
+        int | None, typer.Option(min=0, max=0xFFFFFF, help="with --key: the QP number that sent the packet")
+    ] = None,
 ) -> None:
-    """Decode one MRC packet (a UDP payload, or a whole frame with --frame / --ip) or a capture."""
-    from openmrc.cli.decode import decode_pcap, frame_lines, hex_bytes, read_hex
+    """Decode one MRC packet (a UDP payload, or a whole frame with --frame / --ip) or a capture. A sealed
+    packet (an authenticated QP's) shows its security trailer; with --key and --src-qpn its tags are
+    verified and an encrypted payload decrypted."""
+    from openmrc.cli.decode import decode_pcap, frame_lines, hex_bytes, read_hex, unseal
 
     if frame and ip:
         raise typer.BadParameter("give --frame (Ethernet) or --ip (IP header first), not both")
@@ -129,10 +140,30 @@ def decode(
         console.print(f"{mrc} MRC packet(s), {other} other frame(s)")
         return
     assert data is not None
+    if key is not None and src_qpn is None:
+        raise typer.BadParameter("--key needs --src-qpn, the sending QP's number (in the tags' nonce)")
+    domain = None
+    if key is not None:
+        from openmrc.transport import SecurityDomain
+
+        try:
+            domain = SecurityDomain.from_spec(key.read_text())
+        except OSError as exc:
+            raise typer.BadParameter(f"--key {key}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise typer.BadParameter(f"--key {key}: {exc}") from None
     try:
         raw = hex_bytes(read_hex(data))
     except ValueError as exc:
         raise typer.BadParameter(f"not hex: {exc}", param_hint="DATA") from None
+    if not (frame or ip):
+        try:
+            raw, lines = unseal(raw, domain, src_qpn)
+        except ValueError as exc:
+            console.print(f"malformed: {exc}", markup=False, emoji=False, style="red")
+            raise typer.Exit(2) from None
+        for line in lines:
+            console.print(line, markup=False, emoji=False, highlight=False)
     try:
         if frame or ip:
             fr = parse_frame(raw, ether=frame, udp_port=port)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,7 +25,7 @@ from openmrc.provider.perf import (
     sweep_sizes,
 )
 from openmrc.provider.udp import parse_endpoint
-from openmrc.transport import LocalProtocolError
+from openmrc.transport import LocalProtocolError, SecurityDomain
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -88,6 +90,50 @@ FabricOpt = Annotated[
 ]
 
 
+SecureOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--secure",
+        help="authenticate every packet in the security domain of this key file (`openmrc perf keygen`)",
+        dir_okay=False,
+    ),
+]
+
+
+def _domain(path: Path | None) -> SecurityDomain | None:
+    """The security domain a key file holds; a usage error (exit 2) if it cannot be read."""
+    if path is None:
+        return None
+    try:
+        return SecurityDomain.from_spec(path.read_text())
+    except OSError as exc:
+        raise typer.BadParameter(f"--secure {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise typer.BadParameter(f"--secure {path}: {exc}") from None
+
+
+@app.command()
+def keygen(
+    path: Annotated[Path, typer.Argument(help="the key file to write (readable by its owner only)")],
+    sdi: Annotated[int, typer.Option(help="the security domain's identifier, 1 .. 4294967295")] = 1,
+    force: Annotated[bool, typer.Option(help="replace the file if it exists")] = False,
+) -> None:
+    """Write a new security domain (its identifier and a random 256-bit key) for `perf --secure`: copy the
+    file to the other host out of band (it is a secret)."""
+    if not 1 <= sdi <= 0xFFFFFFFF:
+        raise typer.BadParameter(f"--sdi {sdi}: 1 .. 4294967295")
+    if path.exists() and not force:
+        raise typer.BadParameter(f"{path} exists (--force replaces it)")
+    dom = SecurityDomain.generate(sdi)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(dom.spec() + "\n")
+    except OSError as exc:
+        raise typer.BadParameter(f"{path}: {exc.strerror or exc}") from None
+    console.print(f"security domain {sdi}: key written to {path} (fingerprint {dom.fingerprint()})")
+
+
 def _locate(fabric: str | None, bind: list[str] | None) -> PerfFabric | None:
     if fabric is None:
         return None
@@ -106,6 +152,7 @@ def server(
     once: Annotated[bool, typer.Option(help="exit after one client")] = False,
     link_gbps: RateOpt = 25.0,
     fabric: FabricOpt = None,
+    secure: SecureOpt = None,
 ) -> None:
     """Wait for perf clients. Default: 4 planes on 127.0.1.1-4 (one machine); on real hosts give one
     --bind per plane interface address (or --fabric)."""
@@ -113,8 +160,17 @@ def server(
     binds = fab.binds() if fab is not None and not bind else _binds(bind, planes, 1)
     if not 1 <= oob_port <= 65535:
         raise typer.BadParameter(f"--oob-port {oob_port}: 1..65535")
+    domain = _domain(secure)
     try:
-        serve(binds, oob=(oob_bind, oob_port), once=once, link_gbps=link_gbps, log=console.print, fabric=fab)
+        serve(
+            binds,
+            oob=(oob_bind, oob_port),
+            once=once,
+            link_gbps=link_gbps,
+            log=console.print,
+            fabric=fab,
+            security=domain,
+        )
     except (LocalProtocolError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
@@ -152,6 +208,8 @@ def client(
     interval_ms: Annotated[
         float, typer.Option(help="with --duration: report goodput and EV states this often")
     ] = 100.0,
+    secure: SecureOpt = None,
+    encrypt: Annotated[bool, typer.Option(help="with --secure: encrypt payloads too (AES-GCM)")] = False,
 ) -> None:
     """Measure RDMA Write bandwidth to a perf server. Default: 4 planes on 127.0.2.1-4."""
     fab = _locate(fabric, bind)
@@ -175,6 +233,9 @@ def client(
         raise typer.BadParameter(f"--tx-depth {tx_depth}: 1..4096")
     loss_rate = parse_percent(loss)
     fail = parse_fail(fail_port) if fail_port else None
+    if encrypt and secure is None:
+        raise typer.BadParameter("--encrypt needs --secure KEYFILE")
+    domain = _domain(secure)
 
     header_due = True  # the table's header, printed with its first row (not above a connection error)
 
@@ -205,8 +266,11 @@ def client(
             )
 
     if not json_out:
+        sec = (
+            "" if domain is None else f", {'encrypted' if encrypt else 'authenticated'} (domain {domain.sdi})"
+        )
         console.print(
-            f"openmrc perf: RDMA Write, {len(binds)} planes, {qps} QP(s), {ev_mode} EVs, "
+            f"openmrc perf: RDMA Write, {len(binds)} planes, {qps} QP(s), {ev_mode} EVs{sec}, "
             f"server {host}:{oob_port}"
         )
     try:
@@ -228,6 +292,8 @@ def client(
             duration=duration,
             interval=interval_ms / 1000,
             on_interval=tick if duration is not None else None,
+            security=domain,
+            encrypt=encrypt,
         )
     except (PerfError, LocalProtocolError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")

@@ -32,6 +32,7 @@ from openmrc.collectives.bootstrap import Store, from_env, from_mpi, store_get
 from openmrc.collectives.engine import CollectiveError, Engine, Link
 from openmrc.collectives.ops import dtype_of, ufunc_of
 from openmrc.collectives.program import Program, Schedule
+from openmrc.transport import SecurityDomain
 
 __all__ = ["LOOPBACK_MTU", "Communicator", "default_binds", "loopback_device", "rank_device"]
 
@@ -139,6 +140,27 @@ def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
     return bool(a.ctypes.data == b.ctypes.data and a.nbytes == b.nbytes)
 
 
+DOMAIN_KEY_ENV = "OPENMRC_DOMAIN_KEY"
+"""The environment variable `Communicator.from_env` / `from_mpi` read a security domain's key file from."""
+
+
+def _domain_from_env(kwargs: dict[str, Any]) -> None:
+    """``security`` from the key file ``$OPENMRC_DOMAIN_KEY`` names, unless the caller gave one."""
+    path = os.environ.get(DOMAIN_KEY_ENV)
+    if path and kwargs.get("security") is None:
+        try:
+            with open(path) as f:
+                kwargs["security"] = SecurityDomain.from_spec(f.read())
+        except OSError as exc:
+            raise ValueError(f"${DOMAIN_KEY_ENV} {path}: {exc.strerror or exc}") from None
+
+
+def _secure_text(info: Any) -> str:
+    if not isinstance(info, dict):
+        return "unauthenticated"
+    return f"in security domain {info.get('sdi')} ({'encrypted' if info.get('encrypt') else 'authenticated'})"
+
+
 class Communicator:
     """Rank ``rank`` of ``size``, meeting the others through ``store``.
 
@@ -154,7 +176,11 @@ class Communicator:
     communicators on one store). ``ev_profile(peer_address)``: the EV profile id (installed on the device)
     for the QP towards the rank with that device address (`openmrc.collectives.fabric`: the fabric's
     paths); default 0, the device's UDP source ports (a simulated host: its fabric's routes).
-    ``blocking``: False for a rank an event loop drives (`SimWorld`): no completion channel."""
+    ``blocking``: False for a rank an event loop drives (`SimWorld`): no completion channel.
+    ``security``: **[openmrc]** authenticate every packet between the ranks in this security domain (a
+    `openmrc.transport.SecurityDomain`, or its spec as a key file holds it; `docs/security.md`), and with
+    ``encrypt`` encrypt the payloads too; every rank must give the same. `from_env` and `from_mpi` read
+    the key file named by ``$OPENMRC_DOMAIN_KEY`` when no ``security`` is given."""
 
     def __init__(
         self,
@@ -173,6 +199,8 @@ class Communicator:
         ev_profile: Callable[[Any], int] | None = None,
         blocking: bool = True,
         mtu: int | None = None,
+        security: SecurityDomain | str | None = None,
+        encrypt: bool = False,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size: {size!r}, expected an integer >= 1")
@@ -186,6 +214,14 @@ class Communicator:
             raise ValueError(f"ping_s: {ping_s!r} outside 0.01..3600 s")
         if mtu is not None and device is not None:
             raise ValueError("mtu: for the device the communicator makes (a given device has its own)")
+        if isinstance(security, str):
+            security = SecurityDomain.from_spec(security)
+        if security is not None and not isinstance(security, SecurityDomain):
+            raise ValueError(f"security: {security!r}, expected a SecurityDomain or its spec")
+        if encrypt and security is None:
+            raise ValueError("encrypt: needs a security domain (security=)")
+        self.security: SecurityDomain | None = security
+        self.encrypt = bool(encrypt)
         self.rank, self.size = rank, size
         self._ev_profile = ev_profile
         self.store = store
@@ -217,6 +253,7 @@ class Communicator:
     @classmethod
     def from_env(cls, **kwargs: Any) -> Communicator:
         """A communicator from torchrun's environment (`openmrc.collectives.bootstrap.from_env`)."""
+        _domain_from_env(kwargs)
         launch = from_env()
         comm = cls(launch.rank, launch.size, launch.store, **kwargs)
         comm._owned_store = True
@@ -225,6 +262,7 @@ class Communicator:
     @classmethod
     def from_mpi(cls, **kwargs: Any) -> Communicator:
         """A communicator for mpiexec's world (mpi4py)."""
+        _domain_from_env(kwargs)
         launch = from_mpi()
         comm = cls(launch.rank, launch.size, launch.store, **kwargs)
         comm._owned_store = True
@@ -260,8 +298,7 @@ class Communicator:
             link = eng.new_link(p)
             self._init_qp(link, self._peer_address(p))
             eng.post_receives(link)
-            info = eng.link_info(link)
-            info["mtu"] = self.mtu
+            info: dict[str, Any] = {**eng.link_info(link), "mtu": self.mtu, "secure": self._secure_info()}
             self.store.set(f"{self.prefix}/qp/{self.rank}/{p}", json.dumps(info))
             made.append(link)
         return made
@@ -283,6 +320,13 @@ class Communicator:
                     "(a QP's path MTU is one: give every rank the same mtu, or the same kind of binds)",
                     link.peer,
                 )
+            if info.get("secure") != self._secure_info():
+                raise CollectiveError(
+                    f"rank {self.rank}: rank {link.peer} is {_secure_text(info.get('secure'))}, this rank "
+                    f"{_secure_text(self._secure_info())} (every rank needs the same security domain key "
+                    "and encryption)",
+                    link.peer,
+                )
             link.remote_addr, link.remote_rkey = info["addr"], info["rkey"]
             self._rts(link, addr, info["qpn"])
 
@@ -292,6 +336,13 @@ class Communicator:
         except (TimeoutError, OSError) as exc:
             raise CollectiveError(f"rank {self.rank}: rank {peer} never came ({exc})", peer) from None
 
+    def _secure_info(self) -> dict[str, Any] | None:
+        """What the ranks compare of their security settings (never the key: its fingerprint)."""
+        dom = self.security
+        if dom is None:
+            return None
+        return {"sdi": dom.sdi, "fingerprint": dom.fingerprint(), "encrypt": self.encrypt}
+
     def _init_qp(self, link: Link, addr: Any) -> None:
         M = verbs.MrcQpAttrMask
         if self._ev_profile is not None:
@@ -300,12 +351,13 @@ class Communicator:
             ev = self.device.ev_profile_for(link.peer)
         else:
             ev = 0
+        sec = None if self.security is None else verbs.QpSecurity(self.security, encrypt=self.encrypt)
         verbs.modify_qp(
             link.qp,
             verbs.QpAttr(qp_state=verbs.QpState.INIT),
             verbs.QpAttrMask.STATE,
-            verbs.MrcQpAttr(ev_profile_id=ev, cc_profile_id=0),
-            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT,
+            verbs.MrcQpAttr(ev_profile_id=ev, cc_profile_id=0, security=sec),
+            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | (M.SECURITY if sec is not None else 0),
         )
 
     def _rts(self, link: Link, addr: Any, qpn: int) -> None:

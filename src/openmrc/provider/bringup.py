@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 
 from openmrc.transport.qp import Qp
+from openmrc.transport.security import QpSecurity
 from openmrc.transport.types import QpState
 
 __all__ = ["connect_qp"]
@@ -28,12 +29,20 @@ def connect_qp(
     retry_linear: int = 7,
     retry_exp: int = 7,
     on_init: Callable[[Qp], None] | None = None,
+    security: QpSecurity | None = None,
 ) -> None:
     """Take ``qp`` from RESET to RTS towards QP ``dest_qp_num`` of ``peer``. ``on_init`` runs once the QP is
     in INIT (its EV profile bound), e.g. a driver checking it can carry every EV. If any step raises, the
-    QP is put back in RESET and the error propagates."""
+    QP is put back in RESET and the error propagates. ``security``: the security domain the QP's packets
+    are authenticated in (the peer's QP must be connected with the same domain and mode)."""
     try:
-        qp.modify(QpState.INIT, now=now, ev_profile_id=ev_profile_id, cc_profile_id=cc_profile_id)
+        qp.modify(
+            QpState.INIT,
+            now=now,
+            ev_profile_id=ev_profile_id,
+            cc_profile_id=cc_profile_id,
+            security=security,
+        )
         if on_init is not None:
             on_init(qp)
         qp.modify(

@@ -33,6 +33,7 @@ from openmrc.provider.faults import Impairments, fates, flip_bit
 from openmrc.transport.config import NicConfig
 from openmrc.transport.nic import Nic
 from openmrc.transport.qp import Qp, QpInitAttr
+from openmrc.transport.security import QpSecurity
 from openmrc.transport.types import (
     Access,
     RecvWR,
@@ -50,6 +51,7 @@ from openmrc.wire import DATA_OPCODES, Addressing, Packet, seal, trim_datagram
 __all__ = ["Fabric", "HostStalls", "Impairments", "Pair", "port_address"]
 
 _DATA = frozenset(int(o) for o in DATA_OPCODES)
+_NO_ICRC = bytes(4)  # (the trailer `seal` replaces)
 
 
 def port_address(nic: str, port: int) -> str:
@@ -152,6 +154,7 @@ class Fabric:
         if not copies:
             self.dropped += 1
             return
+        body = t.body  # sealed by an authenticated QP: it travels as bytes, wire mode or not
         for fate in copies:
             trim = fate.trim
             obj: object = pkt
@@ -159,11 +162,11 @@ class Fabric:
                 obj = dataclasses.replace(pkt, payload=memoryview(b""))
                 self.trimmed += 1
             addr = None
-            if self.wire:
+            if self.wire or body is not None:
                 addr = Addressing(
                     port_address(src_name, t.port), port_address(_other(src_name), t.port), t.entropy & 0xFFFF
                 )
-                raw = seal(pkt, addr)
+                raw = seal(pkt if body is None else body + _NO_ICRC, addr)
                 if trim:
                     raw = trim_datagram(raw)
                 if fate.corrupt:
@@ -232,6 +235,7 @@ class Pair:
         max_wimm_dest: int = 0,
         access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
         stalls: dict[str, HostStalls] | None = None,
+        security: tuple[QpSecurity, QpSecurity] | None = None,
     ) -> None:
         self.rng = random.Random(seed)
         cfg = config or NicConfig()
@@ -247,9 +251,10 @@ class Pair:
         self.mr_b = self.b.register(self.dst, access)
         self.qp_a = self._qp(self.a)
         self.qp_b = self._qp(self.b)
-        for qp, peer, peer_name, psn_out, psn_in in (
-            (self.qp_a, self.qp_b, "b", sq_psn, rq_psn),
-            (self.qp_b, self.qp_a, "a", rq_psn, sq_psn),
+        sec_a, sec_b = security if security is not None else (None, None)
+        for qp, peer, peer_name, psn_out, psn_in, sec in (
+            (self.qp_a, self.qp_b, "b", sq_psn, rq_psn, sec_a),
+            (self.qp_b, self.qp_a, "a", rq_psn, sq_psn, sec_b),
         ):
             connect_qp(
                 qp,
@@ -264,6 +269,7 @@ class Pair:
                 timeout=timeout,
                 retry_linear=retry_linear,
                 retry_exp=retry_exp,
+                security=sec,
             )
         self.wr_id = itertools.count(1)
         self.hosts: dict[int, _Host] = {}

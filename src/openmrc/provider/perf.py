@@ -51,7 +51,9 @@ from openmrc.transport import (
     LocalProtocolError,
     NicConfig,
     QpInitAttr,
+    QpSecurity,
     RecvWR,
+    SecurityDomain,
     SendFlags,
     SendWR,
     Sge,
@@ -289,16 +291,20 @@ def serve(
     ready: Callable[[tuple[str, int]], None] | None = None,
     stop: threading.Event | None = None,
     fabric: PerfFabric | None = None,
+    security: SecurityDomain | None = None,
 ) -> None:
     """Serve perf clients on a device bound to ``binds`` (one endpoint per plane) until ``stop`` is set
     (or after one client with ``once``). ``ready`` is called with the TCP address once listening; ``oob``
-    ``::`` listens on IPv6 and IPv4. ``fabric``: this host's place in a fabric export (SRv6 EVs)."""
+    ``::`` listens on IPv6 and IPv4. ``fabric``: this host's place in a fabric export (SRv6 EVs).
+    ``security``: take only clients of this security domain, their QPs authenticated (the client chooses
+    whether payloads are encrypted too)."""
     stop = stop or threading.Event()
     with _device(binds, link_gbps, fabric) as dev, _listen(oob) as lsock:
         dev.start()
         lsock.settimeout(0.2)
         addr = lsock.getsockname()[:2]
-        log(f"openmrc perf server: {len(binds)} planes on {', '.join(binds)}")
+        sec = "" if security is None else f", authenticated in security domain {security.sdi}"
+        log(f"openmrc perf server: {len(binds)} planes on {', '.join(binds)}{sec}")
         log(f"waiting for clients on TCP {addr[0]}:{addr[1]}")
         if ready is not None:
             ready(addr)
@@ -310,7 +316,7 @@ def serve(
             conn.settimeout(None)
             ch = _Channel(conn)
             try:
-                _session(dev, ch, log, fabric)
+                _session(dev, ch, log, fabric, security)
                 log(f"client {peer[0]} done")
             except (PerfError, LocalProtocolError, OSError, ValueError, KeyError, TypeError) as exc:
                 log(f"client {peer[0]}: {exc}")
@@ -328,8 +334,15 @@ def _listen(oob: tuple[str, int]) -> socket.socket:
     return socket.create_server(oob, family=socket.AF_INET6 if ":" in oob[0] else socket.AF_INET)
 
 
-def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None], fabric: PerfFabric | None) -> None:
+def _session(
+    dev: UdpDevice,
+    ch: _Channel,
+    log: Callable[[str], None],
+    fabric: PerfFabric | None,
+    security: SecurityDomain | None = None,
+) -> None:
     hello = ch.recv()
+    qp_security = _agree_security(security, hello.get("secure"))
     size = int(hello["buf_size"])
     nq = int(hello["qps"])
     if not 1 <= size <= MAX_SIZE:
@@ -360,7 +373,7 @@ def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None], fabric: P
         )
         msg = ch.recv()
         for q, remote in zip(qps, msg["qpns"], strict=True):
-            dev.connect(q, peer, int(remote), ev_profile_id=profile)
+            dev.connect(q, peer, int(remote), ev_profile_id=profile, security=qp_security)
         if hello.get("loss"):
             dev.impair(loss=float(hello["loss"]))
         ch.send({"ok": True})
@@ -396,6 +409,43 @@ def _session(dev: UdpDevice, ch: _Channel, log: Callable[[str], None], fabric: P
         dev.deregister(mr)
 
 
+def _secure_hello(security: SecurityDomain | None, encrypt: bool) -> dict[str, Any] | None:
+    """What a client says of its security domain (never the key: a fingerprint of it)."""
+    if security is None:
+        return None
+    return {
+        "sdi": security.sdi,
+        "epoch": security.epoch,
+        "fingerprint": security.fingerprint(),
+        "encrypt": encrypt,
+    }
+
+
+def _agree_security(security: SecurityDomain | None, asked: object) -> QpSecurity | None:
+    """The server's side of the agreement: the client's QPs are authenticated in the server's domain, or
+    `PerfError` says why not."""
+    if security is None:
+        if asked:
+            raise PerfError(
+                "the client asks for authentication; this server has no security domain (--secure)"
+            )
+        return None
+    if not isinstance(asked, dict):
+        raise PerfError(
+            f"this server takes only clients of security domain {security.sdi} (--secure KEYFILE)"
+        )
+    if asked.get("sdi") != security.sdi:
+        raise PerfError(f"the client's security domain is {asked.get('sdi')}, the server's {security.sdi}")
+    if asked.get("fingerprint") != security.fingerprint():
+        raise PerfError(f"the client's key for security domain {security.sdi} is not the server's")
+    epoch = asked.get("epoch")
+    if not isinstance(epoch, int) or not 0 <= epoch <= 0xFF or not security.live(epoch):
+        raise PerfError(
+            f"the client's key epoch {asked.get('epoch')} is more than one from the server's {security.epoch}"
+        )
+    return QpSecurity(security, encrypt=bool(asked.get("encrypt")))
+
+
 # -- client ----------------------------------------------------------------------------------------------
 def run_client(
     server: tuple[str, int],
@@ -417,10 +467,15 @@ def run_client(
     duration: float | None = None,
     interval: float = 0.1,
     on_interval: Callable[[IntervalReport], None] | None = None,
+    security: SecurityDomain | None = None,
+    encrypt: bool = False,
 ) -> ClientReport:
     """Measure ``sizes`` against the server at ``server`` (its TCP address) from a device on ``binds``.
     With ``duration`` (seconds), write the single size in ``sizes`` for that long and report every
-    ``interval`` seconds."""
+    ``interval`` seconds. ``security``: authenticate the QPs in this security domain (the server's),
+    ``encrypt``: and encrypt their payloads."""
+    if encrypt and security is None:
+        raise PerfError("encryption needs a security domain (--secure KEYFILE)")
     if not sizes or any(not 1 <= s <= MAX_SIZE for s in sizes):
         raise PerfError(f"message sizes must be 1..{MAX_SIZE} bytes")
     if ev_mode not in EV_MODES:
@@ -438,7 +493,7 @@ def run_client(
         ) from None
     conn.settimeout(timeout)
     ch = _Channel(conn)
-    run = _Run(iters, qps, imm, loss, tx_depth, timeout, ev_mode, evs, duration, interval)
+    run = _Run(iters, qps, imm, loss, tx_depth, timeout, ev_mode, evs, duration, interval, security, encrypt)
     with _device(binds, link_gbps, fabric) as dev:
         try:
             return _client_session(dev, ch, sizes, biggest, run, fail_port, fabric, on_result, on_interval)
@@ -462,6 +517,8 @@ class _Run:
     evs: int | None
     duration: float | None
     interval: float
+    security: SecurityDomain | None = None
+    encrypt: bool = False
 
 
 def _client_session(
@@ -495,14 +552,16 @@ def _client_session(
             "ev_mode": run.ev_mode,
             "evs": run.evs,
             "host": None if fabric is None else fabric.host,
+            "secure": _secure_hello(run.security, run.encrypt),
         }
     )
     peer = _peer(hello, dev.num_ports)
+    qp_security = None if run.security is None else QpSecurity(run.security, encrypt=run.encrypt)
     profile = _install_profile(dev, run.ev_mode, fabric, hello.get("host"), run.evs)
     remote = hello["qpns"]
     va, rkey = int(hello["va"]), int(hello["rkey"])
     for q, r in zip(qps, remote, strict=True):
-        dev.connect(q, peer, int(r), ev_profile_id=profile)
+        dev.connect(q, peer, int(r), ev_profile_id=profile, security=qp_security)
     ch.call({"qpns": [q.qp_num for q in qps]})
     if loss:
         dev.impair(loss=loss)

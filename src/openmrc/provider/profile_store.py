@@ -18,6 +18,12 @@ QPs too. Format (version 1)::
 EVs are the 32-byte expanded values in hex with their port; ``config`` is the algorithm's configuration
 dataclass as a mapping (null: the algorithm's defaults).
 
+Security domains (**[openmrc]**, authenticated MRC) travel the same way in a file of their own beside it,
+``<store>.domains``, readable by its owner only (it holds the domain keys): ``{"version": 1, "domains":
+{"7": {"spec": "SDI:KEY:EPOCH", "revoked": false}}}``. A device that uses the store finds a domain there
+when an application asks for it by id (`openmrc.verbs.get_security_domain`), follows its rotations, and
+fails the QPs bound to it when the controller revokes it.
+
 Applications say which store profiles their QPs bind, so that the controller refuses to take a profile in
 use OFFLINE (EBUSY) whichever process uses it: each process with QPs bound to store profiles keeps a file
 ``<store>.users/<pid>.json`` (``{"ev": {"7": [qpn, ...]}, "cc": {...}}``), rewritten when a QP binds a
@@ -39,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from openmrc.ev import EVFormatMode, EVState, ev_echo32
-from openmrc.transport import LocalProtocolError, Nic, NsccConfig, QpState
+from openmrc.transport import LocalProtocolError, Nic, NsccConfig, QpState, SecurityDomain
 from openmrc.transport.profiles import EvProfileBinding
 
 __all__ = ["FORMAT_VERSION", "ProfileStore", "default_store_path"]
@@ -71,6 +77,8 @@ class ProfileStore:
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._seen: int | None = None  # the file's mtime_ns when last read by `changed`
         self.users_dir = self.path.with_name(self.path.name + ".users")
+        self.domains_path = self.path.with_name(self.path.name + ".domains")
+        self._domains_seen: int | None = None
 
     def __repr__(self) -> str:
         return f"ProfileStore({str(self.path)!r})"
@@ -120,6 +128,43 @@ class ProfileStore:
         except OSError:
             now = None
         return now != self._seen
+
+    def read_domains(self) -> dict[int, tuple[str, bool]]:
+        """The security domains the controller published: SDI -> (spec, revoked). Empty without a file;
+        an unreadable or malformed one raises `LocalProtocolError` EINVAL naming the path."""
+        path = self.domains_path
+        with self._locked(False):
+            try:
+                text = path.read_text()
+                self._domains_seen = path.stat().st_mtime_ns
+            except FileNotFoundError:
+                self._domains_seen = None
+                return {}
+            except OSError as exc:
+                raise _os_error(path, exc) from None
+        try:
+            doc = json.loads(text)
+            return {int(k): (str(v["spec"]), bool(v["revoked"])) for k, v in doc["domains"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise LocalProtocolError(errno.EINVAL, f"security domains {path}: malformed ({exc!r})") from None
+
+    def domains_changed(self) -> bool:
+        """Whether the domains file changed since it was last read (one ``stat``)."""
+        try:
+            now = self.domains_path.stat().st_mtime_ns
+        except OSError:
+            now = None
+        return now != self._domains_seen
+
+    def publish_domains(self, domains: dict[int, SecurityDomain]) -> None:
+        """Write ``domains`` (their keys, epochs, and whether revoked) as the domains file's content,
+        readable by its owner only."""
+        doc = {
+            "version": FORMAT_VERSION,
+            "domains": {str(k): {"spec": d.spec(), "revoked": d.revoked} for k, d in sorted(domains.items())},
+        }
+        with self._locked(True):
+            _replace(self.domains_path, json.dumps(doc, indent=1), self.domains_path, mode=0o600)
 
     # -- writing ---------------------------------------------------------------------------------------------
     def write(self, doc: dict[str, Any]) -> None:
@@ -199,14 +244,15 @@ class ProfileStore:
         self.write({"ev": ev, "cc": cc})
 
 
-def _replace(path: Path, text: str, name: Path) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``rename``); errors name
-    ``name``."""
+def _replace(path: Path, text: str, name: Path, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``rename``), with permissions
+    ``mode``; errors name ``name``."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".")
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError, UnboundLocalError):
@@ -235,6 +281,7 @@ class StoreResolver:
         self._ev_docs: dict[int, Any] = {}
         self._cc_docs: dict[int, Any] = {}
         self._users: dict[str, dict[int, list[int]]] = {"ev": {}, "cc": {}}  # as last written
+        self.domain_ids: set[int] = set()  # security domains this resolver installed
 
     def publish_users(self, closing: bool = False) -> None:
         """Record which of this NIC's QPs bind store profiles (`ProfileStore.write_users`), if that
@@ -259,6 +306,8 @@ class StoreResolver:
         holds, and apply its denied EVs to the QPs bound to them; and record this NIC's users."""
         with contextlib.suppress(LocalProtocolError):
             self.publish_users()
+        if self.store.domains_changed():
+            self._refresh_domains(now)
         if not self.store.changed():
             return
         doc = self.store.read()
@@ -294,6 +343,35 @@ class StoreResolver:
                 nic.add_cc_profile(pid, str(algo), cfg)
                 self.cc_ids.add(pid)
                 self._cc_docs[pid] = d
+
+    def _refresh_domains(self, now: int) -> None:
+        """Install the security domains the store holds that this NIC does not, follow their rotations,
+        revoke those the controller revoked (failing their QPs), and forget those it removed."""
+        docs = self.store.read_domains()
+        nic = self.nic
+        for sdi in list(self.domain_ids):
+            if sdi not in docs:
+                self.domain_ids.discard(sdi)
+                nic.domains.pop(sdi, None)
+        for sdi, (spec, revoked) in docs.items():
+            dom = nic.domains.get(sdi)
+            if dom is None:
+                try:
+                    dom = SecurityDomain.from_spec(spec)
+                except ValueError as exc:
+                    raise LocalProtocolError(
+                        errno.EINVAL, f"security domains {self.store.domains_path}: domain {sdi}: {exc}"
+                    ) from None
+                nic.domains[sdi] = dom
+                self.domain_ids.add(sdi)
+            elif sdi not in self.domain_ids:
+                continue  # the process's own domain of that id wins
+            if revoked and not dom.revoked:
+                nic.revoke_domain(dom, now)
+                continue
+            epoch = int(spec.rsplit(":", 1)[-1])
+            while not dom.revoked and dom.epoch != epoch:  # (at most 255 steps: epochs are mod 256)
+                dom.rotate()
 
     def _install_ev(self, pid: int, d: dict[str, Any]) -> EvProfileBinding:
         try:
@@ -332,7 +410,10 @@ class StoreResolver:
                         nic.modify_ev_state(qp, e, EVState.DENIED if e in denied else EVState.GOOD, now=now)
 
     def resolve(self, kind: int, pid: int) -> bool:
-        """The NIC asks for profile ``pid`` (kind 0: EV, 1: CC) it does not hold: look in the store."""
+        """The NIC asks for profile ``pid`` (kind 0: EV, 1: CC; 2: security domain ``pid``) it does not hold:
+        look in the store."""
         with contextlib.suppress(LocalProtocolError):  # an unreadable store: what the NIC holds counts
             self.refresh()
+        if kind == 2:
+            return pid in self.nic.domains
         return pid in (self.nic.ev_profiles if kind == 0 else self.nic.cc_profiles)

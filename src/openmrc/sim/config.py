@@ -71,6 +71,10 @@ class FabricSimConfig:
     """ECMP routing only: how long after a link changes state the switches hash around dead links (the
     routing protocol's convergence; real fabrics take 50 ms to seconds, kept short here so that short runs
     show both phases). None: never."""
+    security: str = "none"
+    """MRC hosts only: "none" (MRC 1.0), "auth" (every QP authenticated in one security domain, each packet
+    carrying the 32-byte security trailer, `openmrc.transport.security`) or "encrypt" (payloads encrypted
+    too). A trimmed packet loses its trailer: an authenticated QP recovers it as a loss."""
     ordered: bool = False
     """Partition-independent event order and one random stream per port, so that a run split across
     processes (`openmrc.sim.partition`, ``--ranks``) gives the same results as in one: ties and random draws
@@ -83,6 +87,12 @@ class FabricSimConfig:
             raise ValueError(f"FabricSimConfig.transport: {self.transport!r} is not 'mrc' or 'roce'")
         if self.transport == "roce" and self.routing != "ecmp":
             raise ValueError("FabricSimConfig.routing: RoCEv2 needs 'ecmp' (it has no SRv6 EVs)")
+        if self.security not in ("none", "auth", "encrypt"):
+            raise ValueError(
+                f"FabricSimConfig.security: {self.security!r} is not 'none', 'auth' or 'encrypt'"
+            )
+        if self.security != "none" and self.transport != "mrc":
+            raise ValueError("FabricSimConfig.security: MRC hosts only (RoCEv2 has no authentication)")
         if self.ordered and (self.transport != "mrc" or self.pfc):
             raise ValueError("FabricSimConfig.ordered: MRC hosts without PFC only")
         if self.pfc and not 0 <= self.pfc_xon < self.pfc_xoff <= 1:

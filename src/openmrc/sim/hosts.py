@@ -38,8 +38,10 @@ from openmrc.transport import (
     NicConfig,
     Qp,
     QpInitAttr,
+    QpSecurity,
     QpState,
     RecvWR,
+    SecurityDomain,
     SendWR,
     Sge,
     WcOpcode,
@@ -198,10 +200,16 @@ class _SimCq(CompletionQueue):
 class _MrcShared:
     """What the MRC hosts of one simulation share: the CQs with new completions, the flows' buffer."""
 
-    __slots__ = ("buf", "env", "ready", "timeout", "zeros")
+    __slots__ = ("buf", "env", "ready", "security", "timeout", "zeros")
 
     def __init__(self, env: HostEnv) -> None:
         self.env = env
+        mode = env.config.security
+        self.security: QpSecurity | None = None
+        """Every flow QP's security domain (``security`` "auth" / "encrypt"; its key from the seed)."""
+        if mode != "none":
+            key = random.Random(env.config.seed ^ 0x5EC).randbytes(32)
+            self.security = QpSecurity(SecurityDomain(1, key), encrypt=mode == "encrypt")
         self.ready: list[CompletionQueue] = []  # flow CQs that got completions since the last drain
         self.buf = bytearray(1 << 20)  # every flow writes from and into this one buffer (only zeros)
         self.zeros = ZeroBuffer(self.buf)  # so their packets carry a shared zero payload
@@ -325,7 +333,12 @@ class MrcHost(SimHost):
         """Take ``qp`` from RESET to RTS towards QP ``dest_qp_num`` of host ``peer``, over the EV profile
         towards that peer, with the simulation's defaults (MPR 64, a retransmit timeout of about four
         base RTTs)."""
-        qp.modify(QpState.INIT, ev_profile_id=self.ev_profile_for(peer), cc_profile_id=0)
+        qp.modify(
+            QpState.INIT,
+            ev_profile_id=self.ev_profile_for(peer),
+            cc_profile_id=0,
+            security=self._shared.security,
+        )
         assert isinstance(peer, int)  # ev_profile_for checked it
         qp.modify(QpState.RTR, dest_qp_num=dest_qp_num, peer=peer, rq_psn=0, mpr_dest=64, max_wimm_dest=0)
         qp.modify(

@@ -99,6 +99,11 @@ class Fabric(_Section):
     validate_wire: bool = _field(
         _SIM.validate_wire, "", "encode and re-parse every packet a NIC sends or receives (slower)"
     )
+    security: Literal["none", "auth", "encrypt"] = _field(
+        _SIM.security,
+        "",
+        "mrc: authenticate every QP's packets in one security domain (auth), and encrypt payloads (encrypt)",
+    )
     dcqcn: bool = _field(_SIM.dcqcn, "", "roce: DCQCN congestion control")
     pfc: bool = _field(_SIM.pfc, "", "lossless fabric: PFC on every port (PAUSE instead of drop)")
     pfc_xoff: float = _field(

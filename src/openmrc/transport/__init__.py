@@ -10,6 +10,7 @@ from openmrc.transport.nic import Arrival, Nic
 from openmrc.transport.nscc import Nscc, NsccConfig
 from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import TRANSITIONS, Qp, QpAttr, QpInitAttr
+from openmrc.transport.security import QpSecurity, SealState, SecurityDomain
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import (
     Access,
@@ -58,9 +59,12 @@ __all__ = [
     "QpAttr",
     "QpCapFlags",
     "QpInitAttr",
+    "QpSecurity",
     "QpState",
     "RecvWR",
     "SackTransmit",
+    "SealState",
+    "SecurityDomain",
     "SendFlags",
     "SendWR",
     "Sge",

@@ -19,7 +19,7 @@ __all__ = ["MemoryRegion", "MrTable"]
 class MemoryRegion:
     """A registered buffer. ``addr`` is its base virtual address (as RETH.VA / Sge.addr refer to it)."""
 
-    __slots__ = ("access", "addr", "length", "lkey", "remote_write", "rkey", "view")
+    __slots__ = ("access", "addr", "length", "lkey", "pd", "remote_write", "rkey", "view")
 
     def __init__(
         self, view: memoryview, addr: int, length: int, lkey: int, rkey: int, access: Access
@@ -31,6 +31,9 @@ class MemoryRegion:
         self.rkey = rkey
         self.access = access
         self.remote_write = bool(access & Access.REMOTE_WRITE)
+        self.pd: object = None
+        """The protection domain it was registered in (`openmrc.verbs` sets it): then only a QP of the same
+        PD may write it remotely, whatever R_Key a packet names. None: any QP of the NIC."""
 
     def __repr__(self) -> str:
         return (
@@ -123,8 +126,9 @@ class MrTable:
         mr = self._remote(rkey)
         return None if mr is None else mr.slice(addr, length)
 
-    def remote_write(self, rkey: int, addr: int, data: memoryview) -> bool:
-        """Place ``data`` at ``addr`` if R_Key, bounds and REMOTE_WRITE allow it (else write nothing and
-        return False): `remote_target` and the copy in one step."""
+    def remote_write(self, rkey: int, addr: int, data: memoryview, pd: object = None) -> bool:
+        """Place ``data`` at ``addr`` if R_Key, bounds, REMOTE_WRITE and the protection domain allow it (a
+        region of a PD takes Writes only from a QP of ``pd``, that one; else write nothing and return
+        False): `remote_target` and the copy in one step."""
         mr = self._remote(rkey)
-        return mr is not None and mr.write(addr, data)
+        return mr is not None and (mr.pd is None or mr.pd is pd) and mr.write(addr, data)

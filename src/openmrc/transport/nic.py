@@ -34,8 +34,17 @@ from openmrc.transport.evtable import EvEvent, EvTable
 from openmrc.transport.mr import MemoryRegion, MrTable
 from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import Qp, QpInitAttr
+from openmrc.transport.security import SealState, SecurityDomain
 from openmrc.transport.stats import NicStats
-from openmrc.transport.types import Access, LocalProtocolError, QpState, SackTransmit, Transmit, TrimMark
+from openmrc.transport.types import (
+    Access,
+    LocalProtocolError,
+    QpState,
+    SackTransmit,
+    Transmit,
+    TrimMark,
+    WcStatus,
+)
 from openmrc.wire import (
     RESERVED_QP_ENDPOINT,
     Addressing,
@@ -75,6 +84,8 @@ _LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 _RTS: Final = QpState.RTS
 _NO_EV: Final = bytes(32)
 _NO_TRIM: Final = TrimMark.NONE
+_NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips where the ICRC was checked or never existed)
+ICRC_SIZE: Final = 4
 _QPN_SPAN: Final = (1 << 24) - 0x100  # QP numbers 0x100.. (below: reserved)
 
 
@@ -108,6 +119,11 @@ class Nic:
         self.stats = stats = NicStats()
         self.mrs = MrTable(rng)
         self.qps: dict[int, Qp] = {}
+        self.domains: dict[int, SecurityDomain] = {}
+        """The security domains a controller created on this NIC, by SDI (`openmrc.ctl`)."""
+        self.secure: dict[int, SealState] = {}
+        """The QPs in a security domain (by QP number): their packets are sealed and opened
+        (`openmrc.transport.security`); every other packet for them is dropped."""
         self._ctrl: list[Transmit] = []
         self._active: dict[Qp, None] = {}
         self._idle_active: dict[Qp, None] = {}  # the other of the two dicts `datagrams_to_send` swaps
@@ -177,6 +193,7 @@ class Nic:
         if self.qps.get(qp.qp_num) is not qp:
             raise LocalProtocolError(errno.EINVAL, "QP does not belong to this NIC")
         del self.qps[qp.qp_num]
+        self.secure.pop(qp.qp_num, None)
         self._active.pop(qp, None)
         self._woken.pop(qp, None)
         qp.timer_at = qp.heap_at = -1
@@ -293,6 +310,9 @@ class Nic:
             stats.rx_dropped_port += 1
             return
         pkt = data
+        if self.secure and data.bth.dest_qp in self.secure:  # a decoded packet carries no seal
+            stats.rx_auth_unsealed += 1
+            return
         if self._validate:  # validation mode: the packet's bytes, ICRC included, must round-trip
             try:
                 cut = bool(trim)
@@ -320,6 +340,10 @@ class Nic:
         a data packet that left its NIC as its Write's template reaches the responder by its fields, a SACK
         (`SackTransmit`) the requester by its fields (`Requester.on_sack_fields`), and no `Packet` is ever
         built for them (in validation mode they take the byte path like every packet)."""
+        body = t.body
+        if body is not None:  # sealed by an authenticated QP: its bytes (no ICRC) are the packet
+            self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
+            return
         tpl = t.tpl
         if tpl is not None:
             dqp = tpl.dest_qp
@@ -338,6 +362,9 @@ class Nic:
         qp = self.qps.get(dqp)
         if qp is None:
             stats.rx_dropped_no_qp += 1
+            return
+        if qp.seal is not None:
+            stats.rx_auth_unsealed += 1
             return
         if tpl is None:
             assert isinstance(t, SackTransmit)
@@ -433,6 +460,7 @@ class Nic:
             return
         entropy = ((flow_label & 0xFFFF) << 16) | addr.sport  # the EV echo: flow label high, source port low
         qps = self.qps
+        secure = self.secure
         last_qpn = -1
         qp: Qp | None = None
         off = 0
@@ -441,6 +469,14 @@ class Nic:
             dg = view[off:end] if seg < total else view
             off = end
             stats.rx_packets += 1
+            if secure and len(dg) >= 8 and (dg[5] << 16 | dg[6] << 8 | dg[7]) in secure:
+                if not trim and not icrc_view_ok(dg, addr):  # (a trimmed packet's header tag is checked)
+                    stats.rx_bad_icrc += 1
+                else:
+                    self._receive_body(dg[: len(dg) - ICRC_SIZE], port, now, ecn, entropy, trim, src)
+                if off >= total:
+                    return
+                continue
             if not trim:
                 if not icrc_view_ok(dg, addr):
                     stats.rx_bad_icrc += 1
@@ -473,6 +509,39 @@ class Nic:
                 self._deliver(pkt, port, now, ecn, entropy, trim, who)
             if off >= total:
                 return
+
+    def _receive_body(
+        self, body: memoryview, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
+    ) -> None:
+        """A packet from BTH up to (not including) its ICRC, which was checked or never existed (an
+        in-process fabric): opened by its QP's seal if the QP is in a security domain, else parsed as is."""
+        stats = self.stats
+        if len(body) < 8:
+            stats.rx_malformed += 1
+            return
+        s = self.secure.get(body[5] << 16 | body[6] << 8 | body[7])
+        raw = b"".join((body, _NO_ICRC)) if s is None else s.open(body, stats, bool(trim))
+        if raw is None:
+            return
+        try:
+            pkt = parse(raw, trimmed=bool(trim))
+        except WireError:
+            stats.rx_malformed += 1
+            return
+        self._deliver(pkt, port, now, ecn, entropy, trim, src)
+
+    def revoke_domain(self, domain: SecurityDomain, now: int) -> int:
+        """``domain`` was revoked: every QP of this NIC in it fails (ERROR, its work flushed, LOC_PROT_ERR
+        for the first WR), at once; how many."""
+        domain.revoke()
+        n = 0
+        for qpn, s in list(self.secure.items()):
+            if s.domain is domain:
+                qp = self.qps[qpn]
+                qp.set_error(now, WcStatus.LOC_PROT_ERR, f"security domain {domain.sdi} revoked")
+                self.wake(qp)
+                n += 1
+        return n
 
     def _deliver(
         self, pkt: Packet, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
@@ -623,7 +692,20 @@ class Nic:
         if self._validate:  # every packet as its bytes decode, with the ICRC `receive` checks
             for t in out:
                 t.packet = parse(seal(t.packet, _LOOP_ADDR))
+        if self.secure and out:
+            out = self._seal(out, now)
         return out
+
+    def _seal(self, out: list[Transmit], now: int) -> list[Transmit]:
+        """``out`` with the packets of authenticated QPs sealed (``Transmit.body``); a packet its QP may no
+        longer seal (the domain was revoked) does not leave."""
+        secure = self.secure
+        kept: list[Transmit] = []
+        for t in out:
+            s = secure.get(t.qp_num)
+            if s is None or s.seal(t, now):
+                kept.append(t)
+        return kept
 
     def get_timer(self) -> int | None:
         """The earliest deadline at which `handle_timer` must be called, or None."""

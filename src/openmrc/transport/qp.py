@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from openmrc.transport.cq import CompletionQueue
 from openmrc.transport.requester import Requester
 from openmrc.transport.responder import Responder
+from openmrc.transport.security import QpSecurity, SealState
 from openmrc.transport.types import (
     LocalProtocolError,
     QpCapFlags,
@@ -88,6 +89,9 @@ class QpAttr:
     """RTS: retries at the fixed interval (0..7)."""
     retry_exp: int | None = None
     """RTS: further retries with exponential backoff (0..25; 25 = infinite)."""
+    security: QpSecurity | None = None
+    """INIT: **[openmrc]** the security domain the QP's packets are authenticated in (see
+    `openmrc.transport.security`); both ends set the same. None: MRC 1.0, unauthenticated."""
 
     def __init__(
         self,
@@ -107,6 +111,7 @@ class QpAttr:
         timeout: int | None = None,
         retry_linear: int | None = None,
         retry_exp: int | None = None,
+        security: QpSecurity | None = None,
     ) -> None:
         # written out (the dataclass keeps it): compiled, it is several times as fast as the generated one
         self.qp_hint = qp_hint
@@ -124,11 +129,12 @@ class QpAttr:
         self.timeout = timeout
         self.retry_linear = retry_linear
         self.retry_exp = retry_exp
+        self.security = security
 
 
 _ALL: Final = frozenset(f.name for f in fields(QpAttr))
 _INIT_REQ: Final = frozenset({"ev_profile_id", "cc_profile_id"})
-_INIT_OPT: Final = frozenset({"qp_hint"})
+_INIT_OPT: Final = frozenset({"qp_hint", "security"})
 _RTR_REQ: Final = frozenset({"dest_qp_num", "peer", "rq_psn", "mpr_dest", "max_wimm_dest"})
 _RTR_OPT: Final = frozenset({"cap"})
 _RTS_REQ: Final = frozenset({"sq_psn", "mpr", "max_wimm", "timeout", "retry_linear", "retry_exp"})
@@ -204,6 +210,10 @@ class Qp:
         """Why the transport put the QP in ERROR (the status and what led to it), None until then."""
         self.requester = Requester(self)
         self.responder = Responder(self)
+        self.pd: object = None
+        """The protection domain (`openmrc.verbs` sets it): remote Writes reach only its regions."""
+        self.seal: SealState | None = None
+        """The QP's sealing state while it is in a security domain (attribute ``security``), else None."""
 
     def __repr__(self) -> str:
         return f"Qp(0x{self.qp_num:06x}, {self.state.name})"
@@ -254,6 +264,11 @@ class Qp:
                 hash(peer)  # the endpoint keeps each peer's port status by it
             except TypeError:
                 raise LocalProtocolError(errno.EINVAL, f"peer={peer!r} is not hashable") from None
+        security = attrs.get("security")
+        if security is not None and not isinstance(security, QpSecurity):
+            raise LocalProtocolError(errno.EINVAL, f"security={security!r}: expected a QpSecurity")
+        if security is not None and security.domain.revoked:
+            raise LocalProtocolError(errno.EINVAL, f"security domain {security.domain.sdi} is revoked")
         if not self._fits(rule, state, attrs):
             self._refuse(rule, state, attrs)
         attr = self.attr
@@ -261,6 +276,11 @@ class Qp:
             if v is not None:
                 setattr(attr, name, v)
         old, self.state = self.state, state
+        if security is not None:
+            self.seal = SealState(self.qp_num, security)
+            self.nic.secure[self.qp_num] = self.seal
+        if self.seal is not None and attr.dest_qp_num is not None:
+            self.seal.peer_qpn = attr.dest_qp_num
         if state is QpState.RTR and old is QpState.INIT:
             self.evs = self.nic.build_ev_table(self, now)
             self.responder.start(now)
@@ -271,6 +291,9 @@ class Qp:
         elif state is QpState.ERROR and old is not QpState.ERROR:
             self._flush(now)
         elif state is QpState.RESET:
+            if self.seal is not None:
+                self.seal = None
+                del self.nic.secure[self.qp_num]
             self.attr = QpAttr()
             self.evs = None
             self._recv_queue = None

@@ -215,7 +215,7 @@ class Responder:
             stats.protocol_errors += 1
             self._nack(NackReason.UNEXP_EVENT, seq, entropy, port)
             return
-        if n and not nic.mrs.remote_write(rkey, va, payload):
+        if n and not nic.mrs.remote_write(rkey, va, payload, qp.pd):
             stats.access_errors += 1
             self._send(
                 Packet(

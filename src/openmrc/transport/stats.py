@@ -55,6 +55,16 @@ class NicStats:
     ep_unsent: int = 0
     tx_dropped_port: int = 0
     ev_events_dropped: int = 0
+    rx_auth_failed: int = 0
+    """Packets for an authenticated QP whose security trailer or tag did not verify (forged, modified, of
+    another domain or mode, or from another SSI than the peer's), dropped."""
+    rx_auth_replayed: int = 0
+    """Packets for an authenticated QP whose counter was seen before or is behind the replay window."""
+    rx_auth_epoch: int = 0
+    """Packets sealed in an epoch that is not live (an old key, or a revoked domain)."""
+    rx_auth_unsealed: int = 0
+    """Packets for an authenticated QP too short to carry a security trailer, or trimmed (a plain MRC
+    packet long enough is taken for one, which does not verify: ``rx_auth_failed``)."""
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

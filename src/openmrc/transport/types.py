@@ -198,7 +198,9 @@ class Transmit:
     packet (``op``, ``ack_req``, ``rtx``, ``psn``, ``va``, ``payload``): a driver that sends bytes encodes
     those with one ``tpl.header(...)`` call; ``packet`` builds the `Packet` on first use. Setting
     ``packet`` replaces what the driver sends (the template is dropped). A SACK leaves the core the same
-    way, as its fields (`SackTransmit`).
+    way, as its fields (`SackTransmit`). A packet of an authenticated QP leaves sealed: ``body`` holds its
+    bytes from BTH through the security trailer (`openmrc.transport.security`), which a driver sends as they
+    are (adding the ICRC) and an in-process fabric hands to `Nic.receive_transmit`; None for every other.
 
     The rest are the fields a simulated fabric uses while the packet is in flight, so that a packet in
     flight is this one object (a large simulation has millions; a sans-IO driver ignores them):
@@ -218,6 +220,7 @@ class Transmit:
         "_route",
         "_trimmed",
         "ack_req",
+        "body",
         "ecn",
         "entropy",
         "epoch",
@@ -274,6 +277,7 @@ class Transmit:
         self.flow_crc = -1
         self.epoch = 0
         self.hop: object = None
+        self.body: bytes | None = None
 
     # The address and segment share one slot, ``_route``: at or above 0 the address int, the segment int
     # above its 128 bits; below 0 the EV's address (`route_by_ev`) with its active uSID at byte -_route & 31.

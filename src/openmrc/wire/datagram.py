@@ -37,9 +37,11 @@ from openmrc.wire.constants import (
 from openmrc.wire.headers import BTH
 from openmrc.wire.icrc import LRH_CRC, crc32, crc_from_bth, mask_correction
 from openmrc.wire.packet import _ZERO_PAD, ICRC_SIZE, Packet
+from openmrc.wire.security import BTH_SEALED, DATA_SEAL_OVERHEAD
 
 __all__ = [
     "Addressing",
+    "data_header_length",
     "datagram_icrc",
     "icrc_ok",
     "icrc_view_ok",
@@ -231,19 +233,29 @@ def icrc_view_ok(view: memoryview, addr: Addressing) -> bool:
 
 
 def trim_datagram(data: bytes | bytearray | memoryview) -> bytes:
-    """A data packet as a trimming switch forwards it: its headers (BTH through ImmDt) and the trailer,
-    payload and pad cut off. Raises `WireError` for a control packet (never trimmed) or truncated input."""
+    """A data packet as a trimming switch forwards it: its headers (BTH through ImmDt) and the trailer (the
+    ICRC, and the security trailer of a sealed packet, `openmrc.wire.security`), payload and pad cut off.
+    Raises `WireError` for a control packet (never trimmed) or truncated input."""
     view = memoryview(data)
     if len(view) < BTH.SIZE + ICRC_SIZE:
         raise WireError("BTH", "length", len(view), "truncated: shorter than BTH + ICRC")
     op = view[0]
     if not is_data_opcode(op):
         raise WireError("BTH", "opcode", 0, f"opcode 0x{op:02x} is not a data packet; only data is trimmed")
+    hlen = data_header_length(view)
+    keep = ICRC_SIZE + (DATA_SEAL_OVERHEAD if view[8] & BTH_SEALED else 0)  # [openmrc] a sealed packet's
+    if len(view) < hlen + keep:
+        raise WireError(
+            "RETH", "length", len(view), f"truncated: {len(view)} B, headers need {hlen} B + {keep} B"
+        )
+    return b"".join((view[:hlen], view[-keep:]))
+
+
+def data_header_length(view: bytes | bytearray | memoryview) -> int:
+    """Where the payload of the data packet ``view`` (from BTH, at least its first 12 bytes) starts: BTH,
+    METH, TSETH if BTH.TS says so, RETH, and ImmDt for the two opcodes that carry it."""
+    op = view[0]
     hlen = BTH.SIZE + 4 + (4 if view[8] & 0x10 else 0) + 16
     if op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM):
         hlen += 4
-    if len(view) < hlen + ICRC_SIZE:
-        raise WireError(
-            "RETH", "length", len(view), f"truncated: {len(view)} B, headers need {hlen} B + ICRC"
-        )
-    return b"".join((view[:hlen], view[-ICRC_SIZE:]))
+    return hlen

@@ -13,6 +13,10 @@
 --   0xDD NACK       NETH
 --   0xDE PROBE      PETH
 -- and the 4-byte ICRC trailer (shown as mrc.icrc, read little-endian as RoCEv2 stores it).
+-- [openmrc] A packet of an authenticated QP (BTH byte 8 bit S, mrc.bth.sealed) carries a security
+-- trailer before the ICRC (openmrc/wire/security.py): SECH (mrc.sech.*), a data packet's header tag
+-- (mrc.sech.header_tag) and the tag (mrc.sech.tag). Wireshark's Lua API has no AES-GCM, so the tags are
+-- shown, not verified: `openmrc decode --key KEYFILE --src-qpn N` verifies them.
 --
 -- Field names are mrc.<header>.<python attribute>, except mrc.reth.va/rkey/dmalen, mrc.imm and mrc.icrc.
 -- Loading this script registers MRC on UDP port 4791 (preference mrc.udp_port), which displaces the
@@ -99,6 +103,7 @@ local HEADERS = {
         { "becn", "BECN", 4, 1, mask = 0x40, bool = true },
         { "dest_qp", "Destination QP", 5, 3, base = base.HEX },
         { "ack_req", "Acknowledge request (A)", 8, 1, mask = 0x80, bool = true },
+        { "sealed", "Sealed: security trailer (S) [openmrc]", 8, 1, mask = 0x40, bool = true },
         { "rtx", "Retransmission (RTX)", 8, 1, mask = 0x20, bool = true },
         { "ts", "TSETH present (TS)", 8, 1, mask = 0x10, bool = true },
         { "psn", "Packet sequence number", 9, 3 },
@@ -168,6 +173,13 @@ local HEADERS = {
         { "port_status", "Port status mask", 4, 4, base = base.HEX },
         { "tx_timestamp", "TX timestamp", 12, 2, base = base.HEX },
     }), ts_tail(14)) },
+    { key = "sech", title = "Security Extension Header (SECH) [openmrc]", size = 16, fields = {
+        { "version", "Version", 0, 1, mask = 0xF0 },
+        { "encrypted", "Payload encrypted (E)", 0, 1, mask = 0x01, bool = true },
+        { "epoch", "Key epoch", 1, 1 },
+        { "sdi", "Security domain (SDI)", 2, 4 },
+        { "ssi", "Secure source identifier (SSI)", 6, 4, base = base.HEX },
+    } },
     { key = "eeth", title = "Endpoint Response Transport Header (EETH)", size = 36, fields = extend(extend(typenext(), {
         { "op", "Endpoint operation", 1, 1, mask = 0x30, vals = EP_OPS },
         { "vendor_info", "Vendor info", 3, 1, base = base.HEX },
@@ -217,12 +229,16 @@ local pf_payload = ProtoField.bytes("mrc.payload", "Payload")
 local pf_padding = ProtoField.bytes("mrc.padding", "Pad bytes")
 local pf_undecoded = ProtoField.bytes("mrc.undecoded", "Undecoded bytes")
 local pf_icrc = ProtoField.uint32("mrc.icrc", "ICRC", base.HEX)
+local pf_sech_counter = ProtoField.uint64("mrc.sech.counter", "Counter (40 bits)")
+local pf_htag = ProtoField.bytes("mrc.sech.header_tag", "Header tag (AES-GCM)")
+local pf_tag = ProtoField.bytes("mrc.sech.tag", "Tag (AES-GCM)")
 -- Wireshark's checksum status convention (PROTO_CHECKSUM_E_*): what `xxx.checksum.status` fields hold.
 local ICRC_BAD, ICRC_GOOD, ICRC_UNVERIFIED = 0, 1, 2
 local pf_icrc_status = ProtoField.uint8("mrc.icrc.status", "ICRC status", base.DEC,
     { [ICRC_BAD] = "Bad", [ICRC_GOOD] = "Good", [ICRC_UNVERIFIED] = "Unverified" })
 local pf_icrc_computed = ProtoField.uint32("mrc.icrc.computed", "Computed ICRC", base.HEX)
-extend(pfields, { pf_payload, pf_padding, pf_undecoded, pf_icrc, pf_icrc_status, pf_icrc_computed })
+extend(pfields, { pf_payload, pf_padding, pf_undecoded, pf_icrc, pf_icrc_status, pf_icrc_computed,
+    pf_sech_counter, pf_htag, pf_tag })
 mrc.fields = pfields
 
 local ex_truncated = ProtoExpert.new("mrc.truncated", "Truncated MRC packet",
@@ -375,6 +391,18 @@ local function dissect(tvb, pinfo, root)
     end
     local op = bth.opcode
     local opname = name_of(OPCODES, op)
+    -- [openmrc] a sealed packet's security trailer sits between its last header (or pad) and the ICRC
+    local sech_off
+    if bth.sealed then
+        local trailer = is_data(op) and 48 or 32
+        if limit - 12 >= trailer then
+            sech_off = limit - trailer
+            limit = sech_off
+        else
+            tree:add_proto_expert_info(ex_truncated, string.format(
+                "Sealed (S) but %d bytes leave no room for the %d-byte security trailer", limit - 12, trailer))
+        end
+    end
     local info = string.format("MRC %s QP=0x%06x PSN=%d", opname, bth.dest_qp, bth.psn)
     tree:append_text(string.format(", %s, QP 0x%06x, PSN %d", opname, bth.dest_qp, bth.psn))
     local off = 12
@@ -468,6 +496,22 @@ local function dissect(tvb, pinfo, root)
             tree:add_proto_expert_info(ex_malformed, string.format("%d unexpected byte(s) after the headers",
                 limit - off))
         end
+    end
+    if sech_off then
+        local sech = add_header("sech", tvb, sech_off, sech_off + 16, tree)
+        local sub = tree
+        if sech then
+            local hi, lo = tvb(sech_off + 11, 1):uint(), tvb(sech_off + 12, 4):uint()
+            tree:add(pf_sech_counter, tvb(sech_off + 11, 5), UInt64.new(lo, hi))
+            info = info .. string.format(" [sealed%s epoch=%d sdi=%d ctr=%.0f]", sech.encrypted and " E" or "",
+                sech.epoch, sech.sdi, hi * 4294967296 + lo)
+        end
+        local toff = sech_off + 16
+        if is_data(op) then
+            sub:add(pf_htag, tvb(toff, 16)):append_text(" [not verified here]")
+            toff = toff + 16
+        end
+        sub:add(pf_tag, tvb(toff, 16)):append_text(" [not verified here: openmrc decode --key]")
     end
     if icrc_ok then
         local range = tvb(len - ICRC_SIZE, ICRC_SIZE)

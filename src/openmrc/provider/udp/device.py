@@ -40,6 +40,7 @@ from openmrc.transport.cq import CompletionQueue
 from openmrc.transport.mr import MemoryRegion
 from openmrc.transport.nic import Nic
 from openmrc.transport.qp import Qp, QpInitAttr
+from openmrc.transport.security import QpSecurity
 from openmrc.transport.types import (
     Access,
     LocalProtocolError,
@@ -292,6 +293,7 @@ class UdpDevice:
         timeout: int = DEFAULT_TIMEOUT,
         retry_linear: int = 7,
         retry_exp: int = 7,
+        security: QpSecurity | None = None,
     ) -> None:
         """Take ``qp`` from RESET to RTS towards ``dest_qp_num`` on ``peer`` and make sure every EV of its
         profile can be carried: raises `LocalProtocolError` with the reason (an IPv4 port for STEV or
@@ -300,7 +302,8 @@ class UdpDevice:
         ``timeout``: the ACK timeout, 1.024 µs · 2^timeout (14: 16.8 ms; raised to the device's floor,
         `software_config`); ``retry_linear`` timeouts at that interval, then ``retry_exp`` doubling it
         (25: for ever), and the QP fails with RETRY_EXC_ERR: with the defaults 4.4 s after the peer's
-        last answer (`openmrc.transport.Qp.time_to_error`)."""
+        last answer (`openmrc.transport.Qp.time_to_error`). ``security``: authenticate the QP's packets in
+        that security domain (the peer's QP must be connected with the same one)."""
         with self._lock:
             self._check_open()
             self.add_peer(peer)
@@ -321,6 +324,7 @@ class UdpDevice:
                 retry_linear=retry_linear,
                 retry_exp=retry_exp,
                 on_init=self.prepare_qp,
+                security=security,
             )
 
     def prepare_qp(self, qp: Qp) -> None:

@@ -36,6 +36,7 @@ from openmrc.wire import (
 
 _HEADER_BYTES: Final = 100  # IP + UDP + MRC headers of a data packet, for pacing
 _ICRC_SIZE: Final = 4
+_EMPTY: Final = memoryview(b"")
 
 # (socket, destination sockaddr, ICRC addressing, the peer) for one (port, entropy, peer, SRv6 destination)
 Route = tuple[socket.socket, tuple[Any, ...], Addressing, object]
@@ -143,7 +144,13 @@ class Sender:
             sock, dest, addr = r[0], r[1], r[2]
             tpl = t.tpl
             parts: list[bytes | memoryview] | None = None
-            if tpl is not None:  # a data packet: its headers from the Write's template, one struct.pack
+            payload = t.payload
+            body = t.body
+            if body is not None:  # sealed by an authenticated QP: its bytes as they are, and the ICRC
+                hdr = body
+                payload = _EMPTY
+                size = len(body) + _ICRC_SIZE
+            elif tpl is not None:  # a data packet: its headers from the Write's template, one struct.pack
                 n = t.size
                 hdr = tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, n)
                 size = len(hdr) + n + (-n & 3) + _ICRC_SIZE
@@ -173,7 +180,7 @@ class Sender:
                         run = []
                         run_count = 0
                     if parts is None:
-                        parts = seal_header_parts(hdr, t.payload, addr)
+                        parts = seal_header_parts(hdr, payload, addr)
                     self._injector.deliver(copies, sock, dest, parts, now)
                     continue
                 # one copy, as it was sent: batched like any other packet
@@ -191,7 +198,7 @@ class Sender:
                     else 1
                 )
             if parts is None:
-                seal_into(run, hdr, t.payload, addr)
+                seal_into(run, hdr, payload, addr)
             else:
                 run += parts
             run_count += 1

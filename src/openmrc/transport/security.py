@@ -1,0 +1,363 @@
+"""**[openmrc]** Authenticated MRC: security domains, their keys, the per-QP sealing and opening of packets.
+
+Theory of operation
+-------------------
+A *security domain* (`SecurityDomain`) is a set of QPs that trust one another: an identifier (SDI) and a
+256-bit domain key handed to every member out of band (the controller's store, ``openmrc perf --secure``,
+a collective's bootstrap). The key never seals a packet itself: each *epoch* of the domain has its own
+AES-128 keys, ``HKDF-SHA256(domain key, salt = "openmrc-sd" | SDI, info = "openmrc auth v1" | epoch)`` for
+whole packets and the same with info ``... | epoch | "header"`` for header tags, so an epoch key that
+leaks says nothing of the others. Rotation (`SecurityDomain.rotate`) moves senders to the
+next epoch; a receiver takes the epoch before, the current one and the next one (two live at every moment
+of a rotation, whichever side rotates first: members derive the next key themselves, so a rotation needs
+no coordination and costs no packet). Revocation (`SecurityDomain.revoke`) ends the domain at once: nothing
+of it is sealed or opened again.
+
+A QP joins a domain when it is set up (`QpSecurity`, the INIT attribute ``security``; both ends must agree,
+as they agree on the QP numbers). Each QP draws a random 32-bit SSI and counts the packets it seals; SSI,
+its QP number and the counter make the AES-GCM nonce (`openmrc.wire.security`), and the trailer carries
+SSI, epoch and counter so that the receiver can rebuild it (the sender's QP number it knows: it is the
+peer it was connected to, so a packet of another QP replayed into this one does not verify).
+
+The receiving QP (`SealState.open`) accepts a packet only if its SECH is well formed and of its domain and
+agreed mode, its epoch live, its tag verifies under the nonce of *this QP's peer*, and its counter is new:
+a replay window of `REPLAY_WINDOW` counters per QP (the QP's peer is its one sender; a counter more than the
+window behind the highest one verified is refused, as IPsec's and UET's windows do). The first packet that
+verifies pins the peer's SSI; another SSI (an older incarnation of the peer QP, replayed) is refused.
+Every refusal is counted in `NicStats` (``rx_auth_failed``, ``rx_auth_replayed``, ``rx_auth_epoch``,
+``rx_auth_unsealed``) and has no other effect: the packet never reaches the requester or the responder, so
+it can neither place a byte nor acknowledge, delay or fail anything.
+
+What stays visible to an on-path observer: headers (QP numbers, PSNs, opcodes, addresses and lengths) and,
+without encryption, payloads. What authentication cannot stop: dropping or delaying packets (MRC's
+recovery sees losses), and the members of a domain impersonating one another (one key per domain).
+A trimmed packet keeps its trailer (a switch keeps it as it keeps the ICRC): its header tag is verified
+and it is taken as a trimmed packet (a fast NACK), nothing more; its counter is then spent, so neither the
+packet nor its trimmed copy is taken again.
+"""
+
+from __future__ import annotations
+
+import errno
+import secrets
+import struct
+from typing import Final
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from openmrc.transport.stats import NicStats
+from openmrc.transport.types import LocalProtocolError, SackTransmit, Transmit
+from openmrc.wire.buffer import WireError
+from openmrc.wire.constants import is_data_opcode
+from openmrc.wire.datagram import data_header_length
+from openmrc.wire.security import (
+    BTH_SEALED,
+    COUNTER_MAX,
+    DATA_SEAL_OVERHEAD,
+    SEAL_OVERHEAD,
+    SECH_SIZE,
+    TAG_SIZE,
+    pack_sech,
+    seal_nonce,
+    unpack_sech,
+)
+
+__all__ = ["REPLAY_WINDOW", "QpSecurity", "SealState", "SecurityDomain"]
+
+REPLAY_WINDOW: Final = 1 << 16
+"""Counters a receiving QP remembers behind the highest one verified (a QP has at most 255·128 PSNs in
+flight, each sealed once per transmission: reordering across paths stays well inside)."""
+DOMAIN_KEY_BYTES: Final = 32
+_EPOCH_SALT: Final = b"openmrc-sd"
+_EPOCH_INFO: Final = b"openmrc auth v1"
+_HEADER_INFO: Final = b"header"
+_ZERO_PAD: Final = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
+_NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips: the ICRC was checked on the datagram)
+_BTH_SIZE: Final = 12
+
+
+def _uint32(name: str, v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 0xFFFFFFFF:
+        raise LocalProtocolError(errno.EINVAL, f"{name}={v!r}: expected an integer in [1, 4294967295]")
+    return v
+
+
+class SecurityDomain:
+    """A security domain: ``sdi`` (1 .. 2^32-1), the 32-byte domain ``key``, the current ``epoch`` (0..255).
+
+    The same domain is made in every process that takes part from the same three values (`from_spec` reads
+    them as one string, `spec` writes it); `generate` draws a fresh key."""
+
+    def __init__(self, sdi: int, key: bytes, *, epoch: int = 0) -> None:
+        self.sdi = _uint32("sdi", sdi)
+        if not isinstance(key, bytes | bytearray) or len(key) != DOMAIN_KEY_BYTES:
+            raise LocalProtocolError(errno.EINVAL, f"a domain key is {DOMAIN_KEY_BYTES} bytes")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= 0xFF:
+            raise LocalProtocolError(errno.EINVAL, f"epoch={epoch!r}: expected an integer in [0, 255]")
+        self._key = bytes(key)
+        self.epoch = epoch
+        self.revoked = False
+        self._aead: dict[int, tuple[AESGCM, AESGCM]] = {}
+
+    @classmethod
+    def generate(cls, sdi: int, *, epoch: int = 0) -> SecurityDomain:
+        """A domain with a fresh random key."""
+        return cls(sdi, secrets.token_bytes(DOMAIN_KEY_BYTES), epoch=epoch)
+
+    @classmethod
+    def from_spec(cls, spec: str) -> SecurityDomain:
+        """The domain of ``"SDI:KEY[:EPOCH]"`` (KEY as 64 hex digits), what `spec` writes."""
+        parts = spec.strip().split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError("a security domain is SDI:KEY[:EPOCH] (KEY: 64 hex digits)")
+        try:
+            sdi = int(parts[0], 0)
+            key = bytes.fromhex(parts[1])
+            epoch = int(parts[2], 0) if len(parts) == 3 else 0
+        except ValueError:
+            raise ValueError("a security domain is SDI:KEY[:EPOCH] (KEY: 64 hex digits)") from None
+        try:
+            return cls(sdi, key, epoch=epoch)
+        except LocalProtocolError as exc:
+            raise ValueError(exc.args[-1] if exc.args else str(exc)) from None
+
+    def fingerprint(self) -> str:
+        """16 hex digits that tell whether two members hold the same domain key (derived one way from
+        it: they say nothing of the key)."""
+        hkdf = HKDF(
+            algorithm=hashes.SHA256(),
+            length=8,
+            salt=_EPOCH_SALT + struct.pack("!I", self.sdi),
+            info=b"openmrc fingerprint v1",
+        )
+        return hkdf.derive(self._key).hex()
+
+    def spec(self) -> str:
+        """``"SDI:KEY:EPOCH"``: everything another member needs (a secret: hand it out of band only)."""
+        return f"{self.sdi}:{self._key.hex()}:{self.epoch}"
+
+    @staticmethod
+    def epoch_key(key: bytes, sdi: int, epoch: int, header: bool = False) -> bytes:
+        """The AES-128 key of ``epoch`` of the domain ``sdi`` whose domain key is ``key``: for whole
+        packets, or (``header``) for header tags."""
+        hkdf = HKDF(
+            algorithm=hashes.SHA256(),
+            length=16,
+            salt=_EPOCH_SALT + struct.pack("!I", sdi),
+            info=_EPOCH_INFO + bytes((epoch & 0xFF,)) + (_HEADER_INFO if header else b""),
+        )
+        return hkdf.derive(key)
+
+    def live(self, epoch: int) -> bool:
+        """Whether packets sealed in ``epoch`` are taken: the epoch before the current one, the current one
+        and the next one, unless the domain is revoked."""
+        return not self.revoked and (epoch - self.epoch + 1) & 0xFF <= 2
+
+    def aead(self, epoch: int) -> tuple[AESGCM, AESGCM] | None:
+        """The ciphers of ``epoch`` (whole packets, header tags), None if that epoch is not live."""
+        a = self._aead.get(epoch)
+        if a is None:
+            if not self.live(epoch):
+                return None
+            a = self._aead[epoch] = (
+                AESGCM(self.epoch_key(self._key, self.sdi, epoch)),
+                AESGCM(self.epoch_key(self._key, self.sdi, epoch, header=True)),
+            )
+        elif self.revoked:
+            return None
+        return a
+
+    def rotate(self) -> int:
+        """Seal with the next epoch's key from now on; the new epoch. The one before stays live (packets
+        in flight), the one before that is dropped."""
+        if self.revoked:
+            raise LocalProtocolError(errno.EINVAL, f"security domain {self.sdi} is revoked")
+        self.epoch = (self.epoch + 1) & 0xFF
+        for e in [e for e in self._aead if not self.live(e)]:
+            del self._aead[e]
+        return self.epoch
+
+    def revoke(self) -> None:
+        """End the domain: nothing is sealed or opened under it again (`Nic.revoke_domain` also fails the
+        QPs bound to it)."""
+        self.revoked = True
+        self._aead.clear()
+
+    def __repr__(self) -> str:
+        state = "revoked" if self.revoked else f"epoch {self.epoch}"
+        return f"SecurityDomain(sdi={self.sdi}, {state})"  # (never the key)
+
+
+class QpSecurity:
+    """The QP attribute ``security`` (**[openmrc]**, set in INIT; both ends of a QP set the same): the
+    ``domain`` it belongs to, and whether payloads are ``encrypt``-ed as well as authenticated. ``ssi``:
+    the QP's secure source identifier, random when not given (a test that needs it fixed gives it)."""
+
+    __slots__ = ("domain", "encrypt", "ssi")
+
+    def __init__(self, domain: SecurityDomain, *, encrypt: bool = False, ssi: int | None = None) -> None:
+        if not isinstance(domain, SecurityDomain):
+            raise LocalProtocolError(errno.EINVAL, f"domain: expected a SecurityDomain, got {domain!r}")
+        self.domain = domain
+        self.encrypt = bool(encrypt)
+        self.ssi = None if ssi is None else _uint32("ssi", ssi)
+
+    def __repr__(self) -> str:
+        return f"QpSecurity({self.domain!r}, encrypt={self.encrypt})"
+
+
+class SealState:
+    """What one QP of a domain needs to seal what it sends and open what it receives."""
+
+    __slots__ = ("domain", "encrypt", "peer_qpn", "peer_ssi", "qp_num", "seen", "sent", "ssi", "top")
+
+    def __init__(self, qp_num: int, security: QpSecurity, peer_qpn: int = 0) -> None:
+        self.qp_num = qp_num
+        """The sending QP's number (in the nonce of what it seals)."""
+        self.peer_qpn = peer_qpn
+        """The peer QP's number (in the nonce of what it opens; its QP sets it in RTR)."""
+        self.domain = security.domain
+        self.encrypt = security.encrypt
+        ssi = security.ssi
+        while not ssi:
+            ssi = secrets.randbits(32)
+        self.ssi: int = ssi
+        self.sent = 0
+        """The counter of the last packet sealed."""
+        self.peer_ssi = 0
+        self.top = 0
+        """The highest counter verified."""
+        self.seen = bytearray(REPLAY_WINDOW >> 3)
+        """One bit per counter within the window behind ``top`` (counter mod the window)."""
+
+    # -- sending -------------------------------------------------------------------------------------------
+    def seal(self, t: Transmit, now: int) -> bool:
+        """Give ``t`` its sealed bytes (``t.body``: BTH through the tag; a driver adds the ICRC). False if
+        it must not leave: the domain is revoked, or the QP has sealed 2^40 packets in this domain."""
+        dom = self.domain
+        keys = dom.aead(dom.epoch)
+        if keys is None or self.sent >= COUNTER_MAX:
+            return False
+        self.sent = c = self.sent + 1
+        tpl = t.tpl
+        if tpl is not None:
+            n = t.size
+            raw = tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, n)
+            payload: bytes | memoryview = t.payload
+        else:
+            if type(t) is SackTransmit:
+                t.stamp_service(now)  # (leaves now: sealed, no driver may change it later)
+            pkt = t.packet
+            raw = pkt.encode_headers()
+            payload = pkt.payload
+            n = len(payload)
+        hdr = bytearray(raw)
+        hdr[8] |= BTH_SEALED
+        pad = _ZERO_PAD[-n & 3]
+        encrypt = self.encrypt
+        sech = pack_sech(encrypt, dom.epoch, dom.sdi, self.ssi, c)
+        nonce = seal_nonce(self.ssi, self.qp_num, c)
+        whole, header = keys
+        if not is_data_opcode(hdr[0]):  # never trimmed: no header tag
+            aad = b"".join((hdr, payload, pad, sech))
+            t.body = aad + whole.encrypt(nonce, b"", aad)
+            return True
+        htag = header.encrypt(nonce, b"", b"".join((hdr, sech)))
+        if encrypt:
+            ct = whole.encrypt(nonce, payload, b"".join((hdr, pad, sech, htag)))
+            t.body = b"".join((hdr, memoryview(ct)[:n], pad, sech, htag, memoryview(ct)[n:]))
+        else:
+            aad = b"".join((hdr, payload, pad, sech, htag))
+            t.body = aad + whole.encrypt(nonce, b"", aad)
+        return True
+
+    # -- receiving -----------------------------------------------------------------------------------------
+    def open(self, body: memoryview, stats: NicStats, trimmed: bool = False) -> memoryview | bytes | None:
+        """The packet ``body`` (BTH through the tag, its ICRC checked unless ``trimmed``) as
+        `openmrc.wire.parse` takes it (the MRC 1.0 packet, its last four bytes standing for the ICRC), or
+        None: refused and counted. A ``trimmed`` data packet is its headers and trailer (or, from an
+        in-process fabric, still whole): its header tag is checked, and its headers come back."""
+        n = len(body)
+        if n < _BTH_SIZE + SEAL_OVERHEAD or not body[8] & BTH_SEALED:
+            stats.rx_auth_unsealed += 1
+            return None
+        data = is_data_opcode(body[0])
+        if trimmed and not data:
+            stats.rx_auth_failed += 1  # (control packets are never trimmed)
+            return None
+        trailer = DATA_SEAL_OVERHEAD if data else SEAL_OVERHEAD
+        if n < _BTH_SIZE + trailer:
+            stats.rx_auth_unsealed += 1
+            return None
+        end = n - trailer  # the end of the pad
+        try:
+            h = unpack_sech(body[end : end + SECH_SIZE])
+        except WireError:
+            stats.rx_auth_failed += 1
+            return None
+        dom = self.domain
+        if h.sdi != dom.sdi or h.encrypted != self.encrypt or (self.peer_ssi and h.ssi != self.peer_ssi):
+            stats.rx_auth_failed += 1
+            return None
+        keys = dom.aead(h.epoch)
+        if keys is None:
+            stats.rx_auth_epoch += 1
+            return None
+        c = h.counter
+        top = self.top
+        if c <= top and (
+            top - c >= REPLAY_WINDOW or self.seen[(c & (REPLAY_WINDOW - 1)) >> 3] >> (c & 7) & 1
+        ):
+            stats.rx_auth_replayed += 1
+            return None
+        nonce = seal_nonce(h.ssi, self.peer_qpn, c)
+        whole, header = keys
+        sech_end = end + SECH_SIZE
+        out: memoryview | bytes
+        try:
+            if data:
+                hl = data_header_length(body)
+                pad = (body[1] >> 4) & 3
+                if hl > (end if trimmed else end - pad):
+                    stats.rx_auth_failed += 1
+                    return None
+                if trimmed:
+                    htag = body[sech_end : sech_end + TAG_SIZE]
+                    header.decrypt(nonce, htag, b"".join((body[:hl], body[end:sech_end])))
+                    out = b"".join((body[:hl], _NO_ICRC))
+                elif h.encrypted:
+                    aad = b"".join((body[:hl], body[end - pad : end], body[end : n - TAG_SIZE]))
+                    pt = whole.decrypt(nonce, b"".join((body[hl : end - pad], body[n - TAG_SIZE :])), aad)
+                    out = b"".join((body[:hl], pt, body[end - pad : end], _NO_ICRC))
+                else:
+                    whole.decrypt(nonce, body[n - TAG_SIZE :], body[: n - TAG_SIZE])
+                    out = body[: end + 4]  # (four bytes of SECH stand for the ICRC `parse` skips)
+            else:
+                whole.decrypt(nonce, body[n - TAG_SIZE :], body[: n - TAG_SIZE])
+                out = body[: end + 4]
+        except (InvalidTag, WireError):
+            stats.rx_auth_failed += 1
+            return None
+        self._mark(c)
+        if not self.peer_ssi:
+            self.peer_ssi = h.ssi
+        return out
+
+    def _mark(self, c: int) -> None:
+        """Note counter ``c`` (verified, not seen before) in the replay window."""
+        seen = self.seen
+        top = self.top
+        mask = REPLAY_WINDOW - 1
+        if c > top:
+            if c - top >= REPLAY_WINDOW:
+                seen[:] = bytes(len(seen))
+            else:
+                for x in range(top + 1, c):  # counters between the old top and c: not seen yet
+                    i = x & mask
+                    seen[i >> 3] &= ~(1 << (i & 7)) & 0xFF
+            self.top = c
+        i = c & mask
+        seen[i >> 3] |= 1 << (i & 7)
