@@ -158,3 +158,14 @@ def test_decode_shows_a_sealed_packets_trailer_and_verifies_it_with_the_key(tmp_
     assert bad.exit_code == 0 and "do NOT verify" in bad.output
     usage = runner.invoke(app, ["decode", hexed, "--key", str(tmp_path / "k")])
     assert usage.exit_code == 2
+    # as a whole frame and in a capture: the packet inside its trailer, the trailer shown
+    from openmrc.wire import encapsulate
+
+    frame = encapsulate(sent[0], src="2001:db8::a", dst="2001:db8::b", sport=0xC000, ether=True)
+    whole = runner.invoke(
+        app, ["decode", "--frame", frame.hex(), "--key", str(tmp_path / "k"), "--src-qpn", qpn]
+    )
+    assert whole.exit_code == 0 and "tags verify" in whole.output and "WRITE_ONLY" in whole.output
+    write_pcap(tmp_path / "s.pcap", [(0, frame), (1, frame[: -4 - 100])])
+    cap = runner.invoke(app, ["decode", "--pcap", str(tmp_path / "s.pcap")])
+    assert cap.exit_code == 0 and cap.output.count("sealed [openmrc]: SDI 5") >= 1, cap.output

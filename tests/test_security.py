@@ -31,11 +31,11 @@ from openmrc.wire.constants import OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM, is_dat
 from openmrc.wire.datagram import data_header_length
 from openmrc.wire.security import (
     BTH_SEALED,
-    DATA_SEAL_OVERHEAD,
     SEAL_OVERHEAD,
     SECH_SIZE,
     pack_sech,
     seal_nonce,
+    trailer_length,
     unpack_sech,
 )
 
@@ -85,9 +85,10 @@ def auth_counts(p: Pair) -> dict[str, int]:
     st.integers(1, 2**40 - 1),
 )
 def test_sech_round_trips(encrypted: bool, epoch: int, sdi: int, ssi: int, counter: int) -> None:
-    raw = pack_sech(encrypted, epoch, sdi, ssi, counter)
-    assert len(raw) == SECH_SIZE
-    assert tuple(unpack_sech(raw)) == (encrypted, epoch, sdi, ssi, counter)
+    for htag in (False, True):
+        raw = pack_sech(encrypted, epoch, sdi, ssi, counter, htag)
+        assert len(raw) == SECH_SIZE
+        assert tuple(unpack_sech(raw)) == (encrypted, epoch, sdi, ssi, counter, htag)
 
 
 @given(st.binary(min_size=SECH_SIZE, max_size=SECH_SIZE))
@@ -104,7 +105,7 @@ def test_any_sixteen_bytes_decode_or_raise_wire_error(raw: bytes) -> None:
     [
         pack_sech(False, 0, 1, 1, 1)[:15],
         bytes([0x20]) + pack_sech(False, 0, 1, 1, 1)[1:],  # version 2
-        bytes([0x12]) + pack_sech(False, 0, 1, 1, 1)[1:],  # an unknown flag
+        bytes([0x14]) + pack_sech(False, 0, 1, 1, 1)[1:],  # an unknown flag
         pack_sech(False, 0, 1, 1, 1)[:10] + b"\x01" + pack_sech(False, 0, 1, 1, 1)[11:],  # reserved
         pack_sech(False, 0, 1, 1, 1)[:11] + bytes(5),  # counter 0
     ],
@@ -153,9 +154,25 @@ def test_an_authenticated_transfer_is_bit_exact(encrypt: bool, imp: Impairments 
         assert p.b.stats.trims_seen == p.fabric.trimmed > 0
 
 
+def test_without_header_tags_a_trimmed_packet_is_recovered_as_a_loss() -> None:
+    """``header_tag=False`` (a fabric that never trims): data packets carry 32 bytes of trailer, not 48; a
+    trimmed one cannot be verified, is counted unsealed and recovered like a lost packet."""
+    dom = SecurityDomain.generate(3)
+    sec = (QpSecurity(dom, header_tag=False), QpSecurity(dom, header_tag=False))
+    p = Pair(seed=3, wire=True, imp=Impairments(trim=0.05), security=sec)
+    sizes: list[int] = []
+    p.fabric.observers.append(
+        lambda dst, obj, port, now, kw: sizes.append(len(obj)) if not kw["trim"] and obj[0] == 0xC7 else None  # type: ignore[index,arg-type]
+    )
+    transfer(p)
+    assert [c.status for c in p.completions()] == [S.SUCCESS] and p.dst[:SIZE] == p.src[:SIZE]
+    assert set(sizes) == {12 + 4 + 16 + 4096 + SEAL_OVERHEAD + 4}  # WRITE_MIDDLE: BTH METH RETH, payload
+    assert p.b.stats.rx_auth_unsealed == p.fabric.trimmed > 0 and p.b.stats.trims_seen == 0
+
+
 def trailer(raw: bytes | bytearray) -> int:
-    """The security trailer's length of the sealed packet ``raw``."""
-    return DATA_SEAL_OVERHEAD if is_data_opcode(raw[0]) else SEAL_OVERHEAD
+    """The security trailer's length of the sealed datagram ``raw`` (ICRC included)."""
+    return trailer_length(raw[:-4])
 
 
 # -- the adversary -------------------------------------------------------------------------------------------
@@ -171,15 +188,17 @@ def forge_sealed(
     plain: bytes, key: bytes, sdi: int, epoch: int, ssi: int, sender_qpn: int, counter: int
 ) -> bytes:
     """An attacker's own sealing of the MRC packet ``plain`` (BTH through pad): the public layout with a
-    key it holds, authentication only."""
+    key it holds, authentication only, a header tag on data packets."""
     b = bytearray(plain)
     b[8] |= BTH_SEALED
-    sech = pack_sech(False, epoch, sdi, ssi, counter)
+    data = is_data_opcode(b[0])
+    sech = pack_sech(False, epoch, sdi, ssi, counter, data)
     nonce = seal_nonce(ssi, sender_qpn, counter)
-    aad = bytes(b) + sech
-    if is_data_opcode(b[0]):
+    aad = bytes(b)
+    if data:
         header = AESGCM(SecurityDomain.epoch_key(key, sdi, epoch, header=True))
         aad += header.encrypt(nonce, b"", bytes(b[: data_header_length(b)]) + sech)
+    aad += sech
     return aad + AESGCM(SecurityDomain.epoch_key(key, sdi, epoch)).encrypt(nonce, b"", aad)
 
 
@@ -226,7 +245,7 @@ class Adversary:
                 forged = seal(bytes(body) + bytes(4), addr)
             else:  # sealed under a key of the attacker's, for the domain's SDI and a live epoch
                 body = raw[: -4 - trailer(raw)]
-                h = unpack_sech(raw[-4 - trailer(raw) : -4 - trailer(raw) + SECH_SIZE])
+                h = unpack_sech(raw[-4 - SEAL_OVERHEAD : -4 - SEAL_OVERHEAD + SECH_SIZE])
                 qpn = self.p.qp_a.qp_num if rkw["src"] == "a" else self.p.qp_b.qp_num
                 forged = seal(
                     forge_sealed(body, self.own_key, h.sdi, h.epoch, h.ssi, qpn, h.counter + 1_000)
@@ -338,7 +357,7 @@ def _genuine_write(p: Pair) -> bytes:
 
     def grab(dst, obj, port, now, kw):  # type: ignore[no-untyped-def]
         if isinstance(obj, bytes) and obj[0] in (OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM) and not got:
-            got.append(obj[: -4 - DATA_SEAL_OVERHEAD])
+            got.append(obj[: -4 - trailer(obj)])
 
     p.fabric.observers.append(grab)
     transfer(p, 256)
@@ -484,7 +503,7 @@ def test_over_udp_replayed_and_forged_datagrams_change_nothing(encrypt: bool) ->
                 attacker.bind((a.endpoints()[port - 1][0], 0))
                 addr = Addressing(a.endpoints()[port - 1][0], target[0], attacker.getsockname()[1], target[1])
                 body = data[:-4]
-                plain = bytearray(body[: -trailer(body)])
+                plain = bytearray(body[: -trailer_length(body)])
                 plain[-8:] = b"EVILEVIL"
                 for forged in (body, flip(data, rng)[:-4], bytes(plain)):
                     attacker.sendto(seal(forged + bytes(4), addr), target)
@@ -546,3 +565,37 @@ def test_the_simulator_runs_authenticated_qps(mode: str) -> None:
 
 def auth_counts_of(stats: object) -> dict[str, int]:
     return {k: v for k, v in stats.as_dict().items() if k.startswith("rx_auth") and v}  # type: ignore[attr-defined]
+
+
+# -- the endpoint --------------------------------------------------------------------------------------------
+
+
+def test_a_secured_endpoint_takes_no_forged_port_status_update() -> None:
+    """Both NICs' endpoints secured in the domain (`Nic.secure_endpoint`): a real port status update
+    arrives sealed and is applied; a forged one (plain, or sealed under another key), with a correct ICRC,
+    claiming every port of "a" down, is refused and counted, and b keeps spraying over every plane."""
+    from openmrc.wire import BTH, ERTH, RESERVED_QP_ENDPOINT, EpOp, Opcode, Packet, parse
+
+    dom = SecurityDomain.generate(4)
+    p = Pair(seed=3, wire=True, ports=2, security=(QpSecurity(dom), QpSecurity(dom)))
+    for nic in (p.a, p.b):
+        nic.secure_endpoint(dom)
+    p.a.port_down(2, now=0)
+    p.run(max_time=100_000)
+    assert p.b.peer_ports["a"] == 0b01  # the sealed update was taken
+    p.a.port_up(2, now=p.now)
+    p.run(max_time=p.now + 100_000)
+    assert p.b.peer_ports["a"] == 0b11
+    update = Packet(
+        BTH(Opcode.EP_REQUEST, dest_qp=RESERVED_QP_ENDPOINT, psn=77),
+        erth=ERTH(op=EpOp.PORT_STATUS_UPDATE, port_status=0),
+    ).encode()
+    addr = Addressing(port_address("a", 1), port_address("b", 1), 0xC000)
+    before = sum(auth_counts_of(p.b.stats).values())
+    p.b.receive_datagram(seal(update, addr), 1, p.now, addr, src="a")
+    forged = forge_sealed(update[:-4], bytes(32), dom.sdi, dom.epoch, 5, RESERVED_QP_ENDPOINT, 1)
+    p.b.receive_datagram(seal(forged + bytes(4), addr), 1, p.now, addr, src="a")
+    assert sum(auth_counts_of(p.b.stats).values()) == before + 2
+    assert p.b.peer_ports["a"] == 0b11  # nothing changed
+    p.b.receive(parse(update), 1, p.now, src="a")  # (a decoded packet carries no seal)
+    assert p.b.peer_ports["a"] == 0b11 and p.b.stats.rx_auth_unsealed >= 1

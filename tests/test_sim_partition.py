@@ -40,12 +40,14 @@ from openmrc.wire.packet import DataTemplate, parse
 fork_only = pytest.mark.skipif(not hasattr(os, "fork"), reason="the local backend forks")
 
 
-def _clos(part: tuple[int, int] | None = None, *, whole_switches: bool = False) -> FabricSim:
+def _clos(
+    part: tuple[int, int] | None = None, *, whole_switches: bool = False, security: str = "none"
+) -> FabricSim:
     """A small 2-plane Clos with everything that must not depend on the split: an incast (trims, ECN
     draws), a permutation, random loss on a plane, a link that fails and returns, a NIC port failure,
     Write-with-Immediate flows (the receiver's completion) and sampling. ``part``: only that rank's part
     (``whole_switches``: each T1 whole, on the rank `assign_ranks` gives it, instead of shared out)."""
-    cfg = FabricSimConfig(hosts=32, planes=2, evs_per_qp=8, ordered=True)
+    cfg = FabricSimConfig(hosts=32, planes=2, evs_per_qp=8, ordered=True, security=security)
     owned = partition.owned_nodes(cfg.clos(), part)
     if whole_switches and part is not None:
         owned = [r == part[0] for r in partition.assign_ranks(cfg.clos(), part[1])]
@@ -104,6 +106,15 @@ def test_same_results_on_1_2_and_3_ranks(build: Any) -> None:
         assert len(times) == ranks and len({t["critical_cpu_s"] for t in times}) == 1  # every rank agrees
         # per window the busiest rank's time, summed: at least any one rank's running time in all
         assert all(times[0]["critical_cpu_s"] >= t["run_cpu_s"] for t in times)
+
+
+@fork_only
+def test_authenticated_qps_give_the_same_results_on_2_ranks() -> None:
+    """Sealed packets (`[fabric] security`) cross ranks with their bytes: the split run is the whole one,
+    and no packet was refused anywhere (every seal opened where it arrived)."""
+    one = _view(partition.run_local(_clos(security="auth"), 1, 10**9))
+    assert all(f[2] is not None for f in one["flows"])
+    assert _view(partition.run_local(lambda part: _clos(part, security="auth"), 2, 10**9)) == one
 
 
 @fork_only

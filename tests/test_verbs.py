@@ -753,6 +753,8 @@ def test_the_controller_creates_rotates_and_revokes_a_security_domain(
     da = ctl.create_security_domain(sa.ctx, 40)
     key = bytes.fromhex(da.spec().split(":")[1])
     ctl.create_security_domain(sb.ctx, 40, key)
+    for side in (sa, sb):
+        ctl.secure_endpoint(side.ctx, 40)  # port status updates and probes sealed too
     with pytest.raises(ctl.CtlError) as exc:
         ctl.create_security_domain(sa.ctx, 40)
     assert _errno(exc) == "EEXIST"
@@ -805,6 +807,10 @@ def test_the_controller_creates_rotates_and_revokes_a_security_domain(
     assert ctl.query_security_domain(sa.ctx, 40).revoked
     with pytest.raises(ctl.CtlError):
         ctl.rotate_security_domain(sa.ctx, 40)
+    with pytest.raises(ctl.CtlError) as exc:
+        ctl.destroy_security_domain(sa.ctx, 40)  # it still secures the endpoint
+    assert _errno(exc) == "EBUSY"
+    ctl.secure_endpoint(sa.ctx, None)
     ctl.destroy_security_domain(sa.ctx, 40)
     with pytest.raises(ctl.CtlError) as exc:
         ctl.query_security_domain(sa.ctx, 40)

@@ -341,8 +341,8 @@ def test_sealed_packets_show_their_security_trailer(tshark_env: dict[str, str], 
     assert len(rows) == len(packets)
     for raw, row in zip(packets, rows, strict=True):
         is_data = 0xC6 <= raw[0] <= 0xCB
-        trailer = 48 if is_data else 32
-        h = unpack_sech(raw[-4 - trailer : -4 - trailer + 16])
+        h = unpack_sech(raw[-36:-20])  # (SECH and the tag: the last 32 bytes before the ICRC)
+        assert h.header_tag == is_data
         assert as_int(row["mrc.bth.sealed"]) == 1 and as_int(row["mrc.sech.encrypted"]) == 1, row
         assert (as_int(row["mrc.sech.epoch"]), as_int(row["mrc.sech.sdi"])) == (5, 77)
         assert as_int(row["mrc.sech.counter"]) == h.counter

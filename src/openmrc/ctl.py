@@ -45,7 +45,7 @@ from openmrc.ev import (
 )
 from openmrc.provider.profile_store import ProfileStore
 from openmrc.transport import EvEvent, LocalProtocolError, QpState, SecurityDomain, cc_algorithms
-from openmrc.wire import EpOp
+from openmrc.wire import RESERVED_QP_ENDPOINT, EpOp
 
 __all__ = [
     "CTL_API_CURRENT_VERSION",
@@ -97,6 +97,7 @@ __all__ = [
     "query_version",
     "revoke_security_domain",
     "rotate_security_domain",
+    "secure_endpoint",
 ]
 
 CTL_API_CURRENT_VERSION = verbs.api_ver(1, 0, 1)
@@ -1160,7 +1161,7 @@ def create_security_domain(
 def query_security_domain(ctx: verbs.Context, sdi: int) -> SecurityDomainAttr:
     dom = _domain(ctx, sdi)
     nic = ctx.dev.nic
-    n = sum(1 for s in nic.secure.values() if s.domain is dom)
+    n = sum(1 for q, s in nic.secure.items() if s.domain is dom and q in nic.qps)
     return SecurityDomainAttr(dom.sdi, dom.epoch, dom.revoked, n, dom.fingerprint())
 
 
@@ -1190,11 +1191,32 @@ def revoke_security_domain(ctx: verbs.Context, sdi: int) -> int:
     return n
 
 
+def secure_endpoint(ctx: verbs.Context, sdi: int | None) -> None:
+    """**[openmrc]** Authenticate the device's endpoint packets (port status updates, EV probes and their
+    answers) in security domain ``sdi``, so that a forged one cannot take a plane out of use; None: MRC
+    1.0 again. Every device that exchanges endpoint packets with this one must do the same."""
+    if sdi is None:
+        _priv(ctx)
+        dom = None
+    else:
+        dom = _domain(ctx, sdi)
+    with ctx.dev.lock:
+        ctx.dev.nic.secure_endpoint(dom)
+
+
 def destroy_security_domain(ctx: verbs.Context, sdi: int) -> None:
     """Remove security domain ``sdi`` from the device (EBUSY while a QP not in RESET is bound to it)."""
     dom = _domain(ctx, sdi)
     nic = ctx.dev.nic
-    users = [q for q, s in nic.secure.items() if s.domain is dom and nic.qps[q].state is not QpState.ERROR]
+    users = [
+        q
+        for q, s in nic.secure.items()
+        if s.domain is dom and q in nic.qps and nic.qps[q].state is not QpState.ERROR
+    ]
+    if (ep := nic.secure.get(RESERVED_QP_ENDPOINT)) is not None and ep.domain is dom:
+        raise CtlError(
+            errno.EBUSY, f"security domain {sdi} secures the endpoint (secure_endpoint(ctx, None))"
+        )
     if users:
         raise CtlError(errno.EBUSY, f"security domain {sdi} is bound by {len(users)} QP(s)")
     with ctx.dev.lock:

@@ -75,7 +75,13 @@ def decode_pcap(console: Console, path: Path, udp_port: int) -> tuple[int, int]:
                 console.print(f"{head}  not MRC: {exc}", markup=False, emoji=False, highlight=False)
                 continue
         mrc += 1
-        for line in frame_lines(fr):
+        lines = frame_lines(fr)
+        if fr.sealed is not None:
+            try:
+                lines += unseal(fr.udp_payload(), None, None)[1][:1]
+            except ValueError as exc:
+                lines.append(f"sealed, malformed trailer: {exc}")
+        for line in lines:
             console.print(f"{head}  {line}", markup=False, emoji=False, highlight=False)
             head = " " * len(head)
         console.print(packet_table(fr.packet))
@@ -91,27 +97,28 @@ def unseal(raw: bytes, domain: object | None, src_qpn: int | None) -> tuple[byte
     from openmrc.wire import WireError
     from openmrc.wire.constants import is_data_opcode
     from openmrc.wire.datagram import data_header_length
-    from openmrc.wire.security import BTH_SEALED, DATA_SEAL_OVERHEAD, SEAL_OVERHEAD, SECH_SIZE, unpack_sech
+    from openmrc.wire.security import BTH_SEALED, SEAL_OVERHEAD, SECH_SIZE, trailer_length, unpack_sech
 
     if len(raw) < 12 or not raw[8] & BTH_SEALED:
         return raw, []
-    data = is_data_opcode(raw[0])
-    trailer = DATA_SEAL_OVERHEAD if data else SEAL_OVERHEAD
     body = raw[:-4]
-    if len(body) < 12 + trailer:
-        raise ValueError(
-            f"sealed (S) but {len(raw)} bytes leave no room for the {trailer}-byte security trailer"
-        )
-    end = len(body) - trailer
+    if len(body) < 12 + SEAL_OVERHEAD:
+        raise ValueError(f"sealed (S) but {len(raw)} bytes leave no room for the security trailer")
+    sech_at = len(body) - SEAL_OVERHEAD
     try:
-        h = unpack_sech(body[end : end + SECH_SIZE])
+        h = unpack_sech(body[sech_at : sech_at + SECH_SIZE])
     except WireError as exc:
         raise ValueError(f"sealed (S), but its SECH is malformed: {exc}") from None
+    end = len(body) - trailer_length(body)
+    if end < 12:
+        raise ValueError(f"sealed (S) but {len(raw)} bytes leave no room for the security trailer")
     lines = [
         f"sealed [openmrc]: SDI {h.sdi}, epoch {h.epoch}, SSI 0x{h.ssi:08x}, counter {h.counter}"
         + (", payload encrypted" if h.encrypted else "")
+        + (", header tag" if h.header_tag else "")
     ]
-    trimmed = data and end == data_header_length(body)  # headers and trailer only
+    data = is_data_opcode(raw[0])
+    trimmed = data and h.header_tag and end == data_header_length(body)  # headers and trailer only
     inner = body[:end] + raw[-4:]
     if domain is None or src_qpn is None:
         lines.append("tags not verified (give --key KEYFILE and --src-qpn, the sending QP's number)")

@@ -170,6 +170,11 @@ def decode(
             for line in frame_lines(fr):
                 console.print(line, markup=False, emoji=False, highlight=False)
             pkt = fr.packet
+            if fr.sealed is not None:
+                inner, lines = unseal(fr.udp_payload(), domain, src_qpn)
+                for line in lines:
+                    console.print(line, markup=False, emoji=False, highlight=False)
+                pkt = parse(inner)
         else:
             pkt = parse(raw)
     except WireError as exc:

@@ -214,6 +214,8 @@ class _Lane:
         try:
             if port >> 16 or wire_size >> 22 or epoch >> 29 or crc >> 33:  # (a negative one too)
                 raise struct.error
+            if tx.body is not None:  # sealed (authenticated MRC): its bytes cross with it, wide
+                raise struct.error
             crc |= epoch << 33
             if tpl is not None:
                 got = self.tpls.get(tpl)
@@ -325,9 +327,10 @@ class _Lane:
 
 def _fields(at: int, ends: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
     """What `_Lane.pack` packs of ``tx``, each field on its own (`_WIDE_HEAD`; the rare packet a row
-    cannot hold), addressed by a plain address (a packet routed by its EV as the address that EV gives); a
-    data packet's tail ends with its sender, destination and QP number (its template may have crossed with
-    others)."""
+    cannot hold, and every sealed one), addressed by a plain address (a packet routed by its EV as the
+    address that EV gives); a data packet's tail ends with its sender, destination and QP number (its
+    template may have crossed with others); its sealed bytes (`Transmit.body`, None for most) come right
+    before the addressing."""
     tail: tuple[Any, ...]
     tpl = tx.tpl
     peer = cast(int, tx.peer)
@@ -344,7 +347,7 @@ def _fields(at: int, ends: int, tx: Transmit, lane: _Lane) -> tuple[Any, ...]:
     addr, seg = tx.addr, tx.seg
     return (
         kind, flags | int(tx.ecn), tx.trim_code, tx.port, at, ends, tx.wire_size,
-        tx.entropy, tx.epoch, tx.flow_crc, *tail, addr & _M64, addr >> 64, seg & _M64, seg >> 64,
+        tx.entropy, tx.epoch, tx.flow_crc, *tail, tx.body, addr & _M64, addr >> 64, seg & _M64, seg >> 64,
     )  # fmt: skip
 
 
@@ -645,6 +648,7 @@ class _Cut:
             else:
                 tx = _other_tx(blobs[f[j + 4]], f[j + 2])
             tx.port, tx.peer, tx.entropy, tx.src, tx.size = port, f[j + 1], entropy, f[j], f[j + 3]
+        tx.body = f[len(f) - 5]  # (a sealed packet's bytes, before its addressing; None for others)
         self._arrive(f, False, tx, f[4], f[5], flags & 1 != 0, f[2], f[6], f[8], f[9], engine)
 
     def _arrive(

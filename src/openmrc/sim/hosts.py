@@ -183,6 +183,8 @@ def set_dest_qp(qp: Qp, dest: int) -> None:
     """Point ``qp``, connected towards QP 0 (`HostEnv.cut`), at its peer's QP ``dest`` before any packet."""
     qp.attr.dest_qp_num = dest
     qp.requester.dest_qp = dest
+    if qp.seal is not None:  # authenticated: the peer's QP number is in the nonce of what it opens
+        qp.seal.peer_qpn = dest
 
 
 class _SimCq(CompletionQueue):

@@ -39,7 +39,7 @@ from mypy_extensions import mypyc_attr
 from openmrc.fabric.ecmp import fmix32, mul32
 from openmrc.transport import Nic, Transmit, TrimMark
 from openmrc.wire import Packet
-from openmrc.wire.security import DATA_SEAL_OVERHEAD, SEAL_OVERHEAD
+from openmrc.wire.security import trailer_length
 
 if TYPE_CHECKING:
     from openmrc.sim.engine import Simulator
@@ -370,7 +370,7 @@ class Port:
                     return
                 self.trims += 1
                 p.trim = TrimMark.TRIMMED_LASTHOP if self.last_hop else TrimMark.TRIMMED
-                p.wire_size = size = HEADER_BYTES if p.body is None else HEADER_BYTES + DATA_SEAL_OVERHEAD
+                p.wire_size = size = HEADER_BYTES if p.body is None else HEADER_BYTES + trailer_length(p.body)
             else:
                 if queued > self.ecn_low:
                     self._red(p, queued)
@@ -875,8 +875,9 @@ class Host(Node):
                 t.payload = zeros.view(len(payload))
         else:
             size = t.payload_len() + HEADER_BYTES  # a SACK stays its fields
-        if t.body is not None:  # sealed: the security trailer too
-            size += DATA_SEAL_OVERHEAD if t.tpl is not None else SEAL_OVERHEAD
+        body = t.body
+        if body is not None:  # sealed: the security trailer too
+            size += trailer_length(body)
         # the NIC's packet goes on the fabric itself: its fabric fields are still their defaults (every
         # transmission the core emits is a new object)
         ev = t.ev

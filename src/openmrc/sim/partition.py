@@ -316,8 +316,6 @@ def _check(sim: FabricSim, ranks: int) -> None:
             )
         if cfg.validate_wire:
             raise PartitionError("validate_wire: 1 rank only")
-        if cfg.security != "none":
-            raise PartitionError("security: 1 rank only (sealed packets do not cross ranks yet)")
         for n, node in enumerate(sim.nodes):  # a cut port is named node << 16 | port (`crossing._Cut`)
             if len(node.ports) >= _ROUTE_THERE:
                 raise PartitionError(f"node {n}: {len(node.ports)} ports, a split run names at most 65,534")

@@ -34,7 +34,7 @@ from openmrc.transport.evtable import EvEvent, EvTable
 from openmrc.transport.mr import MemoryRegion, MrTable
 from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import Qp, QpInitAttr
-from openmrc.transport.security import SealState, SecurityDomain
+from openmrc.transport.security import QpSecurity, SealState, SecurityDomain
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import (
     Access,
@@ -473,7 +473,11 @@ class Nic:
                 if not trim and not icrc_view_ok(dg, addr):  # (a trimmed packet's header tag is checked)
                     stats.rx_bad_icrc += 1
                 else:
-                    self._receive_body(dg[: len(dg) - ICRC_SIZE], port, now, ecn, entropy, trim, src)
+                    who = src
+                    if who is None and dg[5] << 16 | dg[6] << 8 | dg[7] == RESERVED_QP_ENDPOINT:
+                        fam = socket.AF_INET if addr.version == 4 else socket.AF_INET6
+                        who = socket.inet_ntop(fam, addr.src)
+                    self._receive_body(dg[: len(dg) - ICRC_SIZE], port, now, ecn, entropy, trim, who)
                 if off >= total:
                     return
                 continue
@@ -523,6 +527,15 @@ class Nic:
         raw = b"".join((body, _NO_ICRC)) if s is None else s.open(body, stats, bool(trim))
         if raw is None:
             return
+        if s is not None and not trim:  # an opened plain data packet: the responder's fast path
+            f = plain_data_fields(raw if type(raw) is memoryview else memoryview(raw))
+            qp = self.qps.get(f[1]) if f[0] else None
+            if qp is not None:
+                qp.responder.on_fields(
+                    f[0], f[2], f[3], f[4], f[5], f[6], f[7], 0, 0, now, port, ecn, entropy, _NO_TRIM
+                )
+                self._woken[qp] = None
+                return
         try:
             pkt = parse(raw, trimmed=bool(trim))
         except WireError:
@@ -530,13 +543,26 @@ class Nic:
             return
         self._deliver(pkt, port, now, ecn, entropy, trim, src)
 
+    def secure_endpoint(self, domain: SecurityDomain | None) -> None:
+        """**[openmrc]** Authenticate this NIC's endpoint packets (port status updates, EV probes and their
+        answers, on the reserved QP) in ``domain``: they leave sealed, and an endpoint packet that does
+        not open is dropped and counted like any other (None: MRC 1.0 again). Every NIC that talks to
+        this one must do the same, in the same domain."""
+        if domain is None:
+            self.secure.pop(RESERVED_QP_ENDPOINT, None)
+            return
+        sec = QpSecurity(domain, header_tag=False)
+        self.secure[RESERVED_QP_ENDPOINT] = SealState(
+            RESERVED_QP_ENDPOINT, sec, RESERVED_QP_ENDPOINT, per_sender=True
+        )
+
     def revoke_domain(self, domain: SecurityDomain, now: int) -> int:
         """``domain`` was revoked: every QP of this NIC in it fails (ERROR, its work flushed, LOC_PROT_ERR
-        for the first WR), at once; how many."""
+        for the first WR), at once, and an endpoint it secured takes nothing more; how many QPs."""
         domain.revoke()
         n = 0
         for qpn, s in list(self.secure.items()):
-            if s.domain is domain:
+            if s.domain is domain and qpn != RESERVED_QP_ENDPOINT:
                 qp = self.qps[qpn]
                 qp.set_error(now, WcStatus.LOC_PROT_ERR, f"security domain {domain.sdi} revoked")
                 self.wake(qp)

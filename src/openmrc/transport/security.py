@@ -50,19 +50,17 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import LocalProtocolError, SackTransmit, Transmit
-from openmrc.wire.buffer import WireError
 from openmrc.wire.constants import is_data_opcode
 from openmrc.wire.datagram import data_header_length
 from openmrc.wire.security import (
     BTH_SEALED,
     COUNTER_MAX,
-    DATA_SEAL_OVERHEAD,
+    NONCE_LAYOUT,
     SEAL_OVERHEAD,
-    SECH_SIZE,
+    SECH_FLAG_HEADER_TAG,
+    SECH_LAYOUT,
+    SECH_VERSION,
     TAG_SIZE,
-    pack_sech,
-    seal_nonce,
-    unpack_sech,
 )
 
 __all__ = ["REPLAY_WINDOW", "QpSecurity", "SealState", "SecurityDomain"]
@@ -77,6 +75,8 @@ _HEADER_INFO: Final = b"header"
 _ZERO_PAD: Final = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
 _NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips: the ICRC was checked on the datagram)
 _BTH_SIZE: Final = 12
+_VERSION: Final = SECH_VERSION << 4  # SECH byte 0 without flags
+_WINDOW_MASK: Final = REPLAY_WINDOW - 1
 
 
 def _uint32(name: str, v: object) -> int:
@@ -193,52 +193,114 @@ class SecurityDomain:
 
 class QpSecurity:
     """The QP attribute ``security`` (**[openmrc]**, set in INIT; both ends of a QP set the same): the
-    ``domain`` it belongs to, and whether payloads are ``encrypt``-ed as well as authenticated. ``ssi``:
-    the QP's secure source identifier, random when not given (a test that needs it fixed gives it)."""
+    ``domain`` it belongs to, and whether payloads are ``encrypt``-ed as well as authenticated.
+    ``header_tag``: the data packets this QP sends carry a header tag, so that a trimmed one is verified
+    and NACKed at once (False: one AES-GCM call less per packet, for fabrics that never trim; a trimmed
+    packet is then recovered as a loss). ``ssi``: the QP's secure source identifier, random when not
+    given (a test that needs it fixed gives it)."""
 
-    __slots__ = ("domain", "encrypt", "ssi")
+    __slots__ = ("domain", "encrypt", "header_tag", "ssi")
 
-    def __init__(self, domain: SecurityDomain, *, encrypt: bool = False, ssi: int | None = None) -> None:
+    def __init__(
+        self,
+        domain: SecurityDomain,
+        *,
+        encrypt: bool = False,
+        header_tag: bool = True,
+        ssi: int | None = None,
+    ) -> None:
         if not isinstance(domain, SecurityDomain):
             raise LocalProtocolError(errno.EINVAL, f"domain: expected a SecurityDomain, got {domain!r}")
         self.domain = domain
         self.encrypt = bool(encrypt)
+        self.header_tag = bool(header_tag)
         self.ssi = None if ssi is None else _uint32("ssi", ssi)
 
     def __repr__(self) -> str:
         return f"QpSecurity({self.domain!r}, encrypt={self.encrypt})"
 
 
+class ReplayWindow:
+    """The counters one sender's packets carried, as far as `REPLAY_WINDOW` behind the highest verified."""
+
+    __slots__ = ("seen", "top")
+
+    def __init__(self) -> None:
+        self.top = 0
+        """The highest counter verified."""
+        self.seen = bytearray(REPLAY_WINDOW >> 3)
+        """One bit per counter within the window behind ``top`` (counter mod the window)."""
+
+    def refuses(self, c: int) -> bool:
+        """Whether counter ``c`` was seen already, or is too far behind to tell."""
+        top = self.top
+        return c <= top and (
+            top - c >= REPLAY_WINDOW or bool(self.seen[(c & _WINDOW_MASK) >> 3] >> (c & 7) & 1)
+        )
+
+    def mark(self, c: int) -> None:
+        """Note counter ``c`` (verified, not seen before)."""
+        seen = self.seen
+        top = self.top
+        if c > top:
+            if c - top >= REPLAY_WINDOW:
+                seen[:] = bytes(len(seen))
+            else:
+                for x in range(top + 1, c):  # counters between the old top and c: not seen yet
+                    i = x & _WINDOW_MASK
+                    seen[i >> 3] &= ~(1 << (i & 7)) & 0xFF
+            self.top = c
+        i = c & _WINDOW_MASK
+        seen[i >> 3] |= 1 << (i & 7)
+
+
 class SealState:
-    """What one QP of a domain needs to seal what it sends and open what it receives."""
+    """What one QP of a domain needs to seal what it sends and open what it receives; or (``per_sender``)
+    what a NIC's endpoint needs for its requests and answers (`Nic.secure_endpoint`), which come from any
+    peer NIC: a replay window per sender SSI instead of one pinned peer."""
 
-    __slots__ = ("domain", "encrypt", "peer_qpn", "peer_ssi", "qp_num", "seen", "sent", "ssi", "top")
+    __slots__ = (
+        "domain",
+        "encrypt",
+        "header_tag",
+        "peer_qpn",
+        "peer_ssi",
+        "qp_num",
+        "sent",
+        "ssi",
+        "window",
+        "windows",
+    )
 
-    def __init__(self, qp_num: int, security: QpSecurity, peer_qpn: int = 0) -> None:
+    def __init__(
+        self, qp_num: int, security: QpSecurity, peer_qpn: int = 0, *, per_sender: bool = False
+    ) -> None:
         self.qp_num = qp_num
         """The sending QP's number (in the nonce of what it seals)."""
         self.peer_qpn = peer_qpn
         """The peer QP's number (in the nonce of what it opens; its QP sets it in RTR)."""
         self.domain = security.domain
         self.encrypt = security.encrypt
+        self.header_tag = security.header_tag
         ssi = security.ssi
         while not ssi:
             ssi = secrets.randbits(32)
         self.ssi: int = ssi
-        self.sent = 0
-        """The counter of the last packet sealed."""
+        self.sent = secrets.randbits(39) if per_sender else 0
+        """The counter of the last packet sealed (an endpoint, whose nonces share the reserved QP number
+        with every NIC's, starts at random: only a colliding SSI and overlapping counters reuse one)."""
         self.peer_ssi = 0
-        self.top = 0
-        """The highest counter verified."""
-        self.seen = bytearray(REPLAY_WINDOW >> 3)
-        """One bit per counter within the window behind ``top`` (counter mod the window)."""
+        self.window = ReplayWindow()
+        self.windows: dict[int, ReplayWindow] | None = {} if per_sender else None
+        """Per sender SSI (an endpoint's), made when a sender's first packet verifies."""
 
     # -- sending -------------------------------------------------------------------------------------------
     def seal(self, t: Transmit, now: int) -> bool:
         """Give ``t`` its sealed bytes (``t.body``: BTH through the tag; a driver adds the ICRC). False if
         it must not leave: the domain is revoked, or the QP has sealed 2^40 packets in this domain."""
         dom = self.domain
-        keys = dom.aead(dom.epoch)
+        epoch = dom.epoch
+        keys = dom.aead(epoch)
         if keys is None or self.sent >= COUNTER_MAX:
             return False
         self.sent = c = self.sent + 1
@@ -258,19 +320,28 @@ class SealState:
         hdr[8] |= BTH_SEALED
         pad = _ZERO_PAD[-n & 3]
         encrypt = self.encrypt
-        sech = pack_sech(encrypt, dom.epoch, dom.sdi, self.ssi, c)
-        nonce = seal_nonce(self.ssi, self.qp_num, c)
+        ssi = self.ssi
+        qpn = self.qp_num
+        nonce = NONCE_LAYOUT.pack(ssi, qpn << 8 | c >> 32, c & 0xFFFFFFFF)
         whole, header = keys
-        if not is_data_opcode(hdr[0]):  # never trimmed: no header tag
+        if not is_data_opcode(raw[0]):  # never trimmed: no header tag
+            sech = SECH_LAYOUT.pack(_VERSION | encrypt, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
             aad = b"".join((hdr, payload, pad, sech))
             t.body = aad + whole.encrypt(nonce, b"", aad)
             return True
-        htag = header.encrypt(nonce, b"", b"".join((hdr, sech)))
-        if encrypt:
-            ct = whole.encrypt(nonce, payload, b"".join((hdr, pad, sech, htag)))
-            t.body = b"".join((hdr, memoryview(ct)[:n], pad, sech, htag, memoryview(ct)[n:]))
+        htag = b""
+        flags = _VERSION | encrypt
+        if self.header_tag:
+            flags |= SECH_FLAG_HEADER_TAG
+            sech = SECH_LAYOUT.pack(flags, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
+            htag = header.encrypt(nonce, b"", b"".join((hdr, sech)))
         else:
-            aad = b"".join((hdr, payload, pad, sech, htag))
+            sech = SECH_LAYOUT.pack(flags, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
+        if encrypt:
+            ct = whole.encrypt(nonce, payload, b"".join((hdr, pad, htag, sech)))
+            t.body = b"".join((hdr, memoryview(ct)[:n], pad, htag, sech, memoryview(ct)[n:]))
+        else:
+            aad = b"".join((hdr, payload, pad, htag, sech))
             t.body = aad + whole.encrypt(nonce, b"", aad)
         return True
 
@@ -284,38 +355,45 @@ class SealState:
         if n < _BTH_SIZE + SEAL_OVERHEAD or not body[8] & BTH_SEALED:
             stats.rx_auth_unsealed += 1
             return None
+        sech_at = n - SEAL_OVERHEAD  # SECH and the tag: always the last 32 bytes
+        vf, epoch, sdi, ssi, rsvd, hi, lo = SECH_LAYOUT.unpack_from(body, sech_at)
+        dom = self.domain
+        c = hi << 32 | lo
+        encrypted = self.encrypt
         data = is_data_opcode(body[0])
-        if trimmed and not data:
-            stats.rx_auth_failed += 1  # (control packets are never trimmed)
+        has_htag = vf & SECH_FLAG_HEADER_TAG
+        if (
+            vf & ~SECH_FLAG_HEADER_TAG != _VERSION | encrypted
+            or (has_htag and not data)
+            or rsvd
+            or sdi != dom.sdi
+            or not ssi
+            or not c
+            or (self.peer_ssi and ssi != self.peer_ssi)
+        ):
+            stats.rx_auth_failed += 1
             return None
-        trailer = DATA_SEAL_OVERHEAD if data else SEAL_OVERHEAD
-        if n < _BTH_SIZE + trailer:
+        if trimmed and not has_htag:
+            stats.rx_auth_unsealed += 1  # (no header tag: a trimmed packet cannot be verified)
+            return None
+        end = sech_at - TAG_SIZE if has_htag else sech_at  # the end of the pad
+        if end < _BTH_SIZE:
             stats.rx_auth_unsealed += 1
             return None
-        end = n - trailer  # the end of the pad
-        try:
-            h = unpack_sech(body[end : end + SECH_SIZE])
-        except WireError:
-            stats.rx_auth_failed += 1
-            return None
-        dom = self.domain
-        if h.sdi != dom.sdi or h.encrypted != self.encrypt or (self.peer_ssi and h.ssi != self.peer_ssi):
-            stats.rx_auth_failed += 1
-            return None
-        keys = dom.aead(h.epoch)
+        keys = dom.aead(epoch)
         if keys is None:
             stats.rx_auth_epoch += 1
             return None
-        c = h.counter
-        top = self.top
-        if c <= top and (
-            top - c >= REPLAY_WINDOW or self.seen[(c & (REPLAY_WINDOW - 1)) >> 3] >> (c & 7) & 1
-        ):
+        windows = self.windows
+        w = self.window
+        if windows is not None:
+            w = windows.get(ssi) or ReplayWindow()
+        if w.refuses(c):
             stats.rx_auth_replayed += 1
             return None
-        nonce = seal_nonce(h.ssi, self.peer_qpn, c)
+        nonce = NONCE_LAYOUT.pack(ssi, self.peer_qpn << 8 | hi, lo)
         whole, header = keys
-        sech_end = end + SECH_SIZE
+        tag_at = n - TAG_SIZE
         out: memoryview | bytes
         try:
             if data:
@@ -325,39 +403,24 @@ class SealState:
                     stats.rx_auth_failed += 1
                     return None
                 if trimmed:
-                    htag = body[sech_end : sech_end + TAG_SIZE]
-                    header.decrypt(nonce, htag, b"".join((body[:hl], body[end:sech_end])))
+                    header.decrypt(nonce, body[end:sech_at], b"".join((body[:hl], body[sech_at:tag_at])))
                     out = b"".join((body[:hl], _NO_ICRC))
-                elif h.encrypted:
-                    aad = b"".join((body[:hl], body[end - pad : end], body[end : n - TAG_SIZE]))
-                    pt = whole.decrypt(nonce, b"".join((body[hl : end - pad], body[n - TAG_SIZE :])), aad)
+                elif encrypted:
+                    aad = b"".join((body[:hl], body[end - pad : tag_at]))
+                    pt = whole.decrypt(nonce, b"".join((body[hl : end - pad], body[tag_at:])), aad)
                     out = b"".join((body[:hl], pt, body[end - pad : end], _NO_ICRC))
                 else:
-                    whole.decrypt(nonce, body[n - TAG_SIZE :], body[: n - TAG_SIZE])
-                    out = body[: end + 4]  # (four bytes of SECH stand for the ICRC `parse` skips)
+                    whole.decrypt(nonce, body[tag_at:], body[:tag_at])
+                    out = body[: end + 4]  # (four bytes of the trailer stand for the ICRC `parse` skips)
             else:
-                whole.decrypt(nonce, body[n - TAG_SIZE :], body[: n - TAG_SIZE])
+                whole.decrypt(nonce, body[tag_at:], body[:tag_at])
                 out = body[: end + 4]
-        except (InvalidTag, WireError):
+        except InvalidTag:
             stats.rx_auth_failed += 1
             return None
-        self._mark(c)
-        if not self.peer_ssi:
-            self.peer_ssi = h.ssi
+        w.mark(c)
+        if windows is not None:
+            windows[ssi] = w
+        elif not self.peer_ssi:
+            self.peer_ssi = ssi
         return out
-
-    def _mark(self, c: int) -> None:
-        """Note counter ``c`` (verified, not seen before) in the replay window."""
-        seen = self.seen
-        top = self.top
-        mask = REPLAY_WINDOW - 1
-        if c > top:
-            if c - top >= REPLAY_WINDOW:
-                seen[:] = bytes(len(seen))
-            else:
-                for x in range(top + 1, c):  # counters between the old top and c: not seen yet
-                    i = x & mask
-                    seen[i >> 3] &= ~(1 << (i & 7)) & 0xFF
-            self.top = c
-        i = c & mask
-        seen[i >> 3] |= 1 << (i & 7)

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 from openmrc.wire.buffer import WireError
 from openmrc.wire.constants import MRC_UDP_PORT
+from openmrc.wire.headers import BTH
 from openmrc.wire.icrc import compute_icrc, icrc_bytes
 from openmrc.wire.packet import ICRC_SIZE, Packet, parse
+from openmrc.wire.security import BTH_SEALED, SEAL_OVERHEAD, trailer_length
 
 __all__ = [
     "ETH_P_IPV4",
@@ -245,6 +247,18 @@ class Frame:
     srv6: SRv6Encap | None = None
     icrc_ok: bool = True
     segments_left: int = field(default=0)
+    sealed: bytes | None = None
+    """**[openmrc]** a sealed packet's security trailer (`openmrc.wire.security`; ``packet`` is the MRC
+    packet inside it), None for a plain one."""
+
+    def udp_payload(self) -> bytes:
+        """The MRC UDP payload as it was on the wire (a sealed packet's trailer back in place)."""
+        raw = self.packet.encode()
+        if self.sealed is None:
+            return raw
+        head = bytearray(raw[:-ICRC_SIZE])
+        head[8] |= BTH_SEALED  # (S is no field of the decoded BTH)
+        return bytes(head) + self.sealed + raw[-ICRC_SIZE:]
 
     @property
     def ecn(self) -> int:
@@ -367,8 +381,14 @@ def _parse_frame(
     payload = b[u + 8 : u + ulen]
     if check_udp and ucsum and udp_header(sport, dport, payload, s, d)[6:8] != ucsum.to_bytes(2, "big"):
         raise WireError("UDP", "checksum", u + 6, "bad UDP checksum")
-    pkt = parse(payload, trimmed=trimmed)
+    inner, sealed = payload, None
+    if len(payload) >= BTH.SIZE + SEAL_OVERHEAD + ICRC_SIZE and payload[8] & BTH_SEALED:
+        n = trailer_length(payload[:-ICRC_SIZE])
+        if len(payload) - ICRC_SIZE - n >= BTH.SIZE:  # [openmrc] the packet inside its security trailer
+            sealed = bytes(payload[len(payload) - ICRC_SIZE - n : len(payload) - ICRC_SIZE])
+            inner = payload[: len(payload) - ICRC_SIZE - n] + payload[len(payload) - ICRC_SIZE :]
+    pkt = parse(inner, trimmed=trimmed)
     icrc_ok = compute_icrc(b[off : u + ulen - ICRC_SIZE]) == pkt.icrc
     if check_icrc and not icrc_ok and not trimmed:
         raise WireError("ICRC", "icrc", u + ulen - ICRC_SIZE, "ICRC mismatch")
-    return Frame(src, dst, sport, dport, tc, fl, pkt, encap, icrc_ok, seg_left)
+    return Frame(src, dst, sport, dport, tc, fl, pkt, encap, icrc_ok, seg_left, sealed)

@@ -9,11 +9,11 @@ identity and a counter in every packet, replay windows per sender, two epochs li
 Nothing of it is in MRC 1.0; the layout below is openmrc's own.
 
 An authenticated packet is an ordinary MRC packet with a trailer between its pad and its ICRC, and BTH's
-reserved bit 6 of byte 8 (between A and RTX) set: **S**, sealed. A data packet's trailer is 48 bytes, a
-control packet's 32 (control packets are never trimmed, so they need no header tag)::
+reserved bit 6 of byte 8 (between A and RTX) set: **S**, sealed. The trailer ends with SECH and the tag,
+always the last 32 bytes before the ICRC; a data packet may carry a header tag before them (flag H)::
 
-    data:     BTH ... headers ... | payload | pad | SECH (16) | header tag (16) | tag (16) | ICRC (4)
-    control:  BTH ... headers ...                 | SECH (16) |                   tag (16) | ICRC (4)
+    data:     BTH ... headers ... | payload | pad | [header tag (16)] | SECH (16) | tag (16) | ICRC (4)
+    control:  BTH ... headers ...                                     | SECH (16) | tag (16) | ICRC (4)
 
 so every header stays where MRC 1.0 puts it, an MRC 1.0 receiver ignores S, and the ICRC still covers
 everything (a receiver checks it first, as for any packet). SECH, the security extension header, in
@@ -23,7 +23,8 @@ network byte order:
     byte   bits   field
     ====== ====== ===================================================================================
     0      7..4   version: 1
-    0      3..0   flags: bit 0 E (the payload is encrypted); the others 0
+    0      3..0   flags: bit 0 E (the payload is encrypted), bit 1 H (a header tag precedes SECH);
+                  the others 0
     1      7..0   key epoch (mod 256): which of the domain's keys sealed the packet
     2..5          SDI, the security domain identifier (1 .. 2^32-1)
     6..9          SSI, the sending QP's secure source identifier (random per QP, never 0)
@@ -36,13 +37,15 @@ packets, one for header tags), with the 96-bit nonce SSI (32 bits) | the sending
 counter (40): no two packets of a domain share one while QP identities differ (a QP draws its SSI at
 random; QP numbers are unique on a NIC).
 
-- The tag covers the whole packet. Authentication only (E = 0): everything from BTH through the header
-  tag is authenticated data (no ciphertext). Encrypted (E = 1): a data packet's payload is encrypted in
-  place (GCM keeps its length) and the headers, the pad, SECH and the header tag are authenticated with it.
+- The tag covers the whole packet. Authentication only (E = 0): everything from BTH through SECH is
+  authenticated data (no ciphertext). Encrypted (E = 1): a data packet's payload is encrypted in place
+  (GCM keeps its length) and the headers, the pad, the header tag and SECH are authenticated with it.
 - The header tag covers the headers (BTH through ImmDt) and SECH: what a trimming switch forwards. A switch
-  that trims a packet with S set keeps its trailer, as it keeps the ICRC (`openmrc.wire.trim_datagram`):
-  the receiver verifies a trimmed packet's header tag and acts on it as on any trimmed packet (a fast
-  NACK), and takes nothing else from it.
+  that trims a packet with S set keeps its trailer, as it keeps the ICRC (`openmrc.wire.trim_datagram`
+  reads H to know its length): the receiver verifies a trimmed packet's header tag and acts on it as on
+  any trimmed packet (a fast NACK), and takes nothing else from it. A sender on a fabric that never
+  trims may leave header tags out (one AES-GCM call less per packet); a trimmed packet without one is
+  unverifiable, and recovered as a loss.
 """
 
 from __future__ import annotations
@@ -55,31 +58,42 @@ from openmrc.wire.buffer import WireError
 __all__ = [
     "BTH_SEALED",
     "DATA_SEAL_OVERHEAD",
+    "NONCE_LAYOUT",
     "SEAL_OVERHEAD",
     "SECH_FLAG_ENCRYPTED",
+    "SECH_FLAG_HEADER_TAG",
+    "SECH_LAYOUT",
     "SECH_SIZE",
     "SECH_VERSION",
     "TAG_SIZE",
     "SecurityHeader",
     "pack_sech",
     "seal_nonce",
+    "trailer_length",
     "unpack_sech",
 ]
 
 SECH_SIZE: Final = 16
 TAG_SIZE: Final = 16
 SEAL_OVERHEAD: Final = SECH_SIZE + TAG_SIZE
-"""Bytes an authenticated control packet carries beyond the MRC 1.0 packet: SECH and the tag."""
+"""Bytes every authenticated packet carries beyond the MRC 1.0 packet: SECH and the tag (the last 32 bytes
+before the ICRC)."""
 DATA_SEAL_OVERHEAD: Final = SECH_SIZE + 2 * TAG_SIZE
-"""Bytes an authenticated data packet carries beyond the MRC 1.0 packet: SECH, the header tag, the tag."""
+"""Bytes an authenticated data packet with a header tag carries beyond the MRC 1.0 packet."""
 BTH_SEALED: Final = 0x40
 """BTH byte 8's bit S: the packet carries a security trailer."""
 SECH_VERSION: Final = 1
 SECH_FLAG_ENCRYPTED: Final = 0x1
+SECH_FLAG_HEADER_TAG: Final = 0x2
 COUNTER_MAX: Final = (1 << 40) - 1
 
-_SECH: Final = struct.Struct("!BBIIBBI")
-_NONCE: Final = struct.Struct("!IQ")
+SECH_LAYOUT: Final = struct.Struct("!BBIIBBI")
+"""SECH as ``struct`` packs it: version/flags, epoch, SDI, SSI, reserved, counter >> 32, counter's low 32."""
+NONCE_LAYOUT: Final = struct.Struct("!III")
+"""The nonce as ``struct`` packs it: SSI, QP number << 8 | counter >> 32, counter's low 32 (each below
+2^32: a compiled caller packs them unboxed)."""
+_SECH = SECH_LAYOUT
+_NONCE = NONCE_LAYOUT
 
 
 class SecurityHeader(NamedTuple):
@@ -90,15 +104,18 @@ class SecurityHeader(NamedTuple):
     sdi: int
     ssi: int
     counter: int
+    header_tag: bool = False
 
 
-def pack_sech(encrypted: bool, epoch: int, sdi: int, ssi: int, counter: int) -> bytes:
+def pack_sech(
+    encrypted: bool, epoch: int, sdi: int, ssi: int, counter: int, header_tag: bool = False
+) -> bytes:
     """The 16 bytes of SECH."""
     if not 0 <= epoch <= 0xFF or not 0 < sdi <= 0xFFFFFFFF or not 0 < ssi <= 0xFFFFFFFF:
         raise WireError("SECH", "field", 0, f"epoch {epoch}, SDI {sdi}, SSI {ssi} out of range")
     if not 0 < counter <= COUNTER_MAX:
         raise WireError("SECH", "counter", counter, "the counter is 40 bits, from 1")
-    flags = SECH_FLAG_ENCRYPTED if encrypted else 0
+    flags = (SECH_FLAG_ENCRYPTED if encrypted else 0) | (SECH_FLAG_HEADER_TAG if header_tag else 0)
     return _SECH.pack(SECH_VERSION << 4 | flags, epoch, sdi, ssi, 0, counter >> 32, counter & 0xFFFFFFFF)
 
 
@@ -109,16 +126,24 @@ def unpack_sech(data: bytes | bytearray | memoryview) -> SecurityHeader:
     vf, epoch, sdi, ssi, rsvd, hi, lo = _SECH.unpack(data)
     if vf >> 4 != SECH_VERSION:
         raise WireError("SECH", "version", vf >> 4, f"only version {SECH_VERSION} is known")
-    if vf & 0xF & ~SECH_FLAG_ENCRYPTED or rsvd:
+    if vf & 0xF & ~(SECH_FLAG_ENCRYPTED | SECH_FLAG_HEADER_TAG) or rsvd:
         raise WireError("SECH", "flags", vf & 0xF, "unknown flags or reserved bits set")
     if not sdi or not ssi:
         raise WireError("SECH", "sdi", sdi, "SDI and SSI are never 0")
     counter = hi << 32 | lo
     if not counter:
         raise WireError("SECH", "counter", 0, "the counter starts at 1")
-    return SecurityHeader(bool(vf & SECH_FLAG_ENCRYPTED), epoch, sdi, ssi, counter)
+    return SecurityHeader(
+        bool(vf & SECH_FLAG_ENCRYPTED), epoch, sdi, ssi, counter, bool(vf & SECH_FLAG_HEADER_TAG)
+    )
 
 
 def seal_nonce(ssi: int, qpn: int, counter: int) -> bytes:
     """The AES-GCM nonce of the packet ``counter`` of the QP ``qpn`` whose SSI is ``ssi``."""
-    return _NONCE.pack(ssi, (qpn & 0xFFFFFF) << 40 | (counter & COUNTER_MAX))
+    return _NONCE.pack(ssi, (qpn & 0xFFFFFF) << 8 | (counter >> 32 & 0xFF), counter & 0xFFFFFFFF)
+
+
+def trailer_length(body: bytes | bytearray | memoryview) -> int:
+    """The security trailer's length of the sealed packet ``body`` (BTH up to its ICRC, at least 32
+    bytes): SECH and the tag, and the header tag if SECH's H says so."""
+    return SEAL_OVERHEAD + (TAG_SIZE if body[len(body) - SEAL_OVERHEAD] & SECH_FLAG_HEADER_TAG else 0)

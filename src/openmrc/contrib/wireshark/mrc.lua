@@ -14,8 +14,9 @@
 --   0xDE PROBE      PETH
 -- and the 4-byte ICRC trailer (shown as mrc.icrc, read little-endian as RoCEv2 stores it).
 -- [openmrc] A packet of an authenticated QP (BTH byte 8 bit S, mrc.bth.sealed) carries a security
--- trailer before the ICRC (openmrc/wire/security.py): SECH (mrc.sech.*), a data packet's header tag
--- (mrc.sech.header_tag) and the tag (mrc.sech.tag). Wireshark's Lua API has no AES-GCM, so the tags are
+-- trailer before the ICRC (openmrc/wire/security.py): a data packet's header tag if SECH's H says so
+-- (mrc.sech.header_tag), SECH (mrc.sech.*) and the tag (mrc.sech.tag), the last two always the last 32
+-- bytes before the ICRC. Wireshark's Lua API has no AES-GCM, so the tags are
 -- shown, not verified: `openmrc decode --key KEYFILE --src-qpn N` verifies them.
 --
 -- Field names are mrc.<header>.<python attribute>, except mrc.reth.va/rkey/dmalen, mrc.imm and mrc.icrc.
@@ -176,6 +177,7 @@ local HEADERS = {
     { key = "sech", title = "Security Extension Header (SECH) [openmrc]", size = 16, fields = {
         { "version", "Version", 0, 1, mask = 0xF0 },
         { "encrypted", "Payload encrypted (E)", 0, 1, mask = 0x01, bool = true },
+        { "has_header_tag", "Header tag present (H)", 0, 1, mask = 0x02, bool = true },
         { "epoch", "Key epoch", 1, 1 },
         { "sdi", "Security domain (SDI)", 2, 4 },
         { "ssi", "Secure source identifier (SSI)", 6, 4, base = base.HEX },
@@ -392,15 +394,18 @@ local function dissect(tvb, pinfo, root)
     local op = bth.opcode
     local opname = name_of(OPCODES, op)
     -- [openmrc] a sealed packet's security trailer sits between its last header (or pad) and the ICRC
-    local sech_off
+    local sech_off, htag_off
     if bth.sealed then
-        local trailer = is_data(op) and 48 or 32
-        if limit - 12 >= trailer then
-            sech_off = limit - trailer
+        if limit - 12 >= 32 then
+            sech_off = limit - 32
             limit = sech_off
+            if bit32.band(tvb(sech_off, 1):uint(), 0x02) ~= 0 and limit - 12 >= 16 then
+                htag_off = limit - 16
+                limit = htag_off
+            end
         else
             tree:add_proto_expert_info(ex_truncated, string.format(
-                "Sealed (S) but %d bytes leave no room for the %d-byte security trailer", limit - 12, trailer))
+                "Sealed (S) but %d bytes leave no room for the security trailer", limit - 12))
         end
     end
     local info = string.format("MRC %s QP=0x%06x PSN=%d", opname, bth.dest_qp, bth.psn)
@@ -506,12 +511,10 @@ local function dissect(tvb, pinfo, root)
             info = info .. string.format(" [sealed%s epoch=%d sdi=%d ctr=%.0f]", sech.encrypted and " E" or "",
                 sech.epoch, sech.sdi, hi * 4294967296 + lo)
         end
-        local toff = sech_off + 16
-        if is_data(op) then
-            sub:add(pf_htag, tvb(toff, 16)):append_text(" [not verified here]")
-            toff = toff + 16
+        if htag_off then
+            sub:add(pf_htag, tvb(htag_off, 16)):append_text(" [not verified here]")
         end
-        sub:add(pf_tag, tvb(toff, 16)):append_text(" [not verified here: openmrc decode --key]")
+        sub:add(pf_tag, tvb(sech_off + 16, 16)):append_text(" [not verified here: openmrc decode --key]")
     end
     if icrc_ok then
         local range = tvb(len - ICRC_SIZE, ICRC_SIZE)
