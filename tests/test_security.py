@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import struct
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -599,3 +600,22 @@ def test_a_secured_endpoint_takes_no_forged_port_status_update() -> None:
     assert p.b.peer_ports["a"] == 0b11  # nothing changed
     p.b.receive(parse(update), 1, p.now, src="a")  # (a decoded packet carries no seal)
     assert p.b.peer_ports["a"] == 0b11 and p.b.stats.rx_auth_unsealed >= 1
+
+
+def test_perf_keygen_writes_a_secret_domain_and_perf_checks_its_options(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from openmrc.cli.main import app
+
+    runner = CliRunner()
+    key = tmp_path / "d.key"
+    made = runner.invoke(app, ["perf", "keygen", str(key), "--sdi", "9"])
+    assert made.exit_code == 0 and key.stat().st_mode & 0o777 == 0o600
+    dom = SecurityDomain.from_spec(key.read_text())
+    assert dom.sdi == 9 and dom.fingerprint() in made.output
+    assert runner.invoke(app, ["perf", "keygen", str(key)]).exit_code == 2  # exists: --force
+    key.chmod(0o644)
+    assert runner.invoke(app, ["perf", "keygen", str(key), "--force"]).exit_code == 0
+    assert key.stat().st_mode & 0o777 == 0o600 and SecurityDomain.from_spec(key.read_text()).sdi == 1
+    for args in (["--encrypt"], ["--no-header-tag"], ["--secure", str(tmp_path / "none")]):
+        assert runner.invoke(app, ["perf", "client", "127.0.0.1", *args]).exit_code == 2, args

@@ -127,6 +127,7 @@ def keygen(
     dom = SecurityDomain.generate(sdi)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # (a file replaced with --force keeps its mode otherwise)
         with os.fdopen(fd, "w") as f:
             f.write(dom.spec() + "\n")
     except OSError as exc:
