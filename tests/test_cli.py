@@ -121,6 +121,11 @@ class _Exited(Exception):
     [
         (["version"], 0, "0."),
         (["sim", "run", "no-such-scenario"], 2, "no scenario 'no-such-scenario'"),
+        (["sim", "run", "missing.toml"], 2, "scenario file 'missing.toml' not found"),
+        (["perf", "client", "127.0.0.1", "--link-gbps", "0"], 2, "--link-gbps 0: a port rate in"),
+        (["perf", "client", "127.0.0.1", "--link-gbps", "nan"], 2, "--link-gbps nan"),
+        (["perf", "server", "--link-gbps", "1e9"], 2, "--link-gbps 1e+09"),
+        (["perf", "server", "--link-gbps", "-3"], 2, "--link-gbps -3"),
         (["--no-such-option"], 2, "No such option"),
     ],
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -100,6 +101,15 @@ SecureOpt = Annotated[
 ]
 
 
+MAX_LINK_GBPS = 1600.0  # the fastest NIC port of today
+
+
+def _check_rate(link_gbps: float) -> None:
+    """A port rate the NIC can take, checked before any work (a usage error, exit 2)."""
+    if not math.isfinite(link_gbps) or not 0.01 <= link_gbps <= MAX_LINK_GBPS:
+        raise typer.BadParameter(f"--link-gbps {link_gbps:g}: a port rate in 0.01 .. {MAX_LINK_GBPS:g} Gb/s")
+
+
 def _domain(path: Path | None) -> SecurityDomain | None:
     """The security domain a key file holds; a usage error (exit 2) if it cannot be read."""
     if path is None:
@@ -157,6 +167,7 @@ def server(
 ) -> None:
     """Wait for perf clients. Default: 4 planes on 127.0.1.1-4 (one machine); on real hosts give one
     --bind per plane interface address (or --fabric)."""
+    _check_rate(link_gbps)
     fab = _locate(fabric, bind)
     binds = fab.binds() if fab is not None and not bind else _binds(bind, planes, 1)
     if not 1 <= oob_port <= 65535:
@@ -220,6 +231,7 @@ def client(
     ] = True,
 ) -> None:
     """Measure RDMA Write bandwidth to a perf server. Default: 4 planes on 127.0.2.1-4."""
+    _check_rate(link_gbps)
     fab = _locate(fabric, bind)
     binds = fab.binds() if fab is not None and not bind else _binds(bind, planes, 2)
     if ev_mode not in EV_MODES:

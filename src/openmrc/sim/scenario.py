@@ -147,6 +147,10 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
     path = builtins.get(str(name_or_path), Path(name_or_path))
     if not path.is_file():
         known = ", ".join(sorted(builtins))
+        text = str(name_or_path)
+        if text.endswith(".toml") or "/" in text or path.exists():  # a file was meant
+            why = "is not a file" if path.exists() else "not found"
+            raise ScenarioError(f"scenario file {text!r} {why} (built-in scenarios: {known})")
         raise ScenarioError(f"no scenario {name_or_path!r} (built-in: {known})")
     try:
         doc = tomllib.loads(path.read_text())
