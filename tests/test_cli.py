@@ -126,6 +126,12 @@ class _Exited(Exception):
         (["perf", "client", "127.0.0.1", "--link-gbps", "nan"], 2, "--link-gbps nan"),
         (["perf", "server", "--link-gbps", "1e9"], 2, "--link-gbps 1e+09"),
         (["perf", "server", "--link-gbps", "-3"], 2, "--link-gbps -3"),
+        (["sim", "run", "demo", "--pcap-flows", "0"], 2, "give --pcap"),
+        (
+            ["topo", "plan", "--hosts", "64", "--out", str(Path(__file__).parents[1] / "README.md")],
+            2,
+            "not a dir",
+        ),
         (["--no-such-option"], 2, "No such option"),
     ],
 )

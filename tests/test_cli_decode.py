@@ -169,3 +169,13 @@ def test_decode_shows_a_sealed_packets_trailer_and_verifies_it_with_the_key(tmp_
     write_pcap(tmp_path / "s.pcap", [(0, frame), (1, frame[: -4 - 100])])
     cap = runner.invoke(app, ["decode", "--pcap", str(tmp_path / "s.pcap")])
     assert cap.exit_code == 0 and cap.output.count("sealed [openmrc]: SDI 5") >= 1, cap.output
+
+
+def test_the_readmes_decode_command_decodes_a_packet() -> None:
+    """The README's `openmrc decode <hex>` line, as written, decodes a whole packet (it used to be cut)."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    line = next(
+        x for x in readme.splitlines() if x.startswith(".venv/bin/openmrc decode ") and "--pcap" not in x
+    )
+    res = runner.invoke(app, line.split()[1:])
+    assert res.exit_code == 0 and "SACK" in res.output, res.output

@@ -411,6 +411,10 @@ def run(
     ] = None,
 ) -> None:
     """Run one scenario (every variant) and print a comparison table."""
+    if pcap is None and (pcap_flows is not None or pcap_port is not None):  # (they would be ignored)
+        raise scenario_error(
+            ScenarioError("--pcap-flows and --pcap-port choose what --pcap captures: give --pcap")
+        )
     world = partition.mpi_world() if ranks is not None else None
     if world is not None and world.rank != 0:  # one of mpiexec's other ranks: run, show and write nothing
         quiet, json_, out, pcap = True, False, None, None

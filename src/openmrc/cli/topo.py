@@ -59,6 +59,8 @@ def plan(
         raise typer.BadParameter(f"{locator!r} is not a hexadecimal number", param_hint="--locator") from None
     if not 0 < loc < 1 << 32:
         raise typer.BadParameter(f"{locator!r}: a locator is 32 bits, not zero", param_hint="--locator")
+    if out is not None and out.exists() and not out.is_dir():  # before any work, not after the table
+        raise typer.BadParameter(f"not a directory: {out} (a file of that name exists)", param_hint="--out")
     try:
         topo = MultiPlaneClos(
             planes, hosts, t0_radix, t1_radix, link_gbps * 10**9, latency_ns, oversubscription
