@@ -100,7 +100,7 @@ def test_an_interrupted_testbed_command_says_so_and_exits_130(capsys: pytest.Cap
     with pytest.raises(typer.Exit) as exc:
         _do("testbed up", interrupted, undone="what it had made is removed")
     assert exc.value.exit_code == 130
-    assert "interrupted: testbed up (what it had made is removed)" in capsys.readouterr().out
+    assert "interrupted: testbed up (what it had made is removed)" in capsys.readouterr().err  # diagnostics
 
 
 @pytest.mark.parametrize(

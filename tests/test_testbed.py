@@ -136,7 +136,7 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         ok = run("up", "--planes", "1", "--hosts", "2", "--spines", "1", "--mode", "ecmp")
         assert ok.returncode == 0, ok.stdout + ok.stderr
         again = run("up")
-        assert again.returncode == 1 and "already" in again.stdout
+        assert again.returncode == 1 and "already" in again.stderr  # (diagnostics on stderr)
         st = run("status")
         assert st.returncode == 0 and "host0--p0-t0-0" in st.stdout and "ecmp" in st.stdout
         ex = run("exec", "host1", "--", sys.executable, "-c", "print('inside')")

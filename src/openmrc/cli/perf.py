@@ -34,6 +34,7 @@ app = typer.Typer(
     help="RDMA Write bandwidth over the software MRC NIC (UDP, one socket per plane), like ib_write_bw.",
 )
 console = make_console()
+errors = make_console(stderr=True)  # diagnostics: stderr, so that a JSON reader of stdout reads JSON only
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
 
@@ -184,10 +185,10 @@ def server(
             security=domain,
         )
     except (LocalProtocolError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        errors.print(f"error: {exc}", markup=False, highlight=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        console.print("interrupted")
+        errors.print("interrupted")
         raise typer.Exit(130) from None
 
 
@@ -317,10 +318,10 @@ def client(
             header_tag=header_tag,
         )
     except (PerfError, LocalProtocolError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        errors.print(f"error: {exc}", markup=False, highlight=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        console.print("interrupted")
+        errors.print("interrupted")
         raise typer.Exit(130) from None
     if json_out:
         json.dump(rep.as_dict(), sys.stdout, indent=2)

@@ -14,13 +14,14 @@ from openmrc.wire.packet import HEADER_ATTRS
 __all__ = ["make_console", "opcode_name", "packet_table"]
 
 
-def make_console() -> Console:
-    """The CLI's console. Writing to a log or pipe, tables are laid out for 80 columns (or $COLUMNS) and
-    lines of text are not broken (a path or a message stays whole for grep)."""
-    console = Console()
+def make_console(*, stderr: bool = False) -> Console:
+    """The CLI's console (``stderr``: the one for diagnostics; results go to stdout). Writing to a log or
+    pipe, tables are laid out for 80 columns (or $COLUMNS) and lines of text are not broken (a path or a
+    message stays whole for grep)."""
+    console = Console(stderr=stderr)
     if console.is_terminal:
         return console
-    return Console(width=int(os.environ.get("COLUMNS", 80)), soft_wrap=True)
+    return Console(width=int(os.environ.get("COLUMNS", 80)), soft_wrap=True, stderr=stderr)
 
 
 def opcode_name(op: int) -> str:

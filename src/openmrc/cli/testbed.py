@@ -20,12 +20,13 @@ app = typer.Typer(
     help="A real-kernel multi-plane SRv6 / ECMP fabric of network namespaces on this machine (root).",
 )
 console = make_console()
+errors = make_console(stderr=True)  # diagnostics: stderr, so that a JSON reader of stdout reads JSON only
 
 
 def _bed() -> Testbed:
     why = missing()
     if why:
-        console.print(f"[red]error:[/] {why}")
+        errors.print(f"error: {why}", markup=False, highlight=False)
         raise typer.Exit(1)
     return Testbed()
 
@@ -36,10 +37,10 @@ def _do(what: str, fn: Callable[[], object], undone: str = "") -> None:
     try:
         fn()
     except (TestbedError, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/] {what}: {exc}")
+        errors.print(f"error: {what}: {exc}", markup=False, highlight=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        console.print(f"interrupted: {what}" + (f" ({undone})" if undone else ""))
+        errors.print(f"interrupted: {what}" + (f" ({undone})" if undone else ""), markup=False)
         raise typer.Exit(130) from None
 
 
@@ -135,7 +136,7 @@ def exec_(
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
-        console.print(f"[red]error:[/] exec: {exc.strerror}")
+        errors.print(f"error: exec: {exc.strerror}", markup=False, highlight=False)
         raise typer.Exit(1) from None
 
 
