@@ -41,10 +41,10 @@ def main() -> None:
     args = ap.parse_args()
     r = measure(args.tables)
     if args.json:
-        print(json.dumps({k: round(v, 3) for k, v in r.items()}))
+        print(json.dumps({k: v if isinstance(v, int) else round(v, 3) for k, v in r.items()}))
         return
-    for k, v in r.items():
-        print(f"{k:20s} {v:,.3f}")
+    for k, v in r.items():  # counts as whole numbers, times and sizes with three decimals
+        print(f"{k:20s} {v:,}" if isinstance(v, int) else f"{k:20s} {v:,.3f}")
 
 
 if __name__ == "__main__":
