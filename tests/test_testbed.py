@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -135,6 +136,12 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         assert bad.returncode == 2 and "--spines 0" in bad.stderr + bad.stdout
         ok = run("up", "--planes", "1", "--hosts", "2", "--spines", "1", "--mode", "ecmp")
         assert ok.returncode == 0, ok.stdout + ok.stderr
+        hint = next(x for x in ok.stdout.splitlines() if x.startswith("try: "))
+        me = shlex.split(hint[len("try: ") : hint.index(" testbed exec ")])  # runs without a venv on PATH
+        assert (
+            subprocess.run([*me, "version"], capture_output=True, env={"PATH": "/usr/bin:/bin"}).returncode
+            == 0
+        )
         again = run("up")
         assert again.returncode == 1 and "already" in again.stderr  # (diagnostics on stderr)
         st = run("status")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from collections.abc import Callable
 from typing import Annotated
 
@@ -21,6 +23,15 @@ app = typer.Typer(
 )
 console = make_console()
 errors = make_console(stderr=True)  # diagnostics: stderr, so that a JSON reader of stdout reads JSON only
+
+
+def _this_command() -> str:
+    """How to run openmrc again as this process was run: the ``openmrc`` script's absolute path, or the
+    interpreter with ``-m openmrc.cli.main``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "openmrc" and os.path.exists(argv0):
+        return shlex.quote(os.path.abspath(argv0))
+    return f"{shlex.quote(sys.executable)} -m openmrc.cli.main"
 
 
 def _bed() -> Testbed:
@@ -71,10 +82,13 @@ def up(
             f"hosts, {mode}; namespaces {bed.prefix}<node>, export in {bed.export_dir}"
         )
         h0, h1 = 0, t.num_hosts - 1
+        me = _this_command()  # (the path that ran this one: works without an activated venv)
         console.print(
-            f"try: openmrc testbed exec host{h1} -- openmrc perf server --fabric {bed.export_dir}\n"
-            f"     openmrc testbed exec host{h0} -- openmrc perf client {fab.host_address(h1, 0)} "
-            f"--fabric {bed.export_dir} --ev-mode {'srv6' if fab.srv6 else 'stev'}"
+            f"try: {me} testbed exec host{h1} -- {me} perf server --fabric {bed.export_dir}\n"
+            f"     {me} testbed exec host{h0} -- {me} perf client {fab.host_address(h1, 0)} "
+            f"--fabric {bed.export_dir} --ev-mode {'srv6' if fab.srv6 else 'stev'}",
+            markup=False,
+            highlight=False,
         )
 
     _do("testbed up", build, undone="what it had made is removed")
