@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,9 +150,12 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
         ex = run("exec", "host1", "--", sys.executable, "-c", "print('inside')")
         assert ex.returncode == 0 and ex.stdout.strip() == "inside"
         assert "Traceback" not in run("fail", "nope").stdout
+        left = subprocess.Popen([*cli, "exec", "host1", "--", "sleep", "300"], env=env)  # running at down
+        time.sleep(1)
     finally:
         down = run("down")
     assert down.returncode == 0 and "removed 5 namespaces" in down.stdout
+    assert left.wait(timeout=10) != 0  # `down` stopped what ran inside (it would outlive its namespace)
     assert run("down").stdout.strip() == "no testbed was up"
 
 

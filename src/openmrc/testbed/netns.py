@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -179,13 +181,39 @@ class Testbed:
         return fab
 
     def down(self) -> int:
-        """Remove every namespace of the testbed (and so its links and rules) and the state; returns how
-        many namespaces there were. Safe to call at any time."""
+        """Stop every process still running in the testbed's namespaces (`exec`'s: SIGTERM, then SIGKILL
+        after a second), then remove the namespaces (and so their links and rules) and the state; returns
+        how many namespaces there were. Safe to call at any time."""
         there = self.namespaces() if shutil.which("ip") else []
         if there:
+            self._stop_processes(there)
             _run(["ip", "-batch", "-"], stdin="".join(f"netns del {n}\n" for n in there), check=False)
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return len(there)
+
+    @staticmethod
+    def _stop_processes(namespaces: list[str], grace_s: float = 1.0) -> None:
+        """Terminate the processes inside ``namespaces`` (a deleted namespace would keep them running,
+        cut off from everything)."""
+
+        def pids() -> set[int]:
+            out: set[int] = set()
+            for n in namespaces:
+                res = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True, check=False)
+                out.update(int(p) for p in res.stdout.split() if p.isdigit())
+            out.discard(os.getpid())
+            return out
+
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            left = pids()
+            if not left:
+                return
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            end = time.monotonic() + grace_s
+            while time.monotonic() < end and pids():
+                time.sleep(0.05)
 
     # -- state ---------------------------------------------------------------------------------------------
     def _load(self) -> dict[str, Any]:
