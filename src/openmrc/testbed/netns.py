@@ -196,11 +196,13 @@ class Testbed:
         """Terminate the processes inside ``namespaces`` (a deleted namespace would keep them running,
         cut off from everything)."""
 
+        batch = "".join(f"netns pids {n}\n" for n in namespaces)  # (one `ip` for all of them)
+
         def pids() -> set[int]:
-            out: set[int] = set()
-            for n in namespaces:
-                res = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True, check=False)
-                out.update(int(p) for p in res.stdout.split() if p.isdigit())
+            res = subprocess.run(
+                ["ip", "-force", "-batch", "-"], input=batch, capture_output=True, text=True, check=False
+            )
+            out = {int(p) for p in res.stdout.split() if p.isdigit()}
             out.discard(os.getpid())
             return out
 
