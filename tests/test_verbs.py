@@ -74,13 +74,15 @@ def _side(name: str, size: int) -> Side:
     return Side(dev, ctx, pd, ch, cq, qp, buf, mr)
 
 
-def _to_init(qp: v.Qp, hint: v.QpHint | None = None) -> None:
+def _to_init(qp: v.Qp, hint: v.QpHint | None = None, security: object = None) -> None:
+    """INIT with profiles 0 (and ``security``, **[openmrc]** the SECURITY attribute, when given)."""
+    M = v.MrcQpAttrMask
     v.modify_qp(
         qp,
         v.QpAttr(qp_state=v.QpState.INIT),
         v.QpAttrMask.STATE,
-        v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, qp_hint=hint),
-        v.MrcQpAttrMask.EV_PROFILE_ID | v.MrcQpAttrMask.CC_PROFILE_ID | v.MrcQpAttrMask.HINT,
+        v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, qp_hint=hint, security=security),  # type: ignore[arg-type]
+        M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | (M.SECURITY if security is not None else 0),
     )
 
 
@@ -700,21 +702,9 @@ def test_an_authenticated_qp_over_verbs_and_protection_domains_that_hold(
     M = v.MrcQpAttrMask
     for side in (sa, sb):
         with pytest.raises(v.VerbsError) as exc:
-            v.modify_qp(
-                side.qp,
-                v.QpAttr(qp_state=v.QpState.INIT),
-                v.QpAttrMask.STATE,
-                v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, security="key"),  # type: ignore[arg-type]
-                M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
-            )
+            _to_init(side.qp, security="key")
         assert _errno(exc) == "EINVAL" and "QpSecurity" in exc.value.reason
-        v.modify_qp(
-            side.qp,
-            v.QpAttr(qp_state=v.QpState.INIT),
-            v.QpAttrMask.STATE,
-            v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, security=v.QpSecurity(dom)),
-            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
-        )
+        _to_init(side.qp, security=v.QpSecurity(dom))
     _to_rts(sa.qp, b, v.get_qpn(sb.qp))
     _to_rts(sb.qp, a, v.get_qpn(sa.qp))
     q = v.query_qp(sa.qp, 0, M.SECURITY).mrc_attr.security
@@ -761,17 +751,8 @@ def test_the_controller_creates_rotates_and_revokes_a_security_domain(
     with pytest.raises(v.VerbsError) as exc:
         v.get_security_domain(sa.ctx, 41)
     assert _errno(exc) == "ENOENT"
-    M = v.MrcQpAttrMask
     for side in (sa, sb):
-        v.modify_qp(
-            side.qp,
-            v.QpAttr(qp_state=v.QpState.INIT),
-            v.QpAttrMask.STATE,
-            v.MrcQpAttr(
-                ev_profile_id=0, cc_profile_id=0, security=v.QpSecurity(v.get_security_domain(side.ctx, 40))
-            ),
-            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
-        )
+        _to_init(side.qp, security=v.QpSecurity(v.get_security_domain(side.ctx, 40)))
     _to_rts(sa.qp, b, v.get_qpn(sb.qp))
     _to_rts(sb.qp, a, v.get_qpn(sa.qp))
     q = ctl.query_security_domain(sa.ctx, 40)
@@ -835,15 +816,8 @@ def test_security_domains_reach_other_processes_through_the_store(
     assert (store.parent / "profiles.json.domains").stat().st_mode & 0o777 == 0o600
     db = v.get_security_domain(sb.ctx, 9)  # found in the store
     assert db is not da and db.fingerprint() == da.fingerprint()
-    M = v.MrcQpAttrMask
     for side, dom in ((sa, da), (sb, db)):
-        v.modify_qp(
-            side.qp,
-            v.QpAttr(qp_state=v.QpState.INIT),
-            v.QpAttrMask.STATE,
-            v.MrcQpAttr(ev_profile_id=0, cc_profile_id=0, security=v.QpSecurity(dom)),
-            M.EV_PROFILE_ID | M.CC_PROFILE_ID | M.HINT | M.SECURITY,
-        )
+        _to_init(side.qp, security=v.QpSecurity(dom))
     _to_rts(sa.qp, b, v.get_qpn(sb.qp))
     _to_rts(sb.qp, a, v.get_qpn(sa.qp))
     v.post_send(

@@ -613,19 +613,16 @@ def reg_mr(pd: ProtectionDomain, buffer: Any, access: int) -> MemoryRegion:
         raise _err(exc) from None
     mr.pd = pd  # remote Writes reach it only through QPs of this PD (the NIC checks it per packet)
     pd.mrs.append(mr)
-    _MR_PD[id(mr)] = pd
     return mr
-
-
-_MR_PD: dict[int, ProtectionDomain] = {}
 
 
 def dereg_mr(mr: MemoryRegion) -> None:
     """ibv_dereg_mr. Writes already in flight to it are refused (R_Key unknown) from now on."""
-    pd = _MR_PD.pop(id(mr), None)
-    if pd is None or mr not in pd.mrs:
+    pd = getattr(mr, "pd", None)
+    if not isinstance(pd, ProtectionDomain) or mr not in pd.mrs:
         raise VerbsError(errno.EINVAL, "the memory region is not registered")
     pd.mrs.remove(mr)
+    mr.pd = None
     with pd.device.dev.lock:
         pd.device.dev.deregister(mr)
 
@@ -1399,10 +1396,8 @@ def _collect(
         mrec["cap"] = kw["cap"] = QpCapFlags(c)
     if mm & _M.SECURITY:
         sec = m.security
-        if not isinstance(sec, QpSecurity):
+        if not isinstance(sec, QpSecurity):  # (None too: to the core it would mean "unchanged")
             raise VerbsError(errno.EINVAL, f"security: {sec!r}; expected an openmrc.transport.QpSecurity")
-        if sec.domain.revoked:
-            raise VerbsError(errno.EINVAL, f"security: domain {sec.domain.sdi} is revoked")
         mrec["security"] = kw["security"] = sec
     if mm & _M.VENDOR_CFG:
         vc = m.vendor_cfg

@@ -209,12 +209,9 @@ def run(
         from openmrc.transport import SecurityDomain
 
         try:
-            with open(secure) as f:
-                spec = SecurityDomain.from_spec(f.read()).spec()
-        except OSError as exc:
-            _fail(f"--secure {secure}: {exc.strerror or exc}")
+            spec = SecurityDomain.load(secure).spec()
         except ValueError as exc:
-            _fail(f"--secure {secure}: {exc}")
+            _fail(f"--secure {exc}")
     comm_kwargs: dict[str, Any] = {"planes": planes, "chunk_bytes": chunk_bytes}
     if spec is not None:
         comm_kwargs["security"] = spec

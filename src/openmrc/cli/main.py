@@ -147,11 +147,9 @@ def decode(
         from openmrc.transport import SecurityDomain
 
         try:
-            domain = SecurityDomain.from_spec(key.read_text())
-        except OSError as exc:
-            raise typer.BadParameter(f"--key {key}: {exc.strerror or exc}") from None
+            domain = SecurityDomain.load(key)
         except ValueError as exc:
-            raise typer.BadParameter(f"--key {key}: {exc}") from None
+            raise typer.BadParameter(f"--key {exc}") from None
     try:
         raw = hex_bytes(read_hex(data))
     except ValueError as exc:

@@ -116,11 +116,9 @@ def _domain(path: Path | None) -> SecurityDomain | None:
     if path is None:
         return None
     try:
-        return SecurityDomain.from_spec(path.read_text())
-    except OSError as exc:
-        raise typer.BadParameter(f"--secure {path}: {exc.strerror or exc}") from None
+        return SecurityDomain.load(path)
     except ValueError as exc:
-        raise typer.BadParameter(f"--secure {path}: {exc}") from None
+        raise typer.BadParameter(f"--secure {exc}") from None
 
 
 @app.command()

@@ -149,10 +149,9 @@ def _domain_from_env(kwargs: dict[str, Any]) -> None:
     path = os.environ.get(DOMAIN_KEY_ENV)
     if path and kwargs.get("security") is None:
         try:
-            with open(path) as f:
-                kwargs["security"] = SecurityDomain.from_spec(f.read())
-        except OSError as exc:
-            raise ValueError(f"${DOMAIN_KEY_ENV} {path}: {exc.strerror or exc}") from None
+            kwargs["security"] = SecurityDomain.load(path)
+        except ValueError as exc:
+            raise ValueError(f"${DOMAIN_KEY_ENV} {exc}") from None
 
 
 def _secure_text(info: Any) -> str:

@@ -34,7 +34,7 @@ from openmrc.transport.evtable import EvEvent, EvTable
 from openmrc.transport.mr import MemoryRegion, MrTable
 from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import Qp, QpInitAttr
-from openmrc.transport.security import QpSecurity, SealState, SecurityDomain
+from openmrc.transport.security import _NO_ICRC, QpSecurity, SealState, SecurityDomain
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import (
     Access,
@@ -65,7 +65,7 @@ from openmrc.wire.constants import (
     is_data_opcode,
 )
 from openmrc.wire.datagram import icrc_view_ok
-from openmrc.wire.packet import plain_data_fields
+from openmrc.wire.packet import ICRC_SIZE, plain_data_fields
 
 __all__ = ["Arrival", "EpResponse", "EvProfileBinding", "Nic", "NicStats"]
 
@@ -84,8 +84,6 @@ _LOOP_ADDR: Final = Addressing("::1", "::1", 0xC000)
 _RTS: Final = QpState.RTS
 _NO_EV: Final = bytes(32)
 _NO_TRIM: Final = TrimMark.NONE
-_NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips where the ICRC was checked or never existed)
-ICRC_SIZE: Final = 4
 _QPN_SPAN: Final = (1 << 24) - 0x100  # QP numbers 0x100.. (below: reserved)
 
 

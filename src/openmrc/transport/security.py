@@ -39,6 +39,7 @@ packet nor its trimmed copy is taken again.
 from __future__ import annotations
 
 import errno
+import os
 import secrets
 import struct
 from typing import Final
@@ -52,6 +53,7 @@ from openmrc.transport.stats import NicStats
 from openmrc.transport.types import LocalProtocolError, SackTransmit, Transmit
 from openmrc.wire.constants import is_data_opcode
 from openmrc.wire.datagram import data_header_length
+from openmrc.wire.packet import _ZERO_PAD
 from openmrc.wire.security import (
     BTH_SEALED,
     COUNTER_MAX,
@@ -72,7 +74,6 @@ DOMAIN_KEY_BYTES: Final = 32
 _EPOCH_SALT: Final = b"openmrc-sd"
 _EPOCH_INFO: Final = b"openmrc auth v1"
 _HEADER_INFO: Final = b"header"
-_ZERO_PAD: Final = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
 _NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips: the ICRC was checked on the datagram)
 _BTH_SIZE: Final = 12
 _VERSION: Final = SECH_VERSION << 4  # SECH byte 0 without flags
@@ -134,6 +135,20 @@ class SecurityDomain:
             info=b"openmrc fingerprint v1",
         )
         return hkdf.derive(self._key).hex()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SecurityDomain:
+        """The domain a key file holds (its `spec`, as ``openmrc perf keygen`` writes it); ValueError
+        ``"PATH: why"`` when the file cannot be read or holds no domain."""
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as exc:
+            raise ValueError(f"{os.fspath(path)}: {exc.strerror or exc}") from None
+        try:
+            return cls.from_spec(text)
+        except ValueError as exc:
+            raise ValueError(f"{os.fspath(path)}: {exc}") from None
 
     def spec(self) -> str:
         """``"SDI:KEY:EPOCH"``: everything another member needs (a secret: hand it out of band only)."""
@@ -324,20 +339,12 @@ class SealState:
         qpn = self.qp_num
         nonce = NONCE_LAYOUT.pack(ssi, qpn << 8 | c >> 32, c & 0xFFFFFFFF)
         whole, header = keys
-        if not is_data_opcode(raw[0]):  # never trimmed: no header tag
-            sech = SECH_LAYOUT.pack(_VERSION | encrypt, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
-            aad = b"".join((hdr, payload, pad, sech))
-            t.body = aad + whole.encrypt(nonce, b"", aad)
-            return True
-        htag = b""
-        flags = _VERSION | encrypt
-        if self.header_tag:
-            flags |= SECH_FLAG_HEADER_TAG
-            sech = SECH_LAYOUT.pack(flags, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
-            htag = header.encrypt(nonce, b"", b"".join((hdr, sech)))
-        else:
-            sech = SECH_LAYOUT.pack(flags, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
-        if encrypt:
+        data = is_data_opcode(raw[0])
+        htagged = data and self.header_tag  # (control packets are never trimmed: no header tag)
+        flags = _VERSION | encrypt | (SECH_FLAG_HEADER_TAG if htagged else 0)
+        sech = SECH_LAYOUT.pack(flags, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
+        htag = header.encrypt(nonce, b"", b"".join((hdr, sech))) if htagged else b""
+        if encrypt and data:
             ct = whole.encrypt(nonce, payload, b"".join((hdr, pad, htag, sech)))
             t.body = b"".join((hdr, memoryview(ct)[:n], pad, htag, sech, memoryview(ct)[n:]))
         else:

@@ -37,7 +37,7 @@ from openmrc.wire.constants import (
 from openmrc.wire.headers import BTH
 from openmrc.wire.icrc import LRH_CRC, crc32, crc_from_bth, mask_correction
 from openmrc.wire.packet import _ZERO_PAD, ICRC_SIZE, Packet
-from openmrc.wire.security import BTH_SEALED, SEAL_OVERHEAD, SECH_FLAG_HEADER_TAG, TAG_SIZE
+from openmrc.wire.security import BTH_SEALED, SEAL_OVERHEAD, trailer_length
 
 __all__ = [
     "Addressing",
@@ -245,9 +245,7 @@ def trim_datagram(data: bytes | bytearray | memoryview) -> bytes:
     hlen = data_header_length(view)
     keep = ICRC_SIZE  # [openmrc] and a sealed packet's trailer (its length in SECH, 32 bytes from the end)
     if view[8] & BTH_SEALED and len(view) >= hlen + ICRC_SIZE + SEAL_OVERHEAD:
-        keep += SEAL_OVERHEAD + (
-            TAG_SIZE if view[len(view) - ICRC_SIZE - SEAL_OVERHEAD] & SECH_FLAG_HEADER_TAG else 0
-        )
+        keep += trailer_length(view[: len(view) - ICRC_SIZE])
     if len(view) < hlen + keep:
         raise WireError(
             "RETH", "length", len(view), f"truncated: {len(view)} B, headers need {hlen} B + {keep} B"

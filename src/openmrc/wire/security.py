@@ -92,8 +92,6 @@ SECH_LAYOUT: Final = struct.Struct("!BBIIBBI")
 NONCE_LAYOUT: Final = struct.Struct("!III")
 """The nonce as ``struct`` packs it: SSI, QP number << 8 | counter >> 32, counter's low 32 (each below
 2^32: a compiled caller packs them unboxed)."""
-_SECH = SECH_LAYOUT
-_NONCE = NONCE_LAYOUT
 
 
 class SecurityHeader(NamedTuple):
@@ -116,14 +114,16 @@ def pack_sech(
     if not 0 < counter <= COUNTER_MAX:
         raise WireError("SECH", "counter", counter, "the counter is 40 bits, from 1")
     flags = (SECH_FLAG_ENCRYPTED if encrypted else 0) | (SECH_FLAG_HEADER_TAG if header_tag else 0)
-    return _SECH.pack(SECH_VERSION << 4 | flags, epoch, sdi, ssi, 0, counter >> 32, counter & 0xFFFFFFFF)
+    return SECH_LAYOUT.pack(
+        SECH_VERSION << 4 | flags, epoch, sdi, ssi, 0, counter >> 32, counter & 0xFFFFFFFF
+    )
 
 
 def unpack_sech(data: bytes | bytearray | memoryview) -> SecurityHeader:
     """SECH's fields from its 16 bytes; `WireError` for a wrong version, unknown flags or reserved bits."""
     if len(data) != SECH_SIZE:
         raise WireError("SECH", "length", len(data), f"SECH is {SECH_SIZE} bytes")
-    vf, epoch, sdi, ssi, rsvd, hi, lo = _SECH.unpack(data)
+    vf, epoch, sdi, ssi, rsvd, hi, lo = SECH_LAYOUT.unpack(data)
     if vf >> 4 != SECH_VERSION:
         raise WireError("SECH", "version", vf >> 4, f"only version {SECH_VERSION} is known")
     if vf & 0xF & ~(SECH_FLAG_ENCRYPTED | SECH_FLAG_HEADER_TAG) or rsvd:
@@ -140,7 +140,7 @@ def unpack_sech(data: bytes | bytearray | memoryview) -> SecurityHeader:
 
 def seal_nonce(ssi: int, qpn: int, counter: int) -> bytes:
     """The AES-GCM nonce of the packet ``counter`` of the QP ``qpn`` whose SSI is ``ssi``."""
-    return _NONCE.pack(ssi, (qpn & 0xFFFFFF) << 8 | (counter >> 32 & 0xFF), counter & 0xFFFFFFFF)
+    return NONCE_LAYOUT.pack(ssi, (qpn & 0xFFFFFF) << 8 | (counter >> 32 & 0xFF), counter & 0xFFFFFFFF)
 
 
 def trailer_length(body: bytes | bytearray | memoryview) -> int:
