@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -151,3 +154,98 @@ def test_the_console_entry_point_leaves_with_the_commands_exit_code(
     assert codes == [code]
     out = capsys.readouterr()
     assert said in out.out + out.err
+
+
+def _commands(
+    group: click.Command, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], click.Command]]:
+    found = [(path, group)]
+    for name, sub in getattr(group, "commands", {}).items():
+        found += _commands(sub, (*path, name))
+    return found
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.replace("│", " ").split())
+
+
+def test_help_keeps_every_square_bracket_it_was_written_with() -> None:
+    """Help is rendered through rich markup, which takes `[word]` for a style and drops it: every bracketed
+    part of every command's and option's help (`[sweep]`, `PLANE@TIME[+DURATION]`) shows in --help."""
+    seen = 0
+    for path, cmd in _commands(typer.main.get_command(app)):
+        texts = [cmd.help or ""] + [
+            getattr(p, a, None) or "" for p in cmd.params for a in ("help", "metavar")
+        ]
+        wanted = [_flat(m.replace("\\[", "[")) for t in texts for m in re.findall(r"\\?\[[^\]\n]*\]", t)]
+        if not wanted:
+            continue
+        res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        for part in wanted:
+            assert part in _flat(res.output), (path, part)
+            seen += 1
+    assert seen >= 4  # the check ran over the help that has brackets
+
+
+def _run_piped(*argv: str) -> str:
+    env = {**os.environ, "COLUMNS": "80"}
+    res = subprocess.run(
+        [sys.executable, "-m", "openmrc.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_tables_stay_whole_in_a_pipe() -> None:
+    """Piped at 80 columns, a table too wide to wrap at spaces is printed at its own width, every column and
+    heading whole (no ellipsis, no column dropped), and the tour's tables fit 80 columns where they can."""
+    wide = _run_piped("sim", "run", "clos-incast", "--wide")
+    head = " ".join(wide.split())
+    for word in (
+        "run",
+        "FCT p50",
+        "FCT p99",
+        "FCT max",
+        "trims",
+        "drops",
+        "wall",
+        "of line",
+        "clos-incast 7",
+    ):
+        assert word in head, word
+    assert "…" not in wide
+    tour = _run_piped("tour")
+    assert "WRITE_LAST_WITH_IMM" in tour and "(retransmission)" in tour and "packets resent" not in tour
+    transport = tour[tour.index("Transport: one QP") : tour.index("Four 100 Gb/s")].splitlines()[1:]
+    assert max(len(line) for line in transport) <= 80
+    transport = "\n".join(transport)
+    assert "…" not in transport and "resent" in transport and "bad" in transport
+
+
+def test_a_table_on_a_narrow_terminal_folds_rather_than_cuts() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from openmrc.cli.render import print_table
+
+    console = Console(width=40, force_terminal=True, color_system=None, record=True)
+    t = Table("retransmissions", "a_long_identifier_name", "value")
+    t.add_row("1234567890123", "0x123456789abcdef0123", "x")
+    print_table(console, t)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 40
+    columns = ["", "", ""]
+    for line in lines:
+        cells = re.split("[│┃]", line)[1:-1]
+        for i, cell in enumerate(cells):
+            columns[i] += cell.strip()
+    assert columns == [
+        "retransmissions1234567890123",
+        "a_long_identifier_name0x123456789abcdef0123",
+        "valuex",
+    ]

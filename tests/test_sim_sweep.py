@@ -58,6 +58,12 @@ def test_a_grid_runs_on_the_local_pool_with_the_same_figures_as_in_process(tmp_p
         ("5", "32"),
     ]
     assert all(r["status"] == "ok" and r["completed"] == r["flows"] == r["workload.senders"] for r in rows)
+    # the results table printed: a row per point, its values, flows done, job time and status
+    printed = [line.split() for line in text.splitlines()]
+    for r in rows:
+        job_us = f"{float(r['job_time_us']):,.1f}"
+        row = [r["workload.senders"], r["fabric.evs_per_qp"], r["completed"], job_us]
+        assert [*row, "ok"] in [[*cells[:4], cells[-1]] for cells in printed if cells], (row, text)
     s = summary(tmp_path)
     assert s["dimensions"] == ["workload.senders", "fabric.evs_per_qp"]
     assert s["ran"] == 4 and s["failed"] == [] and s["point_s"] > 0 and s["wall_s"] > 0
@@ -111,6 +117,10 @@ def test_a_failing_point_is_reported_while_the_others_finish(tmp_path: Path) -> 
     assert code == 1, text
     assert "4 points: 4 run, 0 skipped (finished before), 2 failed" in text
     assert "failed: clos-incast senders=99 evs_per_qp=8: ScenarioError: workload: incast: 99 senders" in text
+    assert [line.split()[:3] for line in text.splitlines() if line.split()[-1:] == ["failed"]] == [
+        ["99", "8", "–"],
+        ["99", "32", "–"],
+    ], text  # a failed point's row in the table: no figures
     rows = {r["label"]: r for r in table(tmp_path)}
     assert [rows[k]["status"] for k in sorted(rows)] == ["ok", "ok", "failed", "failed"]
     assert rows["clos-incast senders=99 evs_per_qp=32"]["error"].startswith("ScenarioError: workload: incast")

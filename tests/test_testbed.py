@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -157,6 +158,33 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
     assert down.returncode == 0 and "removed 5 namespaces" in down.stdout
     assert left.wait(timeout=10) != 0  # `down` stopped what ran inside (it would outlive its namespace)
     assert run("down").stdout.strip() == "no testbed was up"
+
+
+def test_a_killed_up_leaves_a_testbed_that_says_it_is_half_built(tmp_path: Path) -> None:
+    prefix, state = _prefix("k"), tmp_path / "st"
+    kill_midway = (  # `up` killed (SIGKILL: nothing cleans up) once its namespaces and links exist
+        "import os, signal, sys\n"
+        "from openmrc.testbed import Testbed\n"
+        "Testbed(prefix=sys.argv[1], state_dir=sys.argv[2]).up(1, 2, 1, mode='ecmp', "
+        "log=lambda _m: os.kill(os.getpid(), signal.SIGKILL))\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", kill_midway, prefix, str(state)], timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    env = {**os.environ, "OPENMRC_TESTBED_PREFIX": prefix, "OPENMRC_TESTBED_DIR": str(state)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*openmrc_argv(), "testbed", *args], capture_output=True, text=True, env=env)
+
+    try:
+        assert Testbed(prefix=prefix, state_dir=state).namespaces()  # it did leave namespaces behind
+        for args in (("status",), ("fail", "host0--p0-t0-0"), ("exec", "host0", "--", "true")):
+            res = run(*args)
+            assert res.returncode == 1 and res.stdout == "", (args, res)
+            assert "half-built" in res.stderr and "testbed down" in res.stderr
+            assert "Traceback" not in res.stderr
+    finally:
+        assert "removed" in run("down").stdout
+    assert "no testbed is up" in run("status").stderr
 
 
 def test_ddp_training_over_mrc_goes_on_through_a_blackholed_spine_link(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from openmrc.cli.render import packet_table
+from openmrc.cli.render import packet_table, print_table
 from openmrc.wire import WireError, parse_frame
 from openmrc.wire.framing import Frame
 from openmrc.wire.pcap import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_pcap
@@ -84,7 +84,7 @@ def decode_pcap(console: Console, path: Path, udp_port: int) -> tuple[int, int]:
         for line in lines:
             console.print(f"{head}  {line}", markup=False, emoji=False, highlight=False)
             head = " " * len(head)
-        console.print(packet_table(fr.packet))
+        print_table(console, packet_table(fr.packet))
     return mrc, other
 
 

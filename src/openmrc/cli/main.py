@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from openmrc import __version__
 from openmrc.cli.collective import app as collective_app
 from openmrc.cli.perf import app as perf_app
-from openmrc.cli.render import make_console, opcode_name, packet_table
+from openmrc.cli.render import make_console, opcode_name, packet_table, print_table
 from openmrc.cli.sim import app as sim_app
 from openmrc.cli.testbed import app as testbed_app
 from openmrc.cli.topo import app as topo_app
@@ -31,7 +32,11 @@ from openmrc.wire.pcap import write_pcap
 if TYPE_CHECKING:
     from openmrc.sim.metrics import SimResults
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="openmrc: MRC 1.0 (OCP) in Python.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="openmrc: MRC 1.0 (OCP) in Python.",
+)
 app.add_typer(topo_app, name="topo")
 app.add_typer(sim_app, name="sim")
 app.add_typer(perf_app, name="perf")
@@ -178,7 +183,7 @@ def decode(
     except WireError as exc:
         console.print(f"malformed: {exc}", markup=False, emoji=False, style="red")
         raise typer.Exit(2) from None
-    console.print(packet_table(pkt))
+    print_table(console, packet_table(pkt))
 
 
 @app.command()
@@ -186,7 +191,12 @@ def demo(
     out: Annotated[Path, typer.Option(help="where results.json, CSVs and the PNG plots go")] = Path(
         "openmrc-demo"
     ),
-    set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", metavar="SECTION.KEY=VALUE", help="override a scenario value (may be repeated)"
+        ),
+    ] = None,
 ) -> None:
     """The main job: a bandwidth-bound permutation on a 4-plane, 64-host Clos while a T0-T1 link fails; MRC vs
     RoCEv2 on the same planes, each run with and without the failure to show what the failure costs."""
@@ -218,7 +228,7 @@ def demo(
     console.rule(f"[bold]{wl.get('kind', 'permutation')} on {fab['hosts']} hosts × {fab['planes']} planes")
     console.print(str(doc["description"]))
     runs = run_scenario_cli(doc, out, made)
-    console.print(results_table(runs, "demo"))
+    print_table(console, results_table(runs, "demo"))
     print_notes(runs, doc)
     console.print(
         "[dim]Gb/s: every byte of the job over the job time. The lines below rate all flows over the "
@@ -278,11 +288,11 @@ def tour() -> None:
             str(len(ex.frame)),
             path,
         )
-    console.print(t)
+    print_table(console, t)
     first = examples[0]
     console.print(f"\n[bold]{first.description}[/bold], as the UDP payload on the wire:")
     console.print(first.packet.encode().hex(" ", 4))
-    console.print(packet_table(first.packet))
+    print_table(console, packet_table(first.packet))
     _tshark_tour(examples)
 
     console.rule("[bold]EV expansion (SRv6 uSID paths)")
@@ -307,7 +317,7 @@ def tour() -> None:
             f"0x{pf.udp_sport:04x}",
             f"0x{pf.flow_label:05x}",
         )
-    console.print(t)
+    print_table(console, t)
     _transport_tour()
     console.print("Next: `openmrc pcap mrc.pcap`, then open it in Wireshark with `openmrc wireshark-plugin`.")
 
@@ -317,16 +327,18 @@ def _transport_tour() -> None:
     from openmrc.provider.loopback import Impairments, Pair
 
     console.rule("[bold]Transport: one QP spraying over 4 planes")
-    t = Table(
-        "fabric",
-        "completed",
-        "bytes exact",
-        "time (µs)",
-        "goodput (Gb/s)",
-        "retransmits",
-        "trim NACKs",
-        "EVs marked bad",
-    )
+    t = Table(box=box.SIMPLE_HEAD)
+    t.add_column("fabric", ratio=1)
+    for head in (
+        "done",
+        "bytes\nexact",
+        "time\nµs",
+        "goodput\nGb/s",
+        "packets\nresent",
+        "trim\nNACKs",
+        "EVs\nbad",
+    ):
+        t.add_column(head, justify="right", no_wrap=True)
     cases = [
         ("clean", Impairments()),
         ("1% loss, reordering, 2% trims", Impairments(loss=0.01, reorder_ns=2_000, trim=0.02)),
@@ -350,7 +362,7 @@ def _transport_tour() -> None:
             str(p.a.stats.trims_received),
             str(bad),
         )
-    console.print(t)
+    print_table(console, t)
     console.print(
         "Four 100 Gb/s planes carry up to 400 Gb/s; a failed plane's EVs are marked bad and replaced."
     )

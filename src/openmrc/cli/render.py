@@ -11,7 +11,7 @@ from rich.table import Table
 from openmrc.wire import Opcode, Packet
 from openmrc.wire.packet import HEADER_ATTRS
 
-__all__ = ["make_console", "opcode_name", "packet_table"]
+__all__ = ["make_console", "opcode_name", "packet_table", "print_table"]
 
 
 def make_console(*, stderr: bool = False) -> Console:
@@ -22,6 +22,28 @@ def make_console(*, stderr: bool = False) -> Console:
     if console.is_terminal:
         return console
     return Console(width=int(os.environ.get("COLUMNS", 80)), soft_wrap=True, stderr=stderr)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` whole wherever it goes. When its cells cannot wrap at spaces into the console's width
+    (a word or a number wider than its share), a log or a pipe gets the table at its natural width (lines
+    longer than the console's, every column and heading intact, for grep and diff), and a terminal gets every
+    cell folded onto more lines, rather than cut off with an ellipsis or a column dropped."""
+    widths = console.measure(table, options=console.options.update(max_width=1 << 16))
+    if widths.minimum <= console.width:
+        console.print(table)
+    elif not console.is_terminal:
+        width = console.width
+        console.width = widths.maximum
+        try:
+            console.print(table)
+        finally:
+            console.width = width
+    else:
+        for column in table.columns:
+            column.overflow = "fold"
+            column.no_wrap = False
+        console.print(table)
 
 
 def opcode_name(op: int) -> str:

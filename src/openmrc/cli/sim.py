@@ -22,7 +22,7 @@ from rich.table import Table
 from openmrc.cli.capture import PcapOption
 from openmrc.cli.interrupt import deferred_interrupt
 from openmrc.cli.progress import PHASES, RunProgress
-from openmrc.cli.render import make_console
+from openmrc.cli.render import make_console, print_table
 from openmrc.sim import partition
 from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.results_files import name_nodes, provenance, results_document, write_runs
@@ -36,6 +36,7 @@ from openmrc.sim.scenario import (
 )
 from openmrc.sim.scenario_schema import Scenario, markdown
 from openmrc.sim.sweep import (
+    FIGURES,
     LocalPool,
     Point,
     Pool,
@@ -53,6 +54,7 @@ from openmrc.sim.sweep import (
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Packet-level fabric simulation.")
 console = make_console()
+log = make_console(stderr=True)  # progress and diagnostics: stderr, results on stdout
 
 #: The columns of the comparison table: (report key, heading, format, shown without --wide).
 COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
@@ -118,6 +120,26 @@ def results_table(runs: list[Run], title: str, *, wide: bool = False) -> Table:
         if any(rep["unfinished"] for rep in reps):
             cells[0] = f"{cells[0]}/{total:,}"
         t.add_row(label, *cells)
+    return t
+
+
+def sweep_table(table: list[dict[str, Any]], dims: list[str], title: str) -> Table:
+    """The sweep's results: one row per point (its dimensions' values, the variant and seed where there are
+    several), the run table's figures, and its status (ok, failed: the errors are listed below it)."""
+    show = [*dims] + [k for k in ("variant", "seed") if len({str(r[k]) for r in table}) > 1]
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1), collapse_padding=True)
+    for key in show:
+        t.add_column(key.replace(".", ".\n", 1) if "." in key else f"\n{key}")
+    columns = [c for c in COLUMNS + OPTIONAL_COLUMNS if c[3] and c[0] in FIGURES]
+    columns = [c for c in columns if any(row.get(c[0]) is not None for row in table)]
+    for _k, head, _f, _n in columns:
+        t.add_column(head, justify="right", no_wrap=True)
+    t.add_column("\nstatus")
+    for row in table:
+        cells = [_cell([row.get(k)], fmt) for k, _h, fmt, _n in columns]
+        if row.get("flows") and row.get("completed") is not None and row["completed"] < row["flows"]:
+            cells[0] = f"{cells[0]}/{row['flows']:,}"
+        t.add_row(*(str(row[k]) for k in show), *cells, str(row["status"]))
     return t
 
 
@@ -321,7 +343,9 @@ def run_scenario_cli(
             f"[bold]interrupted[/bold] {exc.where}; {len(done)} of {exc.total} variant(s) had finished"
         )
         if done:
-            console.print(results_table(done, str(doc.get("name", "scenario")) + " (finished variants)"))
+            print_table(
+                console, results_table(done, str(doc.get("name", "scenario")) + " (finished variants)")
+            )
             if out is not None:
                 where = f"{exc.where}; {len(done)} of {exc.total} variant(s) had finished"
                 prov = provenance(started, sorted({r.seed for r in done}))
@@ -346,7 +370,7 @@ def scenarios() -> None:
     for name, path in sorted(builtin_scenarios().items()):
         doc = tomllib.loads(path.read_text())
         t.add_row(name, _expected(doc), doc.get("description", ""))
-    console.print(t)
+    print_table(console, t)
 
 
 @app.command()
@@ -375,7 +399,12 @@ def schema(
 @app.command()
 def run(
     scenario: Annotated[str, typer.Argument(help="a built-in scenario name or a TOML file")],
-    set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", metavar="SECTION.KEY=VALUE", help="override a scenario value (may be repeated)"
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(help="write results.json, per-run CSVs and PNG plots here")
     ] = None,
@@ -452,7 +481,7 @@ def run(
         typer.echo(json.dumps(results_document(runs, doc, provenance=prov), indent=2, default=str))
     else:
         table = results_table(runs, str(doc.get("name", scenario)), wide=wide)
-        console.print(table, width=max(console.width, 160) if wide else None)
+        print_table(console, table)
         print_notes(runs, doc)
         print_outages(runs)
     for line in [] if cap is None else cap.report():
@@ -466,9 +495,17 @@ def run(
 @app.command("sweep")
 def sweep_cmd(
     scenario: Annotated[str, typer.Argument(help="a built-in scenario name or a TOML file")],
-    set_: Annotated[list[str] | None, typer.Option("--set", help="override: section.key=value")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", metavar="SECTION.KEY=VALUE", help="override a scenario value (may be repeated)"
+        ),
+    ] = None,
     dim: Annotated[
-        list[str] | None, typer.Option("--sweep", help="add a dimension: section.key=[v1, v2] (TOML list)")
+        list[str] | None,
+        typer.Option(
+            "--sweep", metavar="SECTION.KEY=[V1, V2]", help="add a dimension (a TOML list; may be repeated)"
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option(help="results here (default sweep-NAME); a re-run skips finished points")
@@ -483,9 +520,10 @@ def sweep_cmd(
     seeds: Annotated[int, typer.Option(min=1, max=1000, help="this many seeds per point")] = 1,
     quiet: Annotated[bool, typer.Option(help="no line per finished point")] = False,
 ) -> None:
-    """Run every point of a scenario's [sweep] grid (× variants × seeds), each in a worker process of its own;
-    write sweep.csv, sweep.json and a plot per dimension. A re-run into the same --out skips the points that
-    finished (a changed point runs again); a failed point is reported and the others go on (exit 1)."""
+    """Run every point of a scenario's \\[sweep] grid (× variants × seeds), each in a worker process of its
+    own; print a table of their results and write sweep.csv, sweep.json and a plot per dimension. A re-run
+    into the same --out skips the points that finished (a changed point runs again); a failed point is
+    reported and the others go on (exit 1)."""
     try:
         doc = with_dimensions(load_scenario(scenario, set_), dim or [])
         base = seed if seed is not None else int(doc["fabric"]["seed"])
@@ -504,7 +542,7 @@ def sweep_cmd(
     def on_point(p: Point, rec: dict[str, Any], s: SweepSummary) -> None:
         if not quiet:
             what = "finished" if rec["status"] == "ok" else f"[bold]failed[/bold]: {rec.get('error')}"
-            console.print(f"[{s.ran + s.skipped}/{s.total}] {p.label} {what} in {rec['wall_s']:.1f} s")
+            log.print(f"\\[{s.ran + s.skipped}/{s.total}] {p.label} {what} in {rec['wall_s']:.1f} s")
 
     started = time.time()
     with deferred_interrupt("the sweep") as stop:  # until the tables are written
@@ -524,7 +562,9 @@ def sweep_cmd(
             raise typer.Exit(130) from None
         prov = provenance(started, sorted({p.seed for p in points}))
         written = write_tables(out, doc, points, records, summary, prov)
-        written += plot_dimensions(out, doc, rows(points, records))
+        table = rows(points, records)
+        written += plot_dimensions(out, doc, table)
+    print_table(console, sweep_table(table, list(doc.get("sweep", {})), str(doc.get("name", "sweep"))))
     line = f"{summary.total} points: {summary.ran} run, {summary.skipped} skipped (finished before), "
     line += f"{len(summary.failed)} failed; "
     if summary.ran:

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from openmrc.cli.perf import parse_percent
-from openmrc.cli.render import make_console
+from openmrc.cli.render import make_console, print_table
 from openmrc.testbed import Testbed, TestbedError, missing
 from openmrc.testbed.netns import MODES
 
@@ -172,4 +172,4 @@ def status() -> None:
             f"{r['b_to_a']:,}",
             f"{r['dropped']:,}",
         )
-    console.print(t)
+    print_table(console, t)

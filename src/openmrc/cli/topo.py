@@ -11,12 +11,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from openmrc.cli.render import make_console
+from openmrc.cli.render import make_console, print_table
 from openmrc.fabric.clos import MultiPlaneClos, SinglePlaneEquivalent, single_plane_equivalent
 from openmrc.fabric.linux import LinuxFabric
 from openmrc.fabric.srv6 import UsidPlan
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Fabric topologies and SRv6 plans.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Fabric topologies and SRv6 plans.",
+)
 console = make_console()
 LINUX_AUTO_NODES = 4096
 
@@ -127,7 +131,7 @@ def plan(
         f"{planes * topo.uplinks:,}",
         single(lambda s: f"{(s.radix // 2) ** (s.tiers - 1):,}"),
     )
-    console.print(t)
+    print_table(console, t)
     if sp is None:
         console.print(f"single plane: none to compare with: {no_sp}")
     example = usid.path_address(0, hosts - 1, planes - 1, topo.uplinks - 1)

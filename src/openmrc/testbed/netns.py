@@ -157,7 +157,7 @@ class Testbed:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(self.export_dir, ignore_errors=True)
             fab.write(self.export_dir)
-            self._save({"mode": mode, "faults": {}})
+            self._save({"mode": mode, "faults": {}, "complete": False})  # until the last node is configured
             nodes = [topo.node_name(n) for n in range(topo.num_nodes())]
             _run(["ip", "-batch", "-"], stdin="".join(f"netns add {self.ns(n)}\n" for n in nodes))
             cmds = []
@@ -174,6 +174,7 @@ class Testbed:
                     steps += [f"ethtool -K eth{p} tx off >/dev/null" for p in range(planes)]
                 steps.append(f"sh {shlex.quote(str(self.export_dir / 'linux' / f'{n}.sh'))}")
                 _run(["ip", "netns", "exec", self.ns(n), "sh", "-c", "\n".join(steps)])
+            self._save({"mode": mode, "faults": {}, "complete": True})
             say(f"configured from {self.export_dir}")
         except BaseException:
             self.down()
@@ -223,6 +224,11 @@ class Testbed:
             state: dict[str, Any] = json.loads(self._state_file.read_text())
         except (OSError, ValueError):
             raise TestbedError("no testbed is up (`openmrc testbed up` builds one)") from None
+        if not state.get("complete", True):
+            raise TestbedError(
+                "the testbed is half-built (its `up` was stopped before it finished): "
+                "`openmrc testbed down`, then `up` again"
+            )
         return state
 
     def _save(self, state: dict[str, Any]) -> None:
