@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import random
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from openmrc import __version__
 from openmrc.ev import EVState
 from openmrc.provider.perf.entropy import EV_MODES, PerfFabric, install_profile
-from openmrc.provider.perf.exchange import MAX_SIZE, Channel, open_device, peer_of
-from openmrc.provider.perf.report import ClientReport, IntervalReport, PerfError, SizeResult
-from openmrc.provider.udp import UdpDevice
+from openmrc.provider.perf.exchange import MAX_SIZE, Channel, local_side, open_device, peer_of, remote_side
+from openmrc.provider.perf.report import (
+    ClientReport,
+    Connection,
+    IntervalReport,
+    PerfError,
+    PerfInterrupted,
+    SizeResult,
+    summarize,
+)
+from openmrc.provider.udp import UdpDevice, format_endpoint
 from openmrc.transport import (
     Access,
     QpInitAttr,
@@ -27,6 +36,7 @@ from openmrc.transport import (
     WcStatus,
     WrOpcode,
 )
+from openmrc.wire import PSN_MASK
 
 __all__ = ["default_iters", "run_client", "sweep_sizes"]
 
@@ -70,12 +80,16 @@ def run_client(
     security: SecurityDomain | None = None,
     encrypt: bool = False,
     header_tag: bool = True,
+    on_connect: Callable[[Connection], None] | None = None,
+    rng: random.Random | None = None,
 ) -> ClientReport:
     """Measure ``sizes`` against the server at ``server`` (its TCP address) from a device on ``binds``.
     With ``duration`` (seconds), write the single size in ``sizes`` for that long and report every
     ``interval`` seconds. ``security``: authenticate the QPs in this security domain (the server's),
     ``encrypt``: and encrypt their payloads; ``header_tag``: False leaves the data packets' header tags out
-    (one AES-GCM call less per packet; a trimmed packet is then recovered as a loss)."""
+    (one AES-GCM call less per packet; a trimmed packet is then recovered as a loss). ``on_connect`` is
+    told the connection once the QPs are connected; ``rng`` picks their first PSNs. Ctrl-C while
+    measuring raises `PerfInterrupted` with what ran so far."""
     if encrypt and security is None:
         raise PerfError("encryption needs a security domain (--secure KEYFILE)")
     if not sizes or any(not 1 <= s <= MAX_SIZE for s in sizes):
@@ -91,10 +105,10 @@ def run_client(
         conn = socket.create_connection(server, timeout=10)
     except OSError as exc:
         raise PerfError(
-            f"cannot reach the server at {server[0]}:{server[1]}: {exc.strerror or exc}"
+            f"cannot reach the server at {format_endpoint(server)}: {exc.strerror or exc}"
         ) from None
     conn.settimeout(timeout)
-    ch = Channel(conn)
+    ch = Channel(conn, "server")
     run = _Run(
         iters,
         qps,
@@ -109,10 +123,12 @@ def run_client(
         security,
         encrypt,
         header_tag,
+        rng or random.Random(),
     )
+    calls = _Calls(on_result, on_interval, on_connect)
     with open_device(binds, link_gbps, fabric) as dev:
         try:
-            return _client_session(dev, ch, sizes, biggest, run, fail_port, fabric, on_result, on_interval)
+            return _client_session(dev, ch, sizes, biggest, run, fail_port, fabric, calls)
         finally:
             with contextlib.suppress(OSError, PerfError):
                 ch.call({"op": "bye"})
@@ -148,6 +164,16 @@ class _Run:
     security: SecurityDomain | None = None
     encrypt: bool = False
     header_tag: bool = True
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass(frozen=True)
+class _Calls:
+    """What the client's caller is told, as it happens."""
+
+    result: Callable[[SizeResult], None] | None
+    interval: Callable[[IntervalReport], None] | None
+    connect: Callable[[Connection], None] | None
 
 
 def _client_session(
@@ -158,8 +184,7 @@ def _client_session(
     run: _Run,
     fail_port: tuple[int, float] | None,
     fabric: PerfFabric | None,
-    on_result: Callable[[SizeResult], None] | None,
-    on_interval: Callable[[IntervalReport], None] | None,
+    calls: _Calls,
 ) -> ClientReport:
     nq, imm, loss = run.qps, run.imm, run.loss
     region = biggest
@@ -182,54 +207,71 @@ def _client_session(
             "evs": run.evs,
             "host": None if fabric is None else fabric.host,
             "secure": _secure_hello(run.security, run.encrypt),
+            "imm": imm,
         }
     )
-    peer = peer_of(hello, dev.num_ports)
+    peer = peer_of(hello, dev.num_ports, "server", "client")
     qp_security = (
         None
         if run.security is None
         else QpSecurity(run.security, encrypt=run.encrypt, header_tag=run.header_tag)
     )
     profile = install_profile(dev, run.ev_mode, fabric, hello.get("host"), run.evs)
-    remote = hello["qpns"]
-    va, rkey = int(hello["va"]), int(hello["rkey"])
-    for q, r in zip(qps, remote, strict=True):
-        dev.connect(q, peer, int(r), ev_profile_id=profile, security=qp_security)
-    ch.call({"qpns": [q.qp_num for q in qps]})
+    # a server that says no PSNs sends from 0 and expects the same
+    psns = [run.rng.randrange(PSN_MASK + 1) if "psns" in hello else 0 for _ in qps]
+    remote = remote_side(hello, hello["endpoints"], nq, region)
+    for q, r, psn in zip(qps, remote.qps, psns, strict=True):
+        dev.connect(q, peer, r.qpn, rq_psn=r.psn, sq_psn=psn, ev_profile_id=profile, security=qp_security)
+    local = local_side(dev, qps, psns, mr.rkey, [mr.addr + k * region for k in range(nq)])
+    ch.call({"qpns": [q.qp_num for q in qps], "psns": psns, "rkey": mr.rkey, "va": mr.addr, "region": region})
+    connection = Connection(local, remote)
+    if calls.connect is not None:
+        calls.connect(connection)
     if loss:
         dev.impair(loss=loss)
-    results = []
+    results: list[SizeResult] = []
     failure = _PortFailure(dev, ch, fail_port)
-    target = _Target(qps, cq, mr, va, rkey, region)
+    target = _Target(qps, cq, mr, remote.qps[0].va, remote.qps[0].rkey, region)
     intervals: list[IntervalReport] = []
     ticker = None
     if run.duration is not None:
-        ticker = _Ticker(dev, qps, run.interval, intervals, on_interval)
-    for size in sizes:
-        n = run.iters or default_iters(size)
-        if run.duration is not None:  # as many as the time allows at the ports' rate
-            n = run.iters or max(16, int(run.duration * dev.num_ports * dev.config.link_bps / 8 / size))
-        if imm:
-            ch.call({"op": "recvs", "n": n})
-        res = _measure(dev, target, size, n, imm, run, failure, ch, ticker)
-        results.append(res)
-        if on_result is not None:
-            on_result(res)
+        ticker = _Ticker(dev, qps, run.interval, intervals, calls.interval)
+
+    def report(hash_ok: bool | None) -> ClientReport:
+        return ClientReport(
+            results,
+            hash_ok,
+            dev.num_ports,
+            nq,
+            dev.stats.as_dict(),
+            dev.nic.stats.as_dict(),
+            run.ev_mode,
+            intervals,
+            connection,
+            summarize(intervals),
+            interrupted=hash_ok is None,
+        )
+
+    try:
+        for size in sizes:
+            n = run.iters or default_iters(size)
+            if run.duration is not None:  # as many as the time allows at the ports' rate
+                n = run.iters or max(16, int(run.duration * dev.num_ports * dev.config.link_bps / 8 / size))
+            if imm:
+                ch.call({"op": "recvs", "n": n})
+            res = _measure(dev, target, size, n, imm, run, failure, ch, ticker)
+            results.append(res)
+            if calls.result is not None:
+                calls.result(res)
+    except KeyboardInterrupt:
+        if ticker is not None:
+            ticker.poll(final=True)  # the interval under way, up to now
+        raise PerfInterrupted(report(None)) from None
     reply = ch.call({"op": "hash", "length": region * nq})
     expect = bytearray(region * nq)
     for k in range(nq):  # every QP wrote the first ``max(sizes)`` bytes of its region
         expect[k * region : k * region + max(sizes)] = src[k * region : k * region + max(sizes)]
-    hash_ok = reply.get("sha256") == hashlib.sha256(expect).hexdigest()
-    return ClientReport(
-        results,
-        hash_ok,
-        dev.num_ports,
-        nq,
-        dev.stats.as_dict(),
-        dev.nic.stats.as_dict(),
-        run.ev_mode,
-        intervals,
-    )
+    return report(reply.get("sha256") == hashlib.sha256(expect).hexdigest())
 
 
 class _Ticker:
@@ -244,7 +286,8 @@ class _Ticker:
         notify: Callable[[IntervalReport], None] | None,
     ) -> None:
         self.dev, self.qps, self.interval, self.out, self.notify = dev, qps, interval, out, notify
-        self.next = time.monotonic() + interval
+        self.start = self.last = time.monotonic()
+        self.next = self.start + interval
         self.bytes = 0
         self.retx = dev.nic.stats.retransmits
 
@@ -255,7 +298,7 @@ class _Ticker:
         now = time.monotonic()
         if now < self.next and not final:
             return
-        span = self.interval + (now - self.next)
+        span = max(now - self.last, 1e-9)
         good = bad = held = 0
         for q in self.qps:
             for e in q.ev_states():
@@ -267,12 +310,20 @@ class _Ticker:
                     bad += 1
         retx = self.dev.nic.stats.retransmits
         rep = IntervalReport(
-            round(time.time(), 4), round(self.bytes * 8 / span / 1e9, 6), retx - self.retx, good, bad, held
+            round(time.time(), 4),
+            round(self.bytes * 8 / span / 1e9, 6),
+            retx - self.retx,
+            good,
+            bad,
+            held,
+            round(self.last - self.start, 4),
+            round(now - self.start, 4),
+            self.bytes,
         )
         self.out.append(rep)
         if self.notify is not None:
             self.notify(rep)
-        self.bytes, self.retx, self.next = 0, retx, now + self.interval
+        self.bytes, self.retx, self.last, self.next = 0, retx, now, now + self.interval
 
 
 @dataclass(frozen=True)
