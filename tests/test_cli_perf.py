@@ -214,7 +214,7 @@ def test_a_duration_run_prints_iperf3_intervals_and_a_summary(server: _Server) -
     ticks, (total,) = _intervals(r.stdout)
     assert len(ticks) >= 3 and ticks[0].group(1) == "0.00"
     assert all(a.group(2) == b.group(1) for a, b in itertools.pairwise(ticks))  # back to back
-    assert total.group(1) == "0.00" and total.group(2) == ticks[-1].group(2)
+    assert total.group(1) == "0.00" and 0 <= float(total.group(2)) - float(ticks[-1].group(2)) < 0.03
     assert all(float(m.group(3)) > 0 for m in [*ticks, total])
 
     r = _client(server, "-s", "64K", "--duration", "0.3", "--interval-ms", "100", "--json")
@@ -254,7 +254,7 @@ def test_ctrl_c_prints_the_summary_of_what_ran_then_exits_130(server: _Server) -
     assert cli.wait(10) == 130
     time.sleep(0.1)  # (the readers take the last lines)
     ticks, (total,) = _intervals("\n".join(out.lines))
-    assert total.group(1) == "0.00" and total.group(2) == ticks[-1].group(2)
+    assert total.group(1) == "0.00" and 0 <= float(total.group(2)) - float(ticks[-1].group(2)) < 0.03
     assert err.lines == ["interrupted"], err.lines
 
 

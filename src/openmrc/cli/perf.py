@@ -272,6 +272,7 @@ def client(
 
     header_due = True  # the table's header, printed with its first row (not above a connection error)
     ticks: list[IntervalReport] = []
+    tick_header_due = True
 
     def row(r: SizeResult) -> None:
         nonlocal header_due
@@ -291,13 +292,17 @@ def client(
         )
 
     def tick(r: IntervalReport) -> None:  # JSON has the wall clock too (`IntervalReport.t`)
+        nonlocal tick_header_due
         if json_out:
             sys.stdout.write(json.dumps({"interval": r.__dict__}) + "\n")
             sys.stdout.flush()
             return
-        if not ticks:
-            say(_INTERVAL_HEADER)
         ticks.append(r)
+        if r.end - r.start < interval_ms / 10_000:  # the run's last moments: in the summary only (iperf3)
+            return
+        if tick_header_due:
+            tick_header_due = False
+            say(_INTERVAL_HEADER)
         say(_interval_line(r, qps))
 
     def connected(c: Connection) -> None:
