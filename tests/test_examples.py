@@ -75,47 +75,63 @@ def test_ctl_example_refuses_an_unknown_section() -> None:
     assert r.returncode == 2 and "section 'bogus'" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_write_bw_example_sweeps_between_two_processes() -> None:
-    rng = random.Random()
-    port, net = rng.randrange(20000, 30000), rng.randrange(2, 250)
+def _write_bw_server(port: int, net: int, *args: str) -> subprocess.Popen[str]:
+    """A ``verbs_write_bw.py`` server on two planes of 127.NET.9.*, listening (its first line read)."""
     server = subprocess.Popen(
         [
-            *(sys.executable, str(EXAMPLES / "verbs_write_bw.py"), "-p", str(port), "-s", "65536", "-n", "8"),
+            *(sys.executable, str(EXAMPLES / "verbs_write_bw.py"), "-p", str(port), *args),
             *("--bind", f"127.{net}.9.1", "--bind", f"127.{net}.9.2"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert server.stdout is not None
+    assert "waiting for a client" in server.stdout.readline()
+    return server
+
+
+def _write_bw_client(port: int, net: int, *args: str) -> subprocess.CompletedProcess[str]:
+    binds = ("--bind", f"127.{net}.10.1", "--bind", f"127.{net}.10.2")
+    return _run("verbs_write_bw.py", "127.0.0.1", "-p", str(port), *args, *binds)
+
+
+def test_write_bw_example_sweeps_between_two_processes() -> None:
+    """A server started bare serves the sizes the client asks for (the client tells it)."""
+    rng = random.Random()
+    port, net = rng.randrange(20000, 30000), rng.randrange(2, 250)
+    server = _write_bw_server(port, net)
     try:
-        assert server.stdout is not None
-        assert "waiting for a client" in server.stdout.readline()
-        r = _run(
-            "verbs_write_bw.py",
-            "127.0.0.1",
-            *(
-                "-p",
-                str(port),
-                "-s",
-                "65536",
-                "-n",
-                "8",
-                "--bind",
-                f"127.{net}.10.1",
-                "--bind",
-                f"127.{net}.10.2",
-            ),
-        )
+        r = _write_bw_client(port, net, "-s", "131072", "-n", "8", "--min-size", "4")
         assert r.returncode == 0, r.stderr
         rows = [line.split() for line in r.stdout.splitlines() if line.strip()[:1].isdigit()]
-        assert [int(row[0]) for row in rows] == [1 << k for k in range(17)]  # 1 B .. 64 KiB
+        assert [int(row[0]) for row in rows] == [1 << k for k in range(2, 18)]  # 4 B .. 128 KiB
         assert all(int(row[1]) == 8 and float(row[3]) > 0 for row in rows)
         out, err = server.communicate(timeout=30)
-        assert server.returncode == 0 and "served" in out, err
+        assert server.returncode == 0 and "served 127.0.0.1: 16 sizes, 4 .. 131072 B, 1 + 8" in out, err
     finally:
         if server.poll() is None:
             server.kill()
+            server.wait()
     r = _run("verbs_write_bw.py", "127.0.0.1", "-p", str(port), "-s", "64")  # nobody listens any more
     assert r.returncode == 1 and "cannot reach the server" in r.stderr and "Traceback" not in r.stderr
     r = _run("verbs_write_bw.py", "--min-size", "0")
     assert r.returncode == 2 and "--min-size" in r.stderr
+
+
+def test_write_bw_example_refusals_say_why_on_both_sides() -> None:
+    """A server's --size caps what it takes: a client asking more is told why, and the server says so."""
+    rng = random.Random()
+    port, net = rng.randrange(20000, 30000), rng.randrange(2, 250)
+    server = _write_bw_server(port, net, "-s", "4096")
+    try:
+        r = _write_bw_client(port, net, "-s", "8192", "-n", "2")
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    why = "the client asks for 8192 B messages; this server takes 1..4096 B (--size)"
+    assert r.returncode == 1 and f"the exchange with the server failed: the peer refused: {why}" in r.stderr
+    assert server.returncode == 1 and f"error: client 127.0.0.1: {why}" in err, out + err
+    assert "Traceback" not in r.stderr + err

@@ -38,20 +38,12 @@ from openmrc.transport import (
 )
 from openmrc.wire import BTH, METH, RETH, Addressing, Opcode, parse, seal, service_time_ns
 from openmrc.wire.packet import data_packet
+from tests.helpers import has_ipv6_loopback
 
 _RNG = random.Random()
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="this host has no IPv6 loopback (::1)")
+needs_ipv6 = pytest.mark.skipif(not has_ipv6_loopback(), reason="this host has no IPv6 loopback (::1)")
 
 
 def _v4_endpoints(n: int) -> tuple[list[str], list[str]]:

@@ -7,7 +7,6 @@ import math
 import os
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -17,15 +16,19 @@ from openmrc.cli.render import make_console
 from openmrc.provider.perf import (
     EV_MODES,
     OOB_PORT,
+    Connection,
     IntervalReport,
     PerfError,
     PerfFabric,
+    PerfInterrupted,
     SizeResult,
+    operation_name,
     run_client,
     serve,
+    summarize,
     sweep_sizes,
 )
-from openmrc.provider.udp import parse_endpoint
+from openmrc.provider.udp import format_endpoint, parse_endpoint
 from openmrc.transport import LocalProtocolError, SecurityDomain
 
 app = typer.Typer(
@@ -35,6 +38,16 @@ app = typer.Typer(
 )
 console = make_console()
 errors = make_console(stderr=True)  # diagnostics: stderr, so that a JSON reader of stdout reads JSON only
+
+
+def say(line: str) -> None:
+    """A line of results as it is (no markup: ``[fd00::2]:18515`` is an endpoint, not a style)."""
+    console.print(line, markup=False, highlight=False)
+
+
+def warn(line: str) -> None:
+    errors.print(line, markup=False, highlight=False)
+
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
 
@@ -178,12 +191,13 @@ def server(
             oob=(oob_bind, oob_port),
             once=once,
             link_gbps=link_gbps,
-            log=console.print,
+            log=say,
+            warn=warn,
             fabric=fab,
             security=domain,
         )
     except (LocalProtocolError, OSError) as exc:
-        errors.print(f"error: {exc}", markup=False, highlight=False)
+        warn(f"error: {exc}")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         errors.print("interrupted")
@@ -257,40 +271,50 @@ def client(
     domain = _domain(secure)
 
     header_due = True  # the table's header, printed with its first row (not above a connection error)
+    ticks: list[IntervalReport] = []
+    tick_header_due = True
 
     def row(r: SizeResult) -> None:
         nonlocal header_due
-        if not json_out:
-            if header_due:
-                header_due = False
-                console.print(
-                    f"{'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} {'BW average[Gb/s]':>17}"
-                    f" {'MsgRate[Mpps]':>14} {'retx':>6} {'EV changes':>10}"
-                )
-            console.print(
-                f"{r.bytes:>10} {r.iterations:>12} {r.bw_peak_gbps:>14.2f} {r.bw_avg_gbps:>17.2f}"
-                f" {r.msg_rate_mpps:>14.4f} {r.retransmits:>6} {r.ev_state_changes:>10}"
+        if json_out:
+            return
+        if duration is not None:
+            _summary(summarize(ticks), qps)
+        if header_due:
+            header_due = False
+            say(
+                f"{'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} {'BW average[Gb/s]':>17}"
+                f" {'MsgRate[Mpps]':>14} {'retx':>6} {'EV changes':>10}"
             )
+        say(
+            f"{r.bytes:>10} {r.iterations:>12} {r.bw_peak_gbps:>14.2f} {r.bw_avg_gbps:>17.2f}"
+            f" {r.msg_rate_mpps:>14.6f} {r.retransmits:>6} {r.ev_state_changes:>10}"
+        )
 
-    started = time.time()
-
-    def tick(r: IntervalReport) -> None:  # the table shows seconds since the start, JSON the wall clock
+    def tick(r: IntervalReport) -> None:  # JSON has the wall clock too (`IntervalReport.t`)
+        nonlocal tick_header_due
         if json_out:
             sys.stdout.write(json.dumps({"interval": r.__dict__}) + "\n")
             sys.stdout.flush()
-        else:
-            console.print(
-                f"  {r.t - started:7.3f} s  {r.gbps:8.3f} Gb/s  retx {r.retransmits:<5} "
-                f"EVs good {r.evs_good} bad {r.evs_bad} held {r.evs_held}"
-            )
+            return
+        ticks.append(r)
+        if r.end - r.start < interval_ms / 10_000:  # the run's last moments: in the summary only (iperf3)
+            return
+        if tick_header_due:
+            tick_header_due = False
+            say(_INTERVAL_HEADER)
+        say(_interval_line(r, qps))
+
+    def connected(c: Connection) -> None:
+        if not json_out:
+            for line in c.lines():
+                say(line)
 
     if not json_out:
-        sec = (
-            "" if domain is None else f", {'encrypted' if encrypt else 'authenticated'} (domain {domain.sdi})"
-        )
-        console.print(
-            f"openmrc perf: RDMA Write, {len(binds)} planes, {qps} QP(s), {ev_mode} EVs{sec}, "
-            f"server {host}:{oob_port}"
+        say(
+            f"openmrc perf: {operation_name(imm)}, {len(binds)} planes, {qps} QP(s), {ev_mode} EVs"
+            + _run_modes(domain, encrypt, duration, loss_rate, fail)
+            + f", server {format_endpoint((host, oob_port))}"
         )
     try:
         rep = run_client(
@@ -314,12 +338,21 @@ def client(
             security=domain,
             encrypt=encrypt,
             header_tag=header_tag,
+            on_connect=connected,
         )
     except (PerfError, LocalProtocolError, OSError) as exc:
-        errors.print(f"error: {exc}", markup=False, highlight=False)
+        warn(f"error: {exc}")
         raise typer.Exit(1) from None
+    except PerfInterrupted as stopped:  # what ran so far, then the exit code of an interrupt
+        if json_out:
+            json.dump(stopped.report.as_dict(), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        elif stopped.report.summary is not None:
+            _summary(stopped.report.summary, qps)
+        warn("interrupted")
+        raise typer.Exit(130) from None
     except KeyboardInterrupt:
-        errors.print("interrupted")
+        warn("interrupted")
         raise typer.Exit(130) from None
     if json_out:
         json.dump(rep.as_dict(), sys.stdout, indent=2)
@@ -329,3 +362,56 @@ def client(
         console.print(f"server buffer SHA-256 {verdict} what was written")
     if not rep.hash_ok:
         raise typer.Exit(2)
+
+
+def _run_modes(
+    domain: SecurityDomain | None,
+    encrypt: bool,
+    duration: float | None,
+    loss: float,
+    fail: tuple[int, float] | None,
+) -> str:
+    """The header's words for how the run differs from a plain sweep (security, duration, impairments)."""
+    out = ""
+    if domain is not None:
+        out += f", {'encrypted' if encrypt else 'authenticated'} (domain {domain.sdi})"
+    if duration is not None:
+        out += f", for {duration:g} s"
+    if loss:
+        out += f", {loss:.2%} loss both ways"
+    if fail is not None:
+        out += f", port {fail[0]} fails at {fail[1]:g} s"
+    return out
+
+
+# a duration run's lines, as iperf3 prints its intervals
+_INTERVAL_HEADER = "[ ID] Interval           Transfer     Bitrate         Retr  EVs good/bad/held"
+
+
+def _scaled(value: float, base: int, units: tuple[str, ...]) -> str:
+    """iperf3's figures: three significant digits in the unit that keeps them below ``base``."""
+    i = 0
+    while value >= base and i < len(units) - 1:
+        value /= base
+        i += 1
+    digits = 2 if value < 9.995 else 1 if value < 99.95 else 0
+    return f"{value:.{digits}f} {units[i]}"
+
+
+def _interval_line(r: IntervalReport, qps: int) -> str:
+    transfer = _scaled(r.bytes, 1024, ("Bytes", "KBytes", "MBytes", "GBytes", "TBytes"))
+    rate = _scaled(r.gbps * 1e9, 1000, ("bits/sec", "Kbits/sec", "Mbits/sec", "Gbits/sec", "Tbits/sec"))
+    ident = "SUM" if qps > 1 else "1"  # (the QPs' intervals summed)
+    return (
+        f"[{ident:>3}] {r.start:6.2f}-{r.end:<6.2f} sec  {transfer:>11}  {rate:>14}  {r.retransmits:>4}"
+        f"  {r.evs_good}/{r.evs_bad}/{r.evs_held}"
+    )
+
+
+def _summary(total: IntervalReport | None, qps: int) -> None:
+    """The whole run as one interval, under a rule (iperf3's summary)."""
+    if total is None:
+        return
+    say(" ".join("-" * 38))
+    say(_INTERVAL_HEADER)
+    say(_interval_line(total, qps) + "  sender")

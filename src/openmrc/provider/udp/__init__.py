@@ -59,11 +59,11 @@ These modules are compiled with the transport core (``make native``).
 
 Everything the device does is counted in `DeviceStats`; the transport's own counters are ``nic.stats``.
 
-Modules: `config` (`software_config`, `gso_burst`, `parse_endpoint`, `Peer`, `DeviceStats`, the socket
-options), `sockets` (the port sockets, the SRv6 receive sockets, the epoll object and the sending sockets),
-`receive` (datagrams and their ancillary data to the NIC, ports drained in turns), `send` (routes, GSO runs,
-pacing), `injector` (the fault injector and its delayed datagrams), `progress` (the progress thread, waits
-and the completion eventfd), `device` (`UdpDevice`, which composes them).
+Modules: `config` (`software_config`, `gso_burst`, `parse_endpoint`, `format_endpoint`, `Peer`, `DeviceStats`,
+the socket options), `sockets` (the port sockets, the SRv6 receive sockets, the epoll object and the sending
+sockets), `receive` (datagrams and their ancillary data to the NIC, ports drained in turns), `send` (routes,
+GSO runs, pacing), `injector` (the fault injector and its delayed datagrams), `progress` (the progress
+thread, waits and the completion eventfd), `device` (`UdpDevice`, which composes them).
 """
 
 from openmrc.provider.udp.config import (
@@ -89,6 +89,7 @@ from openmrc.provider.udp.config import (
     DeviceStats,
     Endpoint,
     Peer,
+    format_endpoint,
     gso_burst,
     parse_endpoint,
     software_config,
@@ -119,6 +120,7 @@ __all__ = [
     "Endpoint",
     "Peer",
     "UdpDevice",
+    "format_endpoint",
     "gso_burst",
     "parse_endpoint",
     "software_config",
