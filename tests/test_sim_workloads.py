@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,14 @@ from openmrc.sim.flows import Trigger
 from openmrc.sim.htsim_cm import parse_cm
 from openmrc.sim.results_files import write_run_files
 from openmrc.sim.scenario import Run
-from openmrc.sim.workloads import all_to_all, connection_matrix, incast, permutation, ring_allreduce
+from openmrc.sim.workloads import (
+    all_to_all,
+    connection_matrix,
+    derangement,
+    incast,
+    permutation,
+    ring_allreduce,
+)
 from tests.sim_tools import ROCE, UNTIL, all_succeeded, clos, topo_of
 
 
@@ -99,6 +107,39 @@ def test_ring_allreduce_over_roce_on_a_fat_tree() -> None:
     for k in range(1, 2 * (n - 1)):
         for r in range(n):
             assert flows[k * n + r].start == flows[(k - 1) * n + (r - 1) % n].recv_finish
+
+
+# -- permutation -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3, 5, 16, 64, 1000])
+def test_a_permutation_is_a_derangement_drawn_from_the_seed(n: int) -> None:
+    cases = set()
+    for seed in range(40):
+        perm = derangement(n, random.Random(seed))
+        assert sorted(perm) == list(range(n))  # every host receives once
+        assert all(perm[h] != h for h in range(n))  # and sends to another
+        assert perm == derangement(n, random.Random(seed))
+        shuffled = list(range(n))
+        random.Random(seed).shuffle(shuffled)
+        # only the hosts that drew themselves (and the one a lone such host trades with) are redrawn
+        moved = [h for h in range(n) if perm[h] != shuffled[h]]
+        fixed = [h for h in range(n) if shuffled[h] == h]
+        assert set(fixed) <= set(moved) and len(moved) <= max(len(fixed), 2 if fixed else 0)
+        cases.add(min(len(fixed), 2))
+    if n >= 5:
+        assert cases == {0, 1, 2}  # the seeds drew no host, one host and several hosts to themselves
+    if n >= 16:
+        assert len({tuple(derangement(n, random.Random(seed))) for seed in range(40)}) == 40
+    with pytest.raises(ValueError, match="two hosts"):
+        derangement(1, random.Random(1))
+
+
+@pytest.mark.parametrize(("hosts", "seed"), [(16, 1), (16, 2), (16, 3), (32, 1)])
+def test_every_host_sends_one_flow_and_receives_one(hosts: int, seed: int) -> None:
+    sim = clos(hosts=hosts, t0_radix=16 if hosts > 16 else 8)
+    flows = permutation(sim, 4096, seed=seed)
+    assert len(flows) == len(sim.flows) == hosts
+    assert sorted(f.src for f in flows) == sorted(f.dst for f in flows) == list(range(hosts))
+    assert all(f.src != f.dst and f.tag == "perm" for f in flows)
 
 
 # -- all-to-all ------------------------------------------------------------------------------------------
