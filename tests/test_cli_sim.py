@@ -263,6 +263,22 @@ def test_show_scenarios_schema_and_version() -> None:
     assert version.exit_code == 0 and version.output.strip() == __version__
 
 
+def test_an_incast_is_rated_against_its_receiver_not_its_senders() -> None:
+    """htsim's incast, 15 senders into one 100G host: the figure is near 1 of what that host can take (over
+    the 15 senders' line rate it read 6.5 %)."""
+    got = subprocess.run(
+        [*openmrc_argv(), "sim", "run", "htsim-incast-15", "--variant", "MRC 128 EVs", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 0, got.stderr
+    (run,) = json.loads(got.stdout)["runs"]
+    assert run["bottleneck_gbps"] == 100 and run["flows"] == 15
+    assert 0.9 < run["goodput_fraction"] <= 1
+    assert run["goodput_fraction"] == pytest.approx(run["job_goodput_gbps"] / 100)
+
+
 def test_htsim_figures_are_printed_beside_ours_and_the_table_fits_80_columns() -> None:
     res = runner.invoke(app, ["sim", "run", "htsim-incast-15", "--variant", "MRC 128 EVs", "--quiet"])
     assert res.exit_code == 0, res.output

@@ -15,8 +15,9 @@ import pytest
 from openmrc.fabric import FatTree
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.flows import Trigger
+from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.htsim_cm import parse_cm
+from openmrc.sim.metrics import LinkStat, SimResults
 from openmrc.sim.results_files import write_run_files
 from openmrc.sim.scenario import Run
 from openmrc.sim.workloads import (
@@ -181,6 +182,37 @@ def test_incast_victim_shares_the_targets_t0_and_finishes_far_sooner() -> None:
     assert victim.fct_ns < fcts[0] and 2 * victim.fct_ns < fcts[-1]
     # the incast cannot beat the target's two 100G downlinks
     assert fcts[-1] >= senders * (256 << 10) * 8 * 1e9 / (2 * 100e9)
+
+
+def _results(pairs: list[tuple[int, int]], ports: int = 2, hosts: int = 8) -> SimResults:
+    """A run's results with these flows on hosts of ``ports`` 100G NIC ports each (no simulation)."""
+    flows = [Flow(s, d, 1 << 20, 0, id=i) for i, (s, d) in enumerate(pairs)]
+    links = [
+        LinkStat(h, p, 100 + p, 100_000_000_000, 0, 0.0, 0, 0, 0, 0)
+        for h in range(hosts)
+        for p in range(ports)
+    ]
+    return SimResults(flows, 0, 0, links=links)
+
+
+def test_the_bottleneck_is_what_the_senders_can_send_or_the_receivers_can_take() -> None:
+    g = 1_000_000_000
+    assert _results([(1, 0), (2, 0), (3, 0)]).bottleneck_bps() == 200 * g  # incast: the receiver's 2 ports
+    assert _results([(1, 0), (2, 0), (3, 0)]).line_rate_bps() == 600 * g  # (the senders' ports)
+    assert _results([(1, 0), (2, 0), (3, 4)]).bottleneck_bps() == 400 * g  # and a victim beside it
+    assert _results([(0, 1), (1, 2), (2, 3), (3, 0)]).bottleneck_bps() == 800 * g  # a permutation
+    assert _results([(0, 1), (0, 2), (0, 3)]).bottleneck_bps() == 200 * g  # one sender, three receivers
+    assert _results([(0, 1), (1, 0)], ports=4).bottleneck_bps() == 800 * g
+    assert _results([]).bottleneck_bps() == 0
+
+
+def test_an_incast_that_keeps_its_receiver_busy_is_near_its_bottleneck() -> None:
+    sim = clos()
+    incast(sim, 2 << 20, senders=6)
+    rep = sim.run(until=UNTIL).report()
+    assert rep["completed"] == 6 and rep["bottleneck_gbps"] == 200  # the target's two 100G ports
+    assert 0.9 < rep["goodput_fraction"] <= 1  # (over the senders' line rate: a sixth of that)
+    assert rep["job_goodput_gbps"] / rep["goodput_fraction"] == pytest.approx(200)
 
 
 @pytest.mark.parametrize(

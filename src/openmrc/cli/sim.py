@@ -59,7 +59,7 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("completed", "flows\ndone", "{:,.0f}", True),
     ("job_time_us", "job\nµs", "{:,.1f}", True),
     ("job_goodput_gbps", "job\nGb/s", "{:,.0f}", True),
-    ("goodput_fraction", "of line\nrate", "{:.1%}", False),
+    ("goodput_fraction", "of\nbottleneck", "{:.1%}", False),
     ("median_fct_us", "FCT p50\nµs", "{:,.1f}", True),
     ("p99_fct_us", "FCT p99\nµs", "{:,.1f}", False),
     ("max_fct_us", "FCT max\nµs", "{:,.1f}", True),

@@ -306,6 +306,25 @@ class SimResults:
         senders = {f.src for f in self.flows}
         return sum(link.bps for link in self.links if link.node in senders)
 
+    def bottleneck_bps(self) -> int:
+        """The most the flows' hosts can move at once, the fabric between them taken as non-blocking: what
+        the senders can send or, if less, what the receivers can take, a receiver taking its line rate or,
+        if less, the line rate of the senders that feed it. (A host's line rate is that of all its NIC
+        ports.) An incast's is its receiver's line rate; a permutation's, an all-to-all's or a ring's, that
+        of every sender. Each receiver's feeders count in full for it, so where receivers share senders
+        this is an upper bound on what the hosts can move (a goodput fraction never exceeds 1)."""
+        feeders: dict[int, set[int]] = {}
+        for f in self.flows:
+            feeders.setdefault(f.dst, set()).add(f.src)
+        senders = {f.src for f in self.flows}
+        rate: dict[int, int] = {}
+        for link in self.links:
+            if link.node in senders or link.node in feeders:
+                rate[link.node] = rate.get(link.node, 0) + link.bps
+        send = sum(rate.get(s, 0) for s in senders)
+        take = sum(min(rate.get(d, 0), sum(rate.get(s, 0) for s in srcs)) for d, srcs in feeders.items())
+        return min(send, take)
+
     def deliveries_us(self) -> list[float]:
         """Start to the receiver's completion of each flow the receiver completes (Write with Immediate)."""
         return sorted(
@@ -340,8 +359,9 @@ class SimResults:
             total = sum(f.size for f in self.flows)
             out["job_time_us"] = job / 1000
             out["job_goodput_gbps"] = total * 8 / job
-            rate = self.line_rate_bps()
+            rate = self.bottleneck_bps()
             if rate:
+                out["bottleneck_gbps"] = rate / 1e9
                 out["goodput_fraction"] = total * 8e9 / job / rate
         delivered = self.deliveries_us()
         if delivered:

@@ -1,6 +1,6 @@
-"""PNG plots of simulation results (matplotlib, headless): goodput over time as a fraction of line rate with
-failure markers, and flow completion time CDFs on a log axis. Several runs (e.g. MRC and RoCEv2, each with
-and without its failure) share one figure."""
+"""PNG plots of simulation results (matplotlib, headless): goodput over time as a fraction of the bottleneck
+(`SimResults.bottleneck_bps`) with failure markers, and flow completion time CDFs on a log axis. Several runs
+(e.g. MRC and RoCEv2, each with and without its failure) share one figure."""
 
 from __future__ import annotations
 
@@ -40,16 +40,17 @@ def _colours(labels: list[str]) -> dict[str, str]:
 
 
 def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = "") -> Path:
-    """Goodput of each run against simulated time (µs), as a fraction of the senders' line rate (per
-    sample interval); a dashed red line and a label at every failure event; the number of EVs marked bad on
-    a second axis for MRC runs with failures. A run without its failure is dashed, in the same colour."""
+    """Goodput of each run against simulated time (µs), as a fraction of its bottleneck (what its hosts can
+    move, `SimResults.bottleneck_bps`; per sample interval); a dashed red line and a label at every failure
+    event; the number of EVs marked bad on a second axis for MRC runs with failures. A run without its
+    failure is dashed, in the same colour."""
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     ev_ax = None
     failures: dict[int, str] = {}
     colour = _colours(list(runs))
     rates = set()
     for label, res in runs.items():
-        line = line_rate_bps(res)
+        line = res.bottleneck_bps()
         if not res.samples or not line:
             continue
         rates.add(line)
@@ -95,7 +96,7 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
         )
     ax.set_xlabel("simulated time (µs)")
     rate = f" = {next(iter(rates)) / 1e9:,.0f} Gb/s" if len(rates) == 1 else ""
-    ax.set_ylabel(f"goodput, fraction of the senders' line rate{rate}", fontsize=9)
+    ax.set_ylabel(f"goodput, fraction of the bottleneck{rate}", fontsize=9)
     ax.set_ylim(0, 1.05)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
