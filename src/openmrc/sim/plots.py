@@ -16,16 +16,13 @@ matplotlib.use("Agg")  # headless: before pyplot is imported
 import matplotlib.pyplot as plt
 from matplotlib import ticker
 
-from openmrc.sim.metrics import SimResults
+from openmrc.sim.metrics import BASELINE_SUFFIX, SimResults
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["BASELINE_SUFFIX", "line_rate_bps", "plot_fct_cdf", "plot_size_sweep", "plot_timeline"]
-
-BASELINE_SUFFIX = ", no failure"
-"""A run labelled ``X{BASELINE_SUFFIX}`` is X without its failures: drawn dashed, in X's colour."""
 
 
 def line_rate_bps(res: SimResults) -> int:
