@@ -9,6 +9,7 @@ import io
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import time
@@ -261,6 +262,61 @@ def test_show_scenarios_schema_and_version() -> None:
     assert "fabric" in schema["properties"] and schema["additionalProperties"] is False
     version = runner.invoke(app, ["--version"])
     assert version.exit_code == 0 and version.output.strip() == __version__
+
+
+def test_an_incast_is_rated_against_its_receiver_not_its_senders() -> None:
+    """htsim's incast, 15 senders into one 100G host: the figure is near 1 of what that host can take (over
+    the 15 senders' line rate it read 6.5 %)."""
+    got = subprocess.run(
+        [*openmrc_argv(), "sim", "run", "htsim-incast-15", "--variant", "MRC 128 EVs", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 0, got.stderr
+    (run,) = json.loads(got.stdout)["runs"]
+    assert run["bottleneck_gbps"] == 100 and run["flows"] == 15
+    assert 0.9 < run["goodput_fraction"] <= 1
+    assert run["goodput_fraction"] == pytest.approx(run["job_goodput_gbps"] / 100)
+
+
+def test_each_failure_says_what_its_figures_measure() -> None:
+    """link-failure, shrunk: the bypass time says over which connections (MRC: one per host pair with a
+    path through the link; RoCEv2: the QPs hashed through it, of those pairs' QPs) and that MRC's 0 µs is
+    none falling below 90 %; the NIC port's connections that only finished are not "back"; the goodput
+    line names its windows, and the note says it is the whole job's."""
+    sets = _sets([*SMALL, "workload.size_kib=512", "failures.0.at_us=10"])
+    got = subprocess.run(
+        [*openmrc_argv(), "sim", "run", "link-failure", "--quiet", *sets],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert got.returncode == 0 and not got.stderr, got.stderr
+    lines = got.stdout.splitlines()
+    mrc = lines.index("  MRC, T0-T1 link: plane 0: T0 0 ↔ T1 0 link (p0-t0-0 ↔ p0-t1-0) down at 10 µs")
+    assert lines[mrc + 1].startswith(
+        "    bypass time 0 µs: none of its 8 MRC connections (a QP per host pair"
+    )
+    assert "fell below 90 % of their goodput before it" in lines[mrc + 1]
+    assert lines[mrc + 2].startswith("    last data packet into it: +")
+    port = lines.index("  MRC, NIC port: host 5 NIC port 1 down at 20 µs")
+    assert lines[port + 1].startswith("    bypass: not back: its 2 MRC connections")
+    assert "until the last finished its flows, +" in lines[port + 1]
+    roce = next(i for i, x in enumerate(lines) if x.startswith("  RoCEv2 + ECMP, T0-T1 link: plane 0"))
+    qps = lines[roce + 1]
+    assert (
+        qps.startswith("    bypass time ")
+        and " RoCEv2 QP" in qps
+        and "hashed through it (of the 8 QPs" in qps
+    )
+    assert "of the 8 host pairs with a path through it" in qps
+    goodput = next(x for x in lines[roce:] if x.startswith("    all flows "))
+    assert re.fullmatch(
+        r"    all flows [\d,]+ Gb/s over 5–10 µs → [\d,]+ Gb/s over [\d,]+–[\d,]+ µs", goodput
+    )
+    assert "(all flows: the whole job's goodput" in lines[-1] and "--set 'failures=[]'" in lines[-1]
 
 
 def test_htsim_figures_are_printed_beside_ours_and_the_table_fits_80_columns() -> None:

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from openmrc.cli.main import app
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.metrics import RECOVER_WINDOW_SAMPLES, recover_ns
+from openmrc.sim.metrics import RECOVER_WINDOW_SAMPLES, recover_ns, recovery
 from openmrc.sim.plots import line_rate_bps
+from openmrc.sim.routing import EcmpRouting
 from openmrc.sim.scenario import load_scenario, run_scenario
 from openmrc.sim.workloads import permutation
 
@@ -51,6 +52,25 @@ def test_a_connection_that_stalls_recovers_when_it_is_back_at_speed_not_when_it_
     assert recover_ns(at, times, cum, [0], [True]) == 18_000 - at  # its last bytes arrive by 18 µs
     assert recover_ns(at, times, cum, [0], [False]) is None
     assert recover_ns(at, times[: w - 1], cum[: w - 1], [0], [True]) is None  # no window before the failure
+
+
+def test_the_goodput_a_connection_must_get_back_to_is_its_mean_before_the_failure() -> None:
+    at = 10_000
+    # pair 0 stalled (a go-back-N QP after a drop) in the 5 intervals before the failure, and stays so until
+    # 26 µs: it counts, against its mean since it began (40 bytes an interval); pair 1 was done before the
+    # failure: not affected; pair 2 began at 4 µs, at 50 bytes an interval, and drops to 40 after: below
+    # 90 % until it finishes
+    rows = [[100, 100, 0] for _ in range(5)] + [[0, 100 if k < 3 else 0, 0] for k in range(6)]
+    for k in range(11):
+        rows[k][2] = 50 if k >= 5 else 0
+    rows += [[0, 0, 40] for _ in range(15)] + [[100, 0, 40] for _ in range(10)] + [[0, 0, 0]] * 6
+    times, cum = _series(rows)
+    # the first window of 5 with 90 % of 40 bytes an interval: from 22 µs (2 intervals of 100 in it)
+    assert recovery(at, times, cum, [0], [False] * 3) == (22_000 - at, False)
+    assert recovery(at, times, cum, [1], [True] * 3) == (0, False)
+    assert recovery(at, times, cum, [2], [False, False, True]) == (35_000 - at, True)  # its last bytes
+    assert recovery(at, times, cum, [0, 1, 2], [False, True, True]) == (35_000 - at, True)
+    assert recover_ns(at, times, cum, [2], [False] * 3) is None  # never back, never done
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +118,15 @@ def test_roce_qps_spread_over_the_planes_use_every_plane() -> None:
 
 def test_the_demo_prints_what_the_failure_costs_each_transport(tmp_path: Path) -> None:
     args = ["demo", "--out", str(tmp_path)]
-    for s in [*SMALL_CLOS, "workload.size_kib=512", "failures.0.at_us=20"]:
+    for s in [*SMALL_CLOS, "workload.size_kib=1024", "failures.0.at_us=10"]:
         args += ["--set", s]
     res = CliRunner().invoke(app, args, terminal_width=200)
     assert res.exit_code == 0, res.output
-    assert "plane 0: T0 0 ↔ T1 0 link (p0-t0-0 ↔ p0-t1-0) down at 20 µs" in res.output
+    assert "plane 0: T0 0 ↔ T1 0 link (p0-t0-0 ↔ p0-t1-0) down at 10 µs" in res.output
+    # the goodput before and after the failure beside the same windows of the run without it
+    rates = [line for line in res.output.splitlines() if line.startswith("    all flows ")]
+    assert rates and all(" µs (without the failure " in line for line in rates), res.output
+    assert "the whole job's goodput" not in res.output  # (the note for runs without that comparison)
     cost = next(line for line in res.output.splitlines() if line.startswith("The failure costs"))
     assert "MRC +" in cost or "MRC -" in cost
     assert "RoCEv2 + ECMP" in cost and "job time" in cost
@@ -112,3 +136,30 @@ def test_the_demo_prints_what_the_failure_costs_each_transport(tmp_path: Path) -
     assert [bool(r.get("outages")) for r in data["runs"]] == [True, True, False, False]
     for png in ("timeline.png", "fct_cdf.png"):
         assert (tmp_path / png).stat().st_size > 10_000
+
+
+def test_the_roce_qps_a_failed_link_touches_are_those_hashed_through_it() -> None:
+    """With ECMP never reconverging, exactly the QPs counted as affected (hashed through the dead link, data
+    or ACK way) never finish; MRC counts its one connection per host pair with a path through it."""
+    roce = dict(transport="roce", routing="ecmp", trimming=False, roce_qps=2, roce_planes=0)
+    for kw in (roce, {}):
+        sim = FabricSim.clos(
+            FabricSimConfig(hosts=16, planes=2, t0_radix=8, t1_radix=8, ecmp_reconverge_ns=10**12, **kw)  # type: ignore[arg-type]
+        )
+        flows = permutation(sim, 128 << 10, seed=2)
+        sim.faults.fail_link(*sim.faults.t0_uplink(0, 0, 0), 5_000)
+        sim.sample_every(1_000)
+        res = sim.run(until=3_000_000)
+        (o,) = res.outages
+        if kw:
+            # 2 QPs per flow, on planes 0 and 1; only plane-0 QPs hashed onto uplink 0 (or back over it)
+            assert o.connections == 2 * o.host_pairs and 0 < len(o.pairs) < o.host_pairs
+            assert isinstance(sim.routing, EcmpRouting)
+            dead = set(sim.faults.outages[0][2])
+            qps = [(f, q) for f in flows for q in sim.hosts[f.src].carriers(f.dst, [f])]
+            through = [(f, q) for f, q in qps if sim.routing.crosses(q.routes(), dead)]
+            assert len(through) == len(o.pairs) and all(q.port == 0 for _f, q in through)
+            assert {f.id for f, _q in through} == {f.id for f in flows if f.finish is None}
+        else:
+            assert len(o.pairs) == o.connections == o.host_pairs > 0
+            assert all(f.finish is not None for f in flows)  # MRC routes around it

@@ -105,6 +105,26 @@ def test_clos_ecmp_candidates() -> None:
     assert walk(c, r, 0, 31, 99, plane=1)[-1] == 31
 
 
+@pytest.mark.parametrize("topo", [FatTree.from_k(4), MultiPlaneClos(2, 32, 8, 8)], ids=["fattree", "clos"])
+def test_a_hashed_path_is_the_hops_the_switches_pick(topo: FatTree | MultiPlaneClos) -> None:
+    """`EcmpRouting.path` (which links a RoCEv2 QP's packets take, so which QPs a failure touches) names
+    the ports `EcmpRouting.port` picks hop by hop, on every plane, before and after a link is withdrawn."""
+    r = EcmpRouting(topo, seed=5)
+    rng = random.Random(1)
+    planes = len(topo.ports(0))
+    for dead in (set(), {(topo.ports(0)[0].peer, len(topo.ports(topo.ports(0)[0].peer)) - 1)}):
+        r.withdraw(dead)
+        for _ in range(200):
+            src, dst = rng.sample(range(topo.num_hosts), 2)
+            plane, entropy = rng.randrange(planes), rng.getrandbits(32)
+            nodes = walk(topo, r, src, dst, entropy, plane)
+            hops = r.path(src, plane, dst, entropy)
+            assert [n for n, _p in hops] == nodes[:-1]
+            assert all(topo.ports(n)[p].peer == nxt for (n, p), nxt in zip(hops, nodes[1:], strict=True))
+            assert r.crosses([(src, plane, dst, entropy)], {hops[-1]})
+            assert not r.crosses([(src, plane, dst, entropy)], set(dead) - set(hops))
+
+
 @pytest.mark.parametrize("routing", ["ecmp", "srv6"])
 def test_clos_both_routings_complete(routing: str) -> None:
     sim = FabricSim.clos(

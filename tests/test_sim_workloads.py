@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import random
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,19 @@ import pytest
 from openmrc.fabric import FatTree
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.flows import Trigger
+from openmrc.sim.flows import Flow, Trigger
 from openmrc.sim.htsim_cm import parse_cm
+from openmrc.sim.metrics import LinkStat, SimResults
 from openmrc.sim.results_files import write_run_files
 from openmrc.sim.scenario import Run
-from openmrc.sim.workloads import all_to_all, connection_matrix, incast, permutation, ring_allreduce
+from openmrc.sim.workloads import (
+    all_to_all,
+    connection_matrix,
+    derangement,
+    incast,
+    permutation,
+    ring_allreduce,
+)
 from tests.sim_tools import ROCE, UNTIL, all_succeeded, clos, topo_of
 
 
@@ -101,6 +110,39 @@ def test_ring_allreduce_over_roce_on_a_fat_tree() -> None:
             assert flows[k * n + r].start == flows[(k - 1) * n + (r - 1) % n].recv_finish
 
 
+# -- permutation -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3, 5, 16, 64, 1000])
+def test_a_permutation_is_a_derangement_drawn_from_the_seed(n: int) -> None:
+    cases = set()
+    for seed in range(40):
+        perm = derangement(n, random.Random(seed))
+        assert sorted(perm) == list(range(n))  # every host receives once
+        assert all(perm[h] != h for h in range(n))  # and sends to another
+        assert perm == derangement(n, random.Random(seed))
+        shuffled = list(range(n))
+        random.Random(seed).shuffle(shuffled)
+        # only the hosts that drew themselves (and the one a lone such host trades with) are redrawn
+        moved = [h for h in range(n) if perm[h] != shuffled[h]]
+        fixed = [h for h in range(n) if shuffled[h] == h]
+        assert set(fixed) <= set(moved) and len(moved) <= max(len(fixed), 2 if fixed else 0)
+        cases.add(min(len(fixed), 2))
+    if n >= 5:
+        assert cases == {0, 1, 2}  # the seeds drew no host, one host and several hosts to themselves
+    if n >= 16:
+        assert len({tuple(derangement(n, random.Random(seed))) for seed in range(40)}) == 40
+    with pytest.raises(ValueError, match="two hosts"):
+        derangement(1, random.Random(1))
+
+
+@pytest.mark.parametrize(("hosts", "seed"), [(16, 1), (16, 2), (16, 3), (32, 1)])
+def test_every_host_sends_one_flow_and_receives_one(hosts: int, seed: int) -> None:
+    sim = clos(hosts=hosts, t0_radix=16 if hosts > 16 else 8)
+    flows = permutation(sim, 4096, seed=seed)
+    assert len(flows) == len(sim.flows) == hosts
+    assert sorted(f.src for f in flows) == sorted(f.dst for f in flows) == list(range(hosts))
+    assert all(f.src != f.dst and f.tag == "perm" for f in flows)
+
+
 # -- all-to-all ------------------------------------------------------------------------------------------
 def test_all_to_all_sends_once_between_every_ordered_pair() -> None:
     sim = clos()
@@ -140,6 +182,37 @@ def test_incast_victim_shares_the_targets_t0_and_finishes_far_sooner() -> None:
     assert victim.fct_ns < fcts[0] and 2 * victim.fct_ns < fcts[-1]
     # the incast cannot beat the target's two 100G downlinks
     assert fcts[-1] >= senders * (256 << 10) * 8 * 1e9 / (2 * 100e9)
+
+
+def _results(pairs: list[tuple[int, int]], ports: int = 2, hosts: int = 8) -> SimResults:
+    """A run's results with these flows on hosts of ``ports`` 100G NIC ports each (no simulation)."""
+    flows = [Flow(s, d, 1 << 20, 0, id=i) for i, (s, d) in enumerate(pairs)]
+    links = [
+        LinkStat(h, p, 100 + p, 100_000_000_000, 0, 0.0, 0, 0, 0, 0)
+        for h in range(hosts)
+        for p in range(ports)
+    ]
+    return SimResults(flows, 0, 0, links=links)
+
+
+def test_the_bottleneck_is_what_the_senders_can_send_or_the_receivers_can_take() -> None:
+    g = 1_000_000_000
+    assert _results([(1, 0), (2, 0), (3, 0)]).bottleneck_bps() == 200 * g  # incast: the receiver's 2 ports
+    assert _results([(1, 0), (2, 0), (3, 0)]).line_rate_bps() == 600 * g  # (the senders' ports)
+    assert _results([(1, 0), (2, 0), (3, 4)]).bottleneck_bps() == 400 * g  # and a victim beside it
+    assert _results([(0, 1), (1, 2), (2, 3), (3, 0)]).bottleneck_bps() == 800 * g  # a permutation
+    assert _results([(0, 1), (0, 2), (0, 3)]).bottleneck_bps() == 200 * g  # one sender, three receivers
+    assert _results([(0, 1), (1, 0)], ports=4).bottleneck_bps() == 800 * g
+    assert _results([]).bottleneck_bps() == 0
+
+
+def test_an_incast_that_keeps_its_receiver_busy_is_near_its_bottleneck() -> None:
+    sim = clos()
+    incast(sim, 2 << 20, senders=6)
+    rep = sim.run(until=UNTIL).report()
+    assert rep["completed"] == 6 and rep["bottleneck_gbps"] == 200  # the target's two 100G ports
+    assert 0.9 < rep["goodput_fraction"] <= 1  # (over the senders' line rate: a sixth of that)
+    assert rep["job_goodput_gbps"] / rep["goodput_fraction"] == pytest.approx(200)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import shutil
@@ -209,7 +210,7 @@ def demo(
         run_scenario_cli,
         scenario_error,
     )
-    from openmrc.sim.plots import BASELINE_SUFFIX
+    from openmrc.sim.metrics import BASELINE_SUFFIX
     from openmrc.sim.results_files import provenance, write_runs
     from openmrc.sim.scenario import ScenarioError, load_scenario
 
@@ -230,17 +231,14 @@ def demo(
     runs = run_scenario_cli(doc, out, made)
     print_table(console, results_table(runs, "demo"))
     print_notes(runs, doc)
-    console.print(
-        "[dim]Gb/s: every byte of the job over the job time. The lines below rate all flows over the "
-        f"{doc.get('sample_us', 5)} µs sample intervals just before and just after the failure.[/dim]"
-    )
+    console.print("[dim]Gb/s: every byte of the job over the job time.[/dim]")
     n = len(variants)
-    print_outages(runs[:n])
+    print_outages(runs)
     costs = [_failure_cost(r.label, r.results, b.results) for r, b in zip(runs[:n], runs[n:], strict=True)]
     console.print("[bold]The failure costs " + ", ".join(costs) + ".")
     console.print(
         "[dim](job time with the failure vs the same run without it; recovered = every connection through the"
-        " failed link back to 90 % of its pre-failure goodput, over 5-sample windows)[/dim]"
+        " failed link back to 90 % of its goodput before it, over 5 sample intervals)[/dim]"
     )
     print_written(
         out, write_runs(runs, out, doc, provenance=provenance(started, sorted({r.seed for r in runs})))
@@ -257,12 +255,16 @@ def _failure_cost(label: str, failed: SimResults | None, clean: SimResults | Non
     b = None if clean is None else clean.job_time_ns()
     if not a or not b or failed is None:
         return f"{label}: not comparable (a run did not finish)"
-    rec = failed.report().get("bypass_us")
+    reps = failed.outage_reports()
+    worst = max(reps, key=lambda o: math.inf if o["bypass_us"] is None else o["bypass_us"], default=None)
+    rec = None if worst is None else worst["bypass_us"]
     back = (
         "not recovered"
         if rec is None
         else "its connections never fell below 90 %"
         if rec == 0
+        else f"not back to 90 % before its connections finished, +{rec:,.1f} µs"
+        if worst is not None and worst["bypass_ended"]
         else f"recovered in {rec:,.1f} µs"
     )
     return f"{label} {(a / b - 1) * 100:+.1f} % job time ({back})"

@@ -25,6 +25,7 @@ from openmrc.cli.progress import PHASES, RunProgress
 from openmrc.cli.render import make_console, print_table
 from openmrc.sim import partition
 from openmrc.sim.fabric_sim import FabricSim
+from openmrc.sim.metrics import BASELINE_SUFFIX, SimResults
 from openmrc.sim.results_files import name_nodes, provenance, results_document, write_runs
 from openmrc.sim.scenario import (
     Run,
@@ -61,7 +62,7 @@ COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
     ("completed", "flows\ndone", "{:,.0f}", True),
     ("job_time_us", "job\nµs", "{:,.1f}", True),
     ("job_goodput_gbps", "job\nGb/s", "{:,.0f}", True),
-    ("goodput_fraction", "of line\nrate", "{:.1%}", False),
+    ("goodput_fraction", "of\nbottleneck", "{:.1%}", False),
     ("median_fct_us", "FCT p50\nµs", "{:,.1f}", True),
     ("p99_fct_us", "FCT p99\nµs", "{:,.1f}", False),
     ("max_fct_us", "FCT max\nµs", "{:,.1f}", True),
@@ -192,35 +193,87 @@ def _at(doc: dict[str, Any], point: dict[str, Any]) -> bool:
 
 
 def print_outages(runs: list[Run]) -> None:
-    """One line per failure of each run: when, how long until the affected connections were back (bypass),
-    the last packet into the dead element, and the rate of all flows just before and after."""
+    """Per failure of each run: what failed and when; its bypass time (until every connection whose
+    packets went through it is back to 90 % of its goodput before the failure) and which connections
+    those were; the last data packet into it; and the goodput of all flows over the windows named, beside
+    the same run without the failure when one ran (labelled with `BASELINE_SUFFIX`)."""
+    results = {r.label: r.results for r in runs if r.results is not None}
+    alone = False
     for r in runs:
         assert r.results is not None
         for o in r.results.outage_reports():
-            n, rec = o["affected"], o["bypass_us"]
-            back = (
-                "not recovered"
-                if rec is None
-                else "never below 90 % of their goodput"
-                if rec == 0
-                else f"back to 90 % goodput after {rec:.1f} µs"
-            )
-            bypass = f"{n} connection(s) through it {back}"
-            last = o["last_packet_us"]
             what = name_nodes(o["what"], r.sim.topo) if r.sim is not None else o["what"]
-            line = f"  {r.label}: {what} at {o['at_us']:.0f} µs; {bypass}"
-            line += (
-                "; no data packet went into it"
-                if last is None
-                else f"; last packet into it at +{last:.1f} µs"
-            )
-            before, after = o.get("goodput_before_gbps"), o.get("goodput_after_gbps")
-            if before is not None and after is not None:
-                line += f"; all flows {before:,.0f} → {after:,.0f} Gb/s"
-            hb, ha = o.get("host_goodput_before_gbps"), o.get("host_goodput_after_gbps")
-            if hb is not None and ha is not None:
-                line += f"; the host's own {hb:,.0f} → {ha:,.0f} Gb/s"
-            console.print(line)
+            last = o["last_packet_us"]
+            lines = [
+                f"  {r.label}: {what} at {o['at_us']:,.0f} µs",
+                f"    {_bypass(o, str(r.doc['fabric']['transport']))}",
+                f"    last data packet into it: +{last:,.1f} µs"
+                if last is not None
+                else "    no data packet into it",
+            ]
+            goodputs = _goodputs(o, results.get(r.label + BASELINE_SUFFIX))
+            if goodputs:
+                lines.append(f"    {goodputs}")
+                alone = alone or r.label + BASELINE_SUFFIX not in results
+            for line in lines:
+                console.print(line, markup=False, highlight=False)
+    if alone:
+        console.print(
+            "  (all flows: the whole job's goodput, which also ramps up and moves with congestion control; "
+            "the same run without the failure, --set 'failures=[]', shows how much)",
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _bypass(o: dict[str, Any], transport: str) -> str:
+    """The bypass time of one outage and the connections it is over, in words."""
+    n, rec = o["affected"], o["bypass_us"]
+    pairs = _count(o["host_pairs"], "host pair") + " with a path through it"
+    if transport == "roce":
+        who = f"{_count(n, 'RoCEv2 QP')} hashed through it (of the {o['connections']:,} QPs of the {pairs})"
+    else:
+        who = _count(n, "MRC connection") + " (a QP per host pair with a path through it, spraying over all "
+        who += "its paths: only some go through it)"
+    if n == 0:
+        return f"bypass: no connection's packets went through it ({pairs})"
+    if rec is None:
+        return f"bypass: not recovered: of its {who}, some never got back to 90 % of their goodput before it"
+    if rec == 0:
+        return (
+            f"bypass time 0 µs: none of its {who} fell below 90 % of their goodput before it (5-sample means)"
+        )
+    if o.get("bypass_ended"):
+        return (
+            f"bypass: not back: its {who} stayed below 90 % of their goodput before it until the last "
+            f"finished its flows, +{rec:,.1f} µs"
+        )
+    return f"bypass time {rec:,.1f} µs: until its {who} were back to 90 % of their goodput before it"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}" + ("" if n == 1 else "s")
+
+
+def _goodputs(o: dict[str, Any], baseline: SimResults | None) -> str:
+    """The goodput of all flows (and of the failed host) before and after, with the windows."""
+    before, after = o.get("goodput_before_gbps"), o.get("goodput_after_gbps")
+    wb, wa = o.get("before_us"), o.get("after_us")
+    if before is None or after is None or wb is None or wa is None:
+        return ""
+    line = (
+        f"all flows {before:,.0f} Gb/s over {wb[0]:,.0f}–{wb[1]:,.0f} µs → {after:,.0f} Gb/s over "
+        f"{wa[0]:,.0f}–{wa[1]:,.0f} µs"
+    )
+    if baseline is not None:
+        b0, b1 = baseline.goodput_gbps(*wb), baseline.goodput_gbps(*wa)
+        if b0 is not None and b1 is not None:
+            line += f" (without the failure {b0:,.0f} → {b1:,.0f})"
+    hb, ha = o.get("host_goodput_before_gbps"), o.get("host_goodput_after_gbps")
+    if hb is not None and ha is not None:
+        line += f"; the host's own {hb:,.0f} → {ha:,.0f} Gb/s"
+    return line
 
 
 def print_written(out: Path, paths: list[Path]) -> None:

@@ -152,6 +152,8 @@ class FabricSim:
         self.sampler: Sampler | None = None
         self._watched: list[tuple[SimHost, Any, list[Flow]]] = []  # connections watched for recovery
         self._outage_pairs: list[tuple[int, ...]] = []  # per outage: indices into the watched connections
+        self._outage_scope: list[tuple[int, int]] = []  # per outage: host pairs with a path through it, and
+        # their connections (of which those in _outage_pairs: the ones whose packets go through it)
         planes = len(topo.ports(0))
         if not 0 <= config.roce_planes <= planes:
             raise ValueError(f"FabricSimConfig.roce_planes: {config.roce_planes} outside 0..{planes}")
@@ -460,19 +462,24 @@ class FabricSim:
         return self.sampler
 
     def _watch_pairs(self) -> None:
-        """The transport connections a failure can touch, each watched for its recovery: those of each
-        (src, dst) pair with a path through the failed element (MRC sprays one QP pair over every plane;
-        RoCEv2 has QPs per flow)."""
+        """The transport connections a failure touches, each watched for its recovery: of each (src, dst)
+        pair with a path through the failed element, the connections whose packets go through it (MRC
+        sprays one QP pair over every path, so its one; RoCEv2 has QPs per flow, each on one ECMP-hashed
+        path: those hashed through it, either way)."""
         by_pair: dict[tuple[int, int], list[Flow]] = {}
         for f in self.flows:
             by_pair.setdefault((f.src, f.dst), []).append(f)
         conns = sorted(by_pair)
         watched: dict[object, int] = {}  # the connection (its id; built in parts: its hosts) -> its index
-        self._watched, self._outage_pairs = [], []
+        self._watched, self._outage_pairs, self._outage_scope = [], [], []
         owned = self.owned
+        ecmp = self.routing if isinstance(self.routing, EcmpRouting) else None
         for _at, _what, refs, _host in self.faults.outages:
             got = []
-            for s, d in sorted(crossing_pairs(self.topo, set(refs), conns)):
+            dead = set(refs)
+            crossing = sorted(crossing_pairs(self.topo, dead, conns))
+            considered = 0
+            for s, d in crossing:
                 host, flows = self.hosts[s], by_pair[(s, d)]
                 if not self.partial or owned is None or owned[s] or not owned[d]:
                     carriers = host.carriers(d, flows)
@@ -481,12 +488,17 @@ class FabricSim:
                     assert isinstance(receiver, MrcHost)  # built in parts: MRC hosts
                     host, carriers = receiver, receiver.carriers_from(s)
                 for c in carriers:
+                    considered += 1
+                    routes = host.carrier_routes(c)
+                    if routes is not None and ecmp is not None and not ecmp.crosses(routes, dead):
+                        continue  # its one path each way misses the failed element
                     key: object = (s, d) if self.partial else id(c)  # one connection per pair (MRC)
                     if key not in watched:
                         watched[key] = len(self._watched)
                         self._watched.append((host, c, flows))
                     got.append(watched[key])
             self._outage_pairs.append(tuple(got))
+            self._outage_scope.append((len(crossing), considered))
 
     def _pair_bytes(self) -> tuple[int, ...]:
         return tuple(host.carried_bytes(c) for host, c, _flows in self._watched)
@@ -547,7 +559,9 @@ class FabricSim:
             ats = [totals.down_drop_at.get(r) for r in refs]
         drops = [t for t in ats if t is not None and t >= at]
         pairs = self._outage_pairs[i] if i < len(self._outage_pairs) else ()
-        return Outage(at, what, max(drops) - at if drops else None, host, pairs)
+        host_pairs, connections = self._outage_scope[i] if i < len(self._outage_scope) else (0, 0)
+        last = max(drops) - at if drops else None
+        return Outage(at, what, last, host, pairs, host_pairs=host_pairs, connections=connections)
 
     def link_stats(self) -> list[LinkStat]:
         if self.totals is not None:

@@ -145,6 +145,11 @@ class SimHost:
         """``carrier`` delivered everything it was given (``flows``: the flows it carries)."""
         raise NotImplementedError
 
+    def carrier_routes(self, carrier: Any) -> list[tuple[int, int, int, int]] | None:
+        """The ways ``carrier``'s packets go when each takes one ECMP-hashed path, as (from host, NIC port, to
+        host, entropy); None when it sprays them over every path (MRC)."""
+        return None
+
 
 def _never(_: None) -> None:  # pragma: no cover - a remote host's ports are not built here
     raise RuntimeError("a host of another process")
@@ -636,6 +641,10 @@ class RoceV2Host(SimHost):
     def carrier_done(self, carrier: Any, flows: list[Flow]) -> bool:
         q: RoceQp = carrier
         return q.expected >= q.npkts
+
+    def carrier_routes(self, carrier: Any) -> list[tuple[int, int, int, int]] | None:
+        q: RoceQp = carrier
+        return q.routes()
 
 
 HOST_KINDS: dict[str, Callable[[HostEnv], list[SimHost]]] = {

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from openmrc.transport import Nic
 
 __all__ = [
+    "BASELINE_SUFFIX",
     "RECOVER_FRACTION",
     "RECOVER_WINDOW_SAMPLES",
     "LinkStat",
@@ -31,6 +32,8 @@ __all__ = [
     "Sampler",
     "SimResults",
     "outage_report",
+    "recover_ns",
+    "recovery",
 ]
 
 
@@ -168,10 +171,17 @@ class Sampler:
         return s
 
 
+BASELINE_SUFFIX: Final = ", no failure"
+"""A run labelled ``X{BASELINE_SUFFIX}`` is X without its failures (plots draw it dashed, in X's colour; an
+outage of X is told beside it)."""
+
 RECOVER_FRACTION = 0.9
-"""An affected connection has recovered once it delivers this fraction of its pre-failure goodput."""
+"""An affected connection has recovered once it delivers this fraction of its pre-failure goodput (its mean
+from when it began delivering to the failure: a window just before it would call a connection that had
+stalled for another reason idle, and its stall after the failure no loss)."""
 RECOVER_WINDOW_SAMPLES = 5
-"""Goodputs (before the failure, and each candidate after it) are measured over this many sample intervals."""
+"""Goodputs after the failure are measured over this many sample intervals (and at least so many must
+come before it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,15 +196,25 @@ class Outage:
     host: int | None = None
     """The host whose NIC port failed (its outgoing goodput is watched)."""
     pairs: tuple[int, ...] = ()
-    """Indices into `SimResults.pair_bytes`: the connections (QPs) with a path through the failed element."""
+    """Indices into `SimResults.pair_bytes`: the connections (QPs) whose packets go through the failed
+    element (MRC: one per host pair with a path through it, spraying over every path; RoCEv2: the QPs
+    whose one ECMP-hashed path, either way, goes through it)."""
+    host_pairs: int = 0
+    """Host pairs (sender, receiver) with a shortest path through the failed element."""
+    connections: int = 0
+    """The connections of those pairs (RoCEv2: ``roce_qps`` QPs per flow), ``pairs`` among them."""
 
 
-def _rate(samples: Sequence[Sample], lo: int, hi: int, watched: bool) -> float | None:
-    """Mean rate (b/s) over the samples that end in (lo, hi], from the cumulative counter."""
+def _window(samples: Sequence[Sample], lo: int, hi: int) -> tuple[Sample, Sample] | None:
+    """The first and last samples taken in [lo, hi] (None: fewer than two, at different times)."""
     pts = [s for s in samples if lo <= s.time_ns <= hi]
     if len(pts) < 2 or pts[-1].time_ns == pts[0].time_ns:
         return None
-    a, b = pts[0], pts[-1]
+    return pts[0], pts[-1]
+
+
+def _rate(a: Sample, b: Sample, watched: bool) -> float:
+    """Mean rate (b/s) from sample ``a`` to sample ``b``, from the cumulative counter."""
     got = (b.watched_bytes - a.watched_bytes) if watched else (b.delivered_bytes - a.delivered_bytes)
     return got * 8e9 / (b.time_ns - a.time_ns)
 
@@ -206,26 +226,47 @@ def recover_ns(
     pairs: Sequence[int],
     done: Sequence[bool],
 ) -> int | None:
+    """Time from the failure at ``at`` until every affected connection is back (`recovery`); None: one
+    never got back (not recovered)."""
+    got = recovery(at, times, pair_bytes, pairs, done)
+    return None if got is None else got[0]
+
+
+def recovery(
+    at: int,
+    times: Sequence[int],
+    pair_bytes: Sequence[Sequence[int]],
+    pairs: Sequence[int],
+    done: Sequence[bool],
+) -> tuple[int, bool] | None:
     """Time from the failure at ``at`` until every affected connection is back: the start of the first
     window of `RECOVER_WINDOW_SAMPLES` samples, wholly after the failure, in which the connection delivers at
-    least `RECOVER_FRACTION` of its goodput over the same span just before the failure, or from which on it
-    has nothing left to deliver (``done[i]``: its flows all finished, and the counter stays put). Connections
-    idle before the failure are not affected. None: one never got back (not recovered)."""
+    least `RECOVER_FRACTION` of its goodput before the failure (its mean from the last sample it had
+    delivered nothing at to the failure), or from which on it has nothing left to deliver (``done[i]``: its
+    flows all finished, and the counter stays put). Connections that had delivered nothing by the failure,
+    or everything, are not affected. With it, whether the last connection back got there only by finishing
+    (never back to that goodput). None: one never got back (not recovered)."""
     w = RECOVER_WINDOW_SAMPLES
     k0 = next((k for k, t in enumerate(times) if t >= at), None)
     if k0 is None or k0 < w:
         return None
-    worst = 0
+    worst, finished = 0, False
     for i in pairs:
-        before = pair_bytes[k0][i] - pair_bytes[k0 - w][i]
-        span = times[k0] - times[k0 - w]
+        final = pair_bytes[-1][i]
+        if pair_bytes[k0][i] <= 0 or (done[i] and pair_bytes[k0][i] == final):
+            continue
+        ks = k0
+        while ks > 0 and pair_bytes[ks][i] > 0:
+            ks -= 1
+        before = pair_bytes[k0][i] - pair_bytes[ks][i]
+        span = times[k0] - times[ks]
         if before <= 0 or span <= 0:
             continue
-        final = pair_bytes[-1][i]
         back = None
+        ended = False
         for k in range(k0, len(times)):
             if done[i] and pair_bytes[k][i] == final:
-                back = k
+                back, ended = k, True
                 break
             if k + w < len(times):
                 got = pair_bytes[k + w][i] - pair_bytes[k][i]
@@ -234,8 +275,9 @@ def recover_ns(
                     break
         if back is None:
             return None
-        worst = max(worst, times[back] - at)
-    return worst
+        if times[back] - at > worst or (times[back] - at == worst and ended):
+            worst, finished = times[back] - at, ended
+    return worst, finished
 
 
 def outage_report(
@@ -245,28 +287,34 @@ def outage_report(
     pair_bytes: Sequence[Sequence[int]] = (),
     pair_done: Sequence[bool] = (),
 ) -> dict[str, Any]:
-    """What one failure cost: ``bypass_us`` (`recover_ns`: until every affected connection is back to
-    90 % of its pre-failure goodput; None when one never is), ``affected`` connections, ``last_packet_us``
-    (the last data packet into the dead element), and the rate of all flows (and of the failed host's,
-    when one is watched) over the sample intervals just before and just after the failure."""
+    """What one failure cost: ``bypass_us`` (`recovery`: until every affected connection is back to 90 %
+    of its pre-failure goodput, 0 when none fell below that; None when one never is back; with
+    ``bypass_ended`` when the last one back got there only by finishing its flows),
+    ``affected`` connections (of ``connections`` on the ``host_pairs`` with a path through it),
+    ``last_packet_us`` (the last data packet into the dead element), and the rate of all flows (and of
+    the failed host's, when one is watched) over the 5 sample intervals before the failure
+    (``before_us``: first and last sample) and from 2 intervals after the last packet into it until the
+    first flow finished after it (``after_us``)."""
     out: dict[str, Any] = {"at_us": o.at / 1000, "what": o.what}
     out["last_packet_us"] = None if o.last_packet_ns is None else o.last_packet_ns / 1000
     times = [s.time_ns for s in samples]
     out["affected"] = len(o.pairs)
-    rec = recover_ns(o.at, times, pair_bytes, o.pairs, pair_done) if pair_bytes else None
-    out["bypass_us"] = None if rec is None else rec / 1000
+    out["connections"] = o.connections
+    out["host_pairs"] = o.host_pairs
+    rec = recovery(o.at, times, pair_bytes, o.pairs, pair_done) if pair_bytes else None
+    out["bypass_us"] = None if rec is None else rec[0] / 1000
+    out["bypass_ended"] = rec is not None and rec[1]
     if len(samples) < 3:
         return out
     step = samples[1].time_ns - samples[0].time_ns
     end = first_finish_after if first_finish_after is not None else samples[-1].time_ns
     settle = o.at + (o.last_packet_ns or 0) + 2 * step  # once nothing goes into the dead element
-    for key, watched in (("goodput", False), ("host_goodput", True)):
-        if watched and o.host is None:
-            continue
-        before = _rate(samples, o.at - 5 * step, o.at, watched)
-        after = _rate(samples, settle, end, watched)
-        out[f"{key}_before_gbps"] = None if before is None else before / 1e9
-        out[f"{key}_after_gbps"] = None if after is None else after / 1e9
+    for when, lo, hi in (("before", o.at - 5 * step, o.at), ("after", settle, end)):
+        span = _window(samples, lo, hi)
+        out[f"{when}_us"] = None if span is None else [span[0].time_ns / 1000, span[1].time_ns / 1000]
+        for key, watched in (("goodput", False), ("host_goodput", True)):
+            if not watched or o.host is not None:
+                out[f"{key}_{when}_gbps"] = None if span is None else _rate(span[0], span[1], watched) / 1e9
     return out
 
 
@@ -287,6 +335,12 @@ class SimResults:
     pair_done: list[bool] = field(default_factory=list)
     """Per watched connection: it delivered everything it was given."""
 
+    def goodput_gbps(self, from_us: float, to_us: float) -> float | None:
+        """The rate of all flows (Gb/s) between the samples taken in [from_us, to_us] (None: fewer than
+        two): an outage's windows (``before_us``, ``after_us``) on a run without the failure."""
+        span = _window(self.samples, round(from_us * 1000), round(to_us * 1000))
+        return None if span is None else _rate(span[0], span[1], False) / 1e9
+
     def fcts_us(self, tag: str | None = None) -> list[float]:
         return sorted(
             f.fct_ns / 1000 for f in self.flows if f.fct_ns is not None and (tag is None or f.tag == tag)
@@ -305,6 +359,25 @@ class SimResults:
         """What the sending hosts can inject: the rate of every NIC port of every host that sends a flow."""
         senders = {f.src for f in self.flows}
         return sum(link.bps for link in self.links if link.node in senders)
+
+    def bottleneck_bps(self) -> int:
+        """The most the flows' hosts can move at once, the fabric between them taken as non-blocking: what
+        the senders can send or, if less, what the receivers can take, a receiver taking its line rate or,
+        if less, the line rate of the senders that feed it. (A host's line rate is that of all its NIC
+        ports.) An incast's is its receiver's line rate; a permutation's, an all-to-all's or a ring's, that
+        of every sender. Each receiver's feeders count in full for it, so where receivers share senders
+        this is an upper bound on what the hosts can move (a goodput fraction never exceeds 1)."""
+        feeders: dict[int, set[int]] = {}
+        for f in self.flows:
+            feeders.setdefault(f.dst, set()).add(f.src)
+        senders = {f.src for f in self.flows}
+        rate: dict[int, int] = {}
+        for link in self.links:
+            if link.node in senders or link.node in feeders:
+                rate[link.node] = rate.get(link.node, 0) + link.bps
+        send = sum(rate.get(s, 0) for s in senders)
+        take = sum(min(rate.get(d, 0), sum(rate.get(s, 0) for s in srcs)) for d, srcs in feeders.items())
+        return min(send, take)
 
     def deliveries_us(self) -> list[float]:
         """Start to the receiver's completion of each flow the receiver completes (Write with Immediate)."""
@@ -340,8 +413,9 @@ class SimResults:
             total = sum(f.size for f in self.flows)
             out["job_time_us"] = job / 1000
             out["job_goodput_gbps"] = total * 8 / job
-            rate = self.line_rate_bps()
+            rate = self.bottleneck_bps()
             if rate:
+                out["bottleneck_gbps"] = rate / 1e9
                 out["goodput_fraction"] = total * 8e9 / job / rate
         delivered = self.deliveries_us()
         if delivered:

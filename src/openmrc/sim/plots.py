@@ -1,13 +1,14 @@
-"""PNG plots of simulation results (matplotlib, headless): goodput over time as a fraction of line rate with
-failure markers, and flow completion time CDFs on a log axis. Several runs (e.g. MRC and RoCEv2, each with
-and without its failure) share one figure."""
+"""PNG plots of simulation results (matplotlib, headless): goodput over time as a fraction of the bottleneck
+(`SimResults.bottleneck_bps`) with failure markers, and flow completion time CDFs on a log axis. Several runs
+(e.g. MRC and RoCEv2, each with and without its failure) share one figure."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -16,16 +17,21 @@ matplotlib.use("Agg")  # headless: before pyplot is imported
 import matplotlib.pyplot as plt
 from matplotlib import ticker
 
-from openmrc.sim.metrics import SimResults
+from openmrc.sim.metrics import BASELINE_SUFFIX, SimResults
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["BASELINE_SUFFIX", "line_rate_bps", "plot_fct_cdf", "plot_size_sweep", "plot_timeline"]
-
-BASELINE_SUFFIX = ", no failure"
-"""A run labelled ``X{BASELINE_SUFFIX}`` is X without its failures: drawn dashed, in X's colour."""
+__all__ = [
+    "BASELINE_SUFFIX",
+    "fct_cdf_figure",
+    "line_rate_bps",
+    "plot_fct_cdf",
+    "plot_size_sweep",
+    "plot_timeline",
+    "timeline_figure",
+]
 
 
 def line_rate_bps(res: SimResults) -> int:
@@ -33,23 +39,98 @@ def line_rate_bps(res: SimResults) -> int:
     return res.line_rate_bps()
 
 
-def _colours(labels: list[str]) -> dict[str, str]:
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+def _colours(labels: list[str]) -> dict[str, Any]:
+    """A colour per run, a run without its failure in the colour of the run with it: the default cycle's
+    ten while they are enough, else as many evenly spaced along a colour map (in the runs' order: a sweep's
+    smallest to largest)."""
     bases = list(dict.fromkeys(label.removesuffix(BASELINE_SUFFIX) for label in labels))
-    return {label: cycle[bases.index(label.removesuffix(BASELINE_SUFFIX)) % len(cycle)] for label in labels}
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if len(bases) <= len(cycle):
+        colours: list[Any] = list(cycle)
+    else:
+        cmap = matplotlib.colormaps["turbo"]
+        colours = [cmap(0.03 + 0.94 * i / (len(bases) - 1)) for i in range(len(bases))]
+    return {label: colours[bases.index(label.removesuffix(BASELINE_SUFFIX))] for label in labels}
+
+
+_NEIGHBOUR_STYLES = ("-", "--", "-.")
+"""More series than the colour cycle: neighbours along the colour map (close colours) also differ in line
+style."""
+
+
+def _styles(labels: list[str]) -> dict[str, str]:
+    """A line style per run: a run without its failure dashed; with more runs than the colour cycle has
+    colours, runs whose colours are next to each other in turn solid, dashed and dash-dotted."""
+    many = len(labels) > len(plt.rcParams["axes.prop_cycle"].by_key()["color"])
+    out = {}
+    for i, label in enumerate(labels):
+        if label.endswith(BASELINE_SUFFIX):
+            out[label] = "--"
+        else:
+            out[label] = _NEIGHBOUR_STYLES[i % len(_NEIGHBOUR_STYLES)] if many else "-"
+    return out
+
+
+_LOG_SUBS: tuple[tuple[float, tuple[float, ...]], ...] = (
+    (1.0, (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)),
+    (2.0, (1.0, 2.0, 3.0, 5.0)),
+    (4.0, (1.0, 2.0, 5.0)),
+    (float("inf"), (1.0,)),
+)
+"""Log-axis ticks by the decades shown: up to one, eight a decade (90, 100, 150, 200, 300, 400 ...); up to
+two, four; up to four, 1-2-5; more, one a decade."""
+
+
+def _log_ticks(axis: Any, lo: float, hi: float) -> None:
+    """Ticks with plain numbers on a log ``axis`` (x or y) that shows ``lo`` to ``hi``: enough to read a
+    value off it whatever its span (a locator of 1-2-5 labels only 100 and 200 from 85 to 450)."""
+    decades = math.log10(hi / lo) if 0 < lo < hi else 1.0
+    subs = next(subs for span, subs in _LOG_SUBS if decades <= span)
+    axis.set_major_locator(ticker.LogLocator(subs=subs, numticks=100))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda x, _pos: f"{x:,.0f}" if x >= 10 else f"{x:g}"))
+    axis.set_minor_locator(ticker.LogLocator(subs="all", numticks=100))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _legend(ax: Axes, handles: list[Any], labels: list[str], *, below: bool = False, title: str = "") -> None:
+    """The legend where it hides nothing: below the axes (``below``), or beside them on the right when it
+    has more than a few entries; else inside, where the curves leave the most room."""
+    style: dict[str, Any] = {"fontsize": 8, "title": title or None, "title_fontsize": 8}
+    if below:
+        ncol = min(3, len(labels))
+        ax.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.14),
+            ncol=ncol,
+            frameon=False,
+            **style,
+        )
+    elif len(labels) > 4:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **style)
+    else:
+        ax.legend(handles, labels, loc="best", **style)
 
 
 def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = "") -> Path:
-    """Goodput of each run against simulated time (µs), as a fraction of the senders' line rate (per
-    sample interval); a dashed red line and a label at every failure event; the number of EVs marked bad on
-    a second axis for MRC runs with failures. A run without its failure is dashed, in the same colour."""
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    """Goodput of each run against simulated time (µs), as a fraction of its bottleneck (what its hosts can
+    move, `SimResults.bottleneck_bps`; per sample interval); a dashed red line and a label at every failure
+    event; the number of EVs marked bad on a second axis for MRC runs with failures. A run without its
+    failure is dashed, in the same colour. The legend goes below the axes."""
+    fig, ax = timeline_figure(runs)
+    return _save(fig, ax, title or "goodput over time", path)
+
+
+def timeline_figure(runs: Mapping[str, SimResults]) -> tuple[Figure, Axes]:
+    """`plot_timeline`'s figure, unsaved."""
+    fig, ax = plt.subplots(figsize=(9, 5.4), dpi=110)
     ev_ax = None
     failures: dict[int, str] = {}
-    colour = _colours(list(runs))
+    colour, style = _colours(list(runs)), _styles(list(runs))
     rates = set()
     for label, res in runs.items():
-        line = line_rate_bps(res)
+        line = res.bottleneck_bps()
         if not res.samples or not line:
             continue
         rates.add(line)
@@ -61,7 +142,7 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
             label=label,
             color=colour[label],
             linewidth=1.0 if base else 1.5,
-            linestyle="--" if base else "-",
+            linestyle=style[label],
             alpha=0.7 if base else 1.0,
         )
         if res.failures and any(s.evs_bad for s in res.samples):
@@ -79,11 +160,11 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
         for t, full in res.failures:
             what = re.sub(r" \([^)]*\)", "", full)  # the plain name; the node names are in failures.csv
             if what not in failures.get(t, ""):
-                failures[t] = f"{failures[t]} / {what}" if t in failures else what
+                failures[t] = f"{failures[t]}\n{what}" if t in failures else what  # (rotated: side by side)
     for t, what in sorted(failures.items()):
         ax.axvline(t / 1000, color="red", linestyle="--", linewidth=0.9)
         ax.annotate(
-            f"{what} at {t / 1000:g} µs",
+            "\n".join(f"{w} at {t / 1000:g} µs" for w in what.split("\n")),
             (t / 1000, 0.03),
             xytext=(4, 0),
             textcoords="offset points",
@@ -95,7 +176,7 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
         )
     ax.set_xlabel("simulated time (µs)")
     rate = f" = {next(iter(rates)) / 1e9:,.0f} Gb/s" if len(rates) == 1 else ""
-    ax.set_ylabel(f"goodput, fraction of the senders' line rate{rate}", fontsize=9)
+    ax.set_ylabel(f"goodput, fraction of the bottleneck{rate}", fontsize=9)
     ax.set_ylim(0, 1.05)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
@@ -105,39 +186,67 @@ def plot_timeline(runs: Mapping[str, SimResults], path: Path, *, title: str = ""
         h2, l2 = ev_ax.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
     if handles:
-        ax.legend(handles, labels, fontsize=8, loc="lower right")
-    return _save(fig, ax, title or "goodput over time", path)
+        _legend(ax, handles, labels, below=True)
+    return fig, ax
 
 
 def plot_fct_cdf(runs: Mapping[str, SimResults], path: Path, *, title: str = "") -> Path:
     """Empirical CDF of flow completion times (µs, log axis so that one slow flow does not squeeze the
-    others into one line) of each run."""
+    others into one line, with enough ticks labelled to read it) of each run. The legend titled with the
+    words every run's label starts with (a swept message size named as a size); beside the axes when it has
+    more than a few entries."""
+    fig, ax = fct_cdf_figure(runs)
+    return _save(fig, ax, title or "flow completion times", path)
+
+
+def fct_cdf_figure(runs: Mapping[str, SimResults]) -> tuple[Figure, Axes]:
+    """`plot_fct_cdf`'s figure, unsaved."""
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    colour = _colours(list(runs))
-    for label, res in runs.items():
+    colour, style = _colours(list(runs)), _styles(list(runs))
+    common, names = _short_labels(list(runs))
+    shown: list[float] = []
+    for (label, res), name in zip(runs.items(), names, strict=True):
         fcts = res.fcts_us()
         if fcts:
             n = len(fcts)
-            base = label.endswith(BASELINE_SUFFIX)
             ax.step(
                 fcts,
                 [(i + 1) / n for i in range(n)],
                 where="post",
-                label=label,
+                label=name,
                 color=colour[label],
-                linestyle="--" if base else "-",
+                linestyle=style[label],
+                linewidth=1.5,
             )
+            shown += (fcts[0], fcts[-1])
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _pos: f"{x:,.0f}"))
-    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    if shown:
+        _log_ticks(ax.xaxis, min(shown), max(shown))
     ax.set_xlabel("flow completion time (µs, log scale)")
     ax.set_ylabel("fraction of flows finished")
     ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3, which="both")
-    if runs:
-        ax.legend(fontsize=8, loc="lower right")
-    return _save(fig, ax, title or "flow completion times", path)
+    ax.grid(alpha=0.3, which="major")
+    ax.grid(alpha=0.12, which="minor")
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        _legend(ax, handles, labels, title=common)
+    return fig, ax
+
+
+def _short_labels(labels: list[str]) -> tuple[str, list[str]]:
+    """The words every label starts with (a legend's title; "" for one label or none) and what is left of
+    each, a message size swept (``size_bytes=65536``) written as one (``64 KiB``)."""
+    words = [label.split(" ") for label in labels]
+    n = 0
+    if len(labels) > 1:
+        while all(len(w) > n + 1 and w[n] == words[0][n] for w in words):
+            n += 1
+    rest = [" ".join(w[n:]) for w in words]
+    for i, r in enumerate(rest):
+        m = re.fullmatch(r"size_(bytes|kib)=(\d+)", r)
+        if m:
+            rest[i] = _size_label(int(m[2]) << (10 if m[1] == "kib" else 0))
+    return " ".join(words[0][:n]), rest
 
 
 def _size_label(size: float, _pos: object = None) -> str:
@@ -202,6 +311,6 @@ def _save(fig: Figure, ax: Axes, title: str, path: Path) -> Path:
     ax.set_title(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # with a legend outside the axes
     plt.close(fig)
     return path

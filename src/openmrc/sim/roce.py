@@ -55,6 +55,8 @@ _EMPTY: Final = memoryview(b"")
 #: The RoCEv2 CNP opcode (InfiniBand Annex A17). It is no MRC opcode, so `Packet.encode_headers` would
 #: reject it; the simulator never encodes packets.
 CNP_OPCODE: Final = 0x81
+_REVERSE_SPORT: Final = 0x8000
+"""What the receiver flips in a QP's UDP source port for its ACKs, NAKs and CNPs (their ECMP entropy)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,6 +240,14 @@ class RoceQp:
         self.ready_at = 0  # DCQCN pacing: the next packet may go at this time
         self.rp_at: int | None = None  # the reaction point's scheduled timer
         self.cnp_at: int | None = None  # receiver side: when the last CNP went
+
+    def routes(self) -> list[tuple[int, int, int, int]]:
+        """The two ways this QP's packets go, each one ECMP-hashed path: (from host, NIC port, to host, UDP
+        source port) of the data, then of the ACKs, NAKs and CNPs."""
+        return [
+            (self.src, self.port, self.dst, self.sport),
+            (self.dst, self.port, self.src, self.sport ^ _REVERSE_SPORT),
+        ]
 
 
 class RoceHost(Node):
@@ -444,7 +454,7 @@ class RoceHost(Node):
         self.cnps_sent += 1
         pkt = Packet(BTH(CNP_OPCODE, dest_qp=qp.qpn), payload=_EMPTY)
         self.ports[qp.port].send(
-            sim_packet(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
+            sim_packet(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ _REVERSE_SPORT), now
         )
 
     def _on_cnp(self, pkt: Packet, now: int) -> None:
@@ -463,7 +473,7 @@ class RoceHost(Node):
             payload=_EMPTY,
         )
         self.ports[qp.port].send(
-            sim_packet(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ 0x8000), now
+            sim_packet(pkt, HEADER_BYTES, 0, self.id, qp.src, qp.port + 1, qp.sport ^ _REVERSE_SPORT), now
         )
 
     def _on_ack(self, pkt: Packet, now: int) -> None:

@@ -11,7 +11,8 @@ ECMP routing reconverges: `EcmpRouting.withdraw` takes the set of dead links (as
 either direction) and from then on switches hash only over next hops that still reach the destination, as
 the fabric's routing protocol would after its convergence delay (the simulator calls it that long after a
 failure). Static SRv6 tables never change; MRC senders route around dead paths themselves.
-`crossing_pairs` names the host pairs whose shortest paths cross given links (the flows a failure touches).
+`crossing_pairs` names the host pairs whose shortest paths cross given links (the flows a failure can touch);
+`EcmpRouting.path` the links one hashed packet takes (the RoCEv2 QPs a failure does touch).
 """
 
 from __future__ import annotations
@@ -212,6 +213,35 @@ class EcmpRouting(Routing):
             )
         return hops
 
+    def path(self, src: int, port: int, dst: int, entropy: int) -> list[tuple[int, int]]:
+        """The links, as (node, egress port), that a packet from host ``src``'s NIC port ``port`` (0-based)
+        to host ``dst`` with ``entropy`` (UDP source port, flow label above it) takes now: the choices
+        `port` makes for it at each switch."""
+        topo = self.topo
+        crc = flow_crc(src, dst, entropy & 0xFFFF, 4791, entropy >> 16)
+        hops = [(src, port)]
+        node = _peer(topo, src, port)
+        while node >= topo.num_hosts:
+            cands = self.candidates(node, dst)
+            if not cands:
+                raise ValueError(f"no route from node {node} to host {dst}")
+            salt = self._salts[node]
+            if salt < 0:
+                salt = self._salts[node] = self.hash.salt(node)
+            out = cands[0] if len(cands) == 1 else cands[fmix32(crc ^ salt) % len(cands)]
+            hops.append((node, out))
+            node = _peer(topo, node, out)
+        return hops
+
+    def crosses(self, ways: list[tuple[int, int, int, int]], links: set[tuple[int, int]]) -> bool:
+        """Whether packets sent any of these ways, (from host, NIC port, to host, entropy) as `path` takes
+        them, go through one of ``links`` (as (node, egress port)) now."""
+        for src, port, dst, entropy in ways:
+            for hop in self.path(src, port, dst, entropy):
+                if hop in links:
+                    return True
+        return False
+
     def port(self, switch: int, p: Transmit) -> int:
         dst = cast(int, p.peer)  # a simulated packet's destination host
         hops = self.candidates(switch, dst)
@@ -229,6 +259,13 @@ class EcmpRouting(Routing):
         if salt < 0:
             salt = self._salts[switch] = self.hash.salt(switch)
         return hops[fmix32(crc ^ salt) % len(hops)]
+
+
+def _peer(topo: Topology, node: int, port: int) -> int:
+    for ref in topo.ports(node):  # (port numbers may skip)
+        if ref.port == port:
+            return ref.peer
+    raise ValueError(f"node {node} has no port {port}")
 
 
 def crossing_pairs(

@@ -9,6 +9,7 @@ the schema raises `SchemaError`, one line per problem naming ``section.key``, th
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -141,7 +142,8 @@ class Fabric(_Section):
 
 
 class Workload(_Section):
-    """The traffic: one pattern of RDMA Writes."""
+    """The traffic: one pattern of RDMA Writes. A permutation is a derangement drawn from `seed`: every
+    host sends one flow and receives one, never from itself (N hosts, N flows)."""
 
     kind: Literal[
         "permutation", "incast", "alltoall", "allreduce", "allreduce-hier", "cm", "pair", "collective"
@@ -163,7 +165,7 @@ class Workload(_Section):
         None, "bytes", "bytes per flow, when not a whole number of KiB", ge=1, le=(1 << 32) - 1
     )
     start_us: float = _field(0.0, "µs", "when the flows start", ge=0)
-    seed: int = _field(1, "", "permutation: seeds the shuffle", ge=0)
+    seed: int = _field(1, "", "permutation: seeds the draw (each host's destination)", ge=0)
     senders: int = _field(7, "", "incast: senders", ge=1)
     target: int = _field(0, "", "incast: the receiving host", ge=0)
     victim: bool = _field(False, "", "incast: one more flow to the target's T0 neighbour")
@@ -471,7 +473,8 @@ def markdown() -> str:
         "",
     ]
     for heading, model, header in SECTIONS:
-        out += [f"## {heading}" + (f" `{header}`" if header else ""), "", (model.__doc__ or "").strip(), ""]
+        intro = inspect.cleandoc(model.__doc__ or "")
+        out += [f"## {heading}" + (f" `{header}`" if header else ""), "", intro, ""]
         out += ["| key | type | unit | default | rule | meaning |", "|---|---|---|---|---|---|"]
         for key, info in model.model_fields.items():
             if _submodel(info) is not None:

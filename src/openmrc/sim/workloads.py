@@ -1,6 +1,7 @@
 """Workloads: the traffic patterns the simulator runs, each a function that adds flows to a `FabricSim`.
 
-* `permutation`: every host sends ``size`` bytes to one other host, no host receives twice (seeded).
+* `permutation`: every host sends ``size`` bytes to one other host and receives from one other host, never
+  itself (a derangement drawn from the seed: N hosts, N flows; `derangement`).
 * `incast`: ``senders`` hosts (the farthest from the target, so their traffic crosses the fabric's upper
   tier) send ``size`` bytes each to one host; optionally a victim flow from another sender to another host
   under the target's T0 shares the congested uplinks but not the congested downlink.
@@ -44,6 +45,7 @@ __all__ = [
     "AllReduceJob",
     "all_to_all",
     "connection_matrix",
+    "derangement",
     "hierarchical_allreduce",
     "incast",
     "pair",
@@ -52,13 +54,34 @@ __all__ = [
 ]
 
 
+def derangement(n: int, rng: random.Random) -> list[int]:
+    """A permutation of ``range(n)`` with no fixed point: ``rng`` shuffles, then the hosts that drew
+    themselves trade among themselves (each sends to the next of them, the last to the first); a lone one
+    trades with a host ``rng`` draws (it takes that host's destination and that host sends to it). Every
+    host that did not draw itself keeps its draw."""
+    if n < 2:
+        raise ValueError(f"a permutation needs at least two hosts, not {n}")
+    perm = list(range(n))
+    rng.shuffle(perm)
+    fixed = [h for h in range(n) if perm[h] == h]
+    if len(fixed) == 1:
+        (h,) = fixed
+        other = rng.randrange(n - 1)
+        if other >= h:  # any host but h
+            other += 1
+        perm[h], perm[other] = perm[other], h
+    elif fixed:
+        for i, h in enumerate(fixed):
+            perm[h] = fixed[(i + 1) % len(fixed)]
+    return perm
+
+
 def permutation(sim: FabricSim, size: int, *, seed: int = 1, start: int = 0, tag: str = "perm") -> list[Flow]:
-    """Host s sends to perm[s] (a seeded shuffle; hosts that draw themselves stay idle, as in htsim)."""
-    hosts = sim.topo.num_hosts
-    perm = list(range(hosts))
-    random.Random(seed).shuffle(perm)
+    """Host s sends to perm[s], a derangement drawn from ``seed`` (`derangement`): one flow per host, each
+    host the destination of one."""
+    perm = derangement(sim.topo.num_hosts, random.Random(seed))
     with PausedGc():  # flows set up in bulk: see PausedGc
-        return [sim.add_flow(s, d, size, start, tag=tag) for s, d in enumerate(perm) if s != d]
+        return [sim.add_flow(s, d, size, start, tag=tag) for s, d in enumerate(perm)]
 
 
 def _hosts_per_t0(sim: FabricSim) -> int:
