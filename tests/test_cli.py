@@ -214,7 +214,7 @@ def test_tables_stay_whole_in_a_pipe() -> None:
         "trims",
         "drops",
         "wall",
-        "of line",
+        "bottleneck",
         "clos-incast 7",
     ):
         assert word in head, word
