@@ -20,7 +20,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
-$(NATIVE): $(STAMP) $(NATIVE_SRC) scripts/build_native.py
+$(NATIVE): $(STAMP) $(NATIVE_SRC) scripts/build_native.py scripts/native_api.py
 	$(BIN)/python scripts/build_native.py
 
 native: $(NATIVE)

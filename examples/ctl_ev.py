@@ -6,7 +6,8 @@
   ONLINE), a QP pair bound to it writing 1 MiB, then a range of EVs DENIED on line;
 * ``gen``: a generated EV profile (fields with min/max values), a subset of it DENIED;
 * ``events``: an EV event queue while a plane is blackholed and healed (ASSUMED_BAD, then GOOD);
-* ``probes``: a batch of EV probes over both planes, with their RTTs.
+* ``probes``: a batch of EV probes over both planes, with their RTTs: from the probe leaving this NIC to
+  its answer arriving (the kernel's receive time), the far end's service time taken out.
 
 With no section named, all four run. ``--stev`` uses STEV EVs (IPv6 flow label + UDP source port) on
 IPv6 loopback endpoints instead of UDP-mode EVs on 127.0.0.x. Controller calls need root, or, as here,
@@ -222,15 +223,17 @@ def events(a: Node, b: Node, stev: bool) -> None:
 
 
 def probes(a: Node, b: Node, stev: bool) -> None:
+    b.udp.add_peer(Peer.of(a.udp.endpoints()))  # answers go to a's ports (not the sender's address's 4791)
     b.udp.start()  # the far end answers from its own progress thread
     peer = Peer.of(b.udp.endpoints())
     mode = EVFormatMode.STEV if stev else EVFormatMode.UDP
     reqs = [ctl.EpReq(p, peer, ev_value(900 + p, stev, p), mode) for p in (1, 2)]
     rsps = ctl.ep_batch_send_wait(a.ctx, 0, ctl.EpOpType.EV_PROBE, reqs, 2_000_000_000)
     for r in rsps:
+        svc = "taken out" if r.adj_svc_time else "included"
         print(
-            f"probes: req {r.req_id} answered on port {r.port}, rtt {r.rtt / 1000:.1f} us, "
-            f"adjusted for service time: {bool(r.adj_svc_time)}"
+            f"probes: req {r.req_id} answered on port {r.port}: rtt {r.rtt / 1000:.1f} us "
+            f"(probe sent -> answer received, the far end's service time {svc})"
         )
     b.udp.stop()
 

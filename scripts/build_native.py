@@ -10,7 +10,10 @@ warning) as soon as any listed source differs from the one compiled, so a stale 
 
 `make native` runs it when a listed source changed; `make demo` and `make test` depend on it.
 
-The manifest ``src/openmrc/_native.json`` records the SHA-256 of every compiled source.
+The manifest ``src/openmrc/_native.json`` records the SHA-256 of every compiled source. What mypyc leaves
+out of the modules it compiles (docstrings, annotations as written, signatures) is put back from their
+sources (``native_api.py``): into the generated C, and into ``src/openmrc/_native_api.json``, which
+``openmrc._native`` reads when a compiled module is imported.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 MANIFEST = SRC / "openmrc" / "_native.json"
+API = SRC / "openmrc" / "_native_api.json"
 
 # Everything a packet touches on its way through a NIC or the simulated fabric.
 MODULES = [
@@ -96,21 +100,33 @@ def digest(path: Path) -> str:
 
 def clean() -> None:
     MANIFEST.unlink(missing_ok=True)
+    API.unlink(missing_ok=True)
     for so in SRC.rglob("*.so"):
         so.unlink()
     shutil.rmtree(ROOT / "build" / "mypyc", ignore_errors=True)
 
 
 def build(opt_level: str = "3") -> None:
+    import native_api
     from mypyc.build import mypycify
     from setuptools import Extension, setup
 
     clean()
-    # Digests of what is about to be compiled (a source edited during the build must not pass as built).
-    manifest = {module_name(m): digest(SRC / m) for m in MODULES}
+    # Digests of what is about to be compiled (a source edited during the build must not pass as built),
+    # and what mypyc leaves out of it, read from the same sources.
+    sources = {module_name(m): (SRC / m).read_bytes() for m in MODULES}
+    manifest = {name: hashlib.sha256(text).hexdigest() for name, text in sources.items()}
     c_digests = {Path(c).stem: digest(SRC / c) for c in EXTENSIONS}
+    docs: dict[native_api.Key, native_api.Doc] = {}
+    for name, text in sources.items():
+        docs.update(native_api.functions(name, text.decode()))
+    api = {name: native_api.classes(text.decode()) for name, text in sources.items()}
     os.chdir(SRC)  # mypyc names modules after their paths
     extensions = mypycify(MODULES, opt_level=opt_level, target_dir=str(ROOT / "build" / "mypyc"))
+    generated = {Path(c) for ext in extensions for c in ext.sources if c.endswith(".c")}
+    written = sum(native_api.document_c(c, list(sources), docs) for c in sorted(generated))
+    if not written:
+        print("warning: no docstring written into the generated C (has mypyc changed?)", file=sys.stderr)
     extensions += [Extension(module_name(c.removesuffix(".c")), [c]) for c in EXTENSIONS]
     jobs = str(max(1, os.cpu_count() or 1))
     setup(
@@ -128,9 +144,10 @@ def build(opt_level: str = "3") -> None:
             str(ROOT / "build" / "mypyc" / "tmp"),
         ],
     )
+    API.write_text(json.dumps(api, indent=1) + "\n")  # (in order: annotations are as written)
     built = {"modules": manifest, "c": c_digests}
     MANIFEST.write_text(json.dumps(built, indent=1, sort_keys=True) + "\n")
-    print(f"compiled {len(MODULES)} modules with mypyc", file=sys.stderr)
+    print(f"compiled {len(MODULES)} modules with mypyc ({written} docstrings kept)", file=sys.stderr)
 
 
 def main() -> None:

@@ -461,6 +461,22 @@ def test_endpoint_probe_batch(nodes: tuple[Node, Node]) -> None:
         assert _code(e) == "EINVAL"
 
 
+def test_probe_rtts_on_loopback_are_round_trips_not_progress_ticks(nodes: tuple[Node, Node]) -> None:
+    """An RTT runs from the probe leaving to its answer arriving (the kernel's receive time), the far
+    end's service time taken out: on loopback, well under the progress loop's millisecond waits, and
+    not one figure for every probe of a batch (a round's time, as the first software NIC reported)."""
+    a, b = nodes
+    b.udp.start()
+    peer = Peer.of(b.udp.endpoints())
+    rtts = []
+    for i in range(4):
+        reqs = [ctl.EpReq(10 * i + p, peer, ctl.Ev.of(0xD000 + p, 2, p)) for p in (1, 2)]
+        rtts += [r.rtt for r in ctl.ep_batch_send_wait(a.ctx, 0, ctl.EpOpType.EV_PROBE, reqs, 2_000_000_000)]
+    b.udp.stop()
+    assert all(r > 0 for r in rtts) and len(set(rtts)) > 1, rtts
+    assert sorted(rtts)[len(rtts) // 2] < 500_000, rtts  # the median (µs on a quiet machine)
+
+
 def test_binding_a_profile_the_device_cannot_carry_is_refused(nodes: tuple[Node, Node]) -> None:
     a, _ = nodes  # IPv4 endpoints: no flow label, so no STEV EVs
     ctl.modify_ev_fmt_profile(

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .test_provider_udp import needs_ipv6
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -52,6 +54,16 @@ def test_ctl_example_runs_every_section() -> None:
     bad, good = (int(x) for x in re.search(r"(\d+) ASSUMED_BAD and (\d+) GOOD", out).groups())  # type: ignore[union-attr]
     assert bad > 0 and good > 0  # the EVs the blackhole took were probed back
     assert out.count("answered on port") == 2
+
+
+@needs_ipv6
+def test_ctl_example_probes_alone_over_stev() -> None:
+    """The probes section by itself, STEV EVs on IPv6 loopback ports: the far end answers at the prober's
+    ports, and each RTT is one of its own (sent -> answered, not a progress round's time)."""
+    r = _run("ctl_ev.py", "probes", "--stev")
+    assert r.returncode == 0, r.stderr
+    rtts = [float(x) for x in re.findall(r"answered on port \d: rtt ([\d.]+) us \(probe sent", r.stdout)]
+    assert len(rtts) == 2 and all(0 < x < 100_000 for x in rtts), r.stdout
 
 
 def test_srv6_example_routes_by_uSID_addresses_and_by_an_srh_segment() -> None:

@@ -345,6 +345,29 @@ def test_ev_probe_on_a_chosen_port_and_ev() -> None:
     assert [(s.src, s.port, s.entropy) for s in hook.log] == [("a", 3, 0x4321), ("b", 3, 0x4321)]
 
 
+def test_an_ev_probes_rtt_runs_from_when_it_leaves_to_when_its_answer_arrives() -> None:
+    """Asked for at 0, sent at 5 µs (when the driver next asks what to send), held 3 µs by the far end:
+    the RTT is the 2 µs on the wire, not the 7 µs since it was asked for. A driver whose bytes leave later
+    still says when (`Endpoint.sent`): both times move there."""
+    a, b = Nic(1, rng=random.Random(1)), Nic(1, rng=random.Random(2))
+    rid = a.endpoint.request(EpOp.EV_PROBE, "b", now=0)
+    (req,) = a.datagrams_to_send(5_000)
+    b.receive(req.packet, 1, 6_000, src="a")
+    (answer,) = b.datagrams_to_send(9_000)
+    a.receive(answer.packet, 1, 10_000, src="b")
+    (r,) = a.ep_responses
+    assert (r.req_id, r.service_time, r.rtt) == (rid, 3_000, 2_000)
+    rid = a.endpoint.request(EpOp.EV_PROBE, "b", now=20_000)
+    (req,) = a.datagrams_to_send(21_000)
+    a.endpoint.sent(req.packet, 21_000, 25_000)  # (a new EV's socket opened first)
+    b.receive(req.packet, 1, 26_000, src="a")
+    (answer,) = b.datagrams_to_send(27_000)
+    b.endpoint.sent(answer.packet, 27_000, 28_000)
+    a.receive(answer.packet, 1, 29_000, src="b")
+    r = a.ep_responses[1]
+    assert (r.req_id, r.service_time, r.rtt) == (rid, 2_000, 2_000)
+
+
 def test_unsolicited_ep_response_is_ignored() -> None:
     p = Pair()
     rid = p.b.endpoint.request(EpOp.EV_PROBE, "a", now=p.now)

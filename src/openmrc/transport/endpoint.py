@@ -6,6 +6,12 @@ answer proved), answers endpoint requests (EP_REQUEST -> EP_RESPONSE with the se
 local port status and the port it arrived on), and matches the answers to its own requests
 (`EpResponse`: the RTT with the responder's service time taken out). It reaches the NIC through two
 callbacks: ``send`` queues a control packet, ``ports_changed`` makes every QP re-read its usable ports.
+
+Both times are taken where the packets leave, not where they are made: a request's RTT runs from when it
+left to when its answer arrived, an answer's service time from when the request arrived to when the answer
+left. A request made at ``now`` waits for the driver to ask what to send (`leaving`, at a later ``now``),
+and a driver that does more before the bytes go out (opens the socket of a new EV, waits for a thread)
+says when they did (`sent`): neither wait is part of the path.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ class Endpoint:
         self.peer_ports: dict[Hashable, int] = {}
         self._responses: deque[EpResponse] | None = None  # made at the first response (see responses)
         self._pending: dict[int, tuple[int, EpOp]] = {}  # request id -> (sent at, op)
+        self._unsent: dict[int, int] = {}  # id(request packet) -> its id, until it leaves (`leaving`)
         self._arrivals: dict[int, int] = {}  # id(response packet) -> when its request arrived
         self._next = 0
 
@@ -136,6 +143,7 @@ class Endpoint:
             erth=ERTH(op=op, port_status=status, tx_timestamp=(now >> 7) & 0xFFFF),
         )
         self._pending[rid] = (now, op)
+        self._unsent[id(pkt)] = rid
         self.stats.ep_requests += 1
         self._send(Transmit(port, peer, ev or bytes(32), entropy, pkt, RESERVED_QP_ENDPOINT, 0))
         return rid
@@ -174,8 +182,9 @@ class Endpoint:
 
     def leaving(self, out: list[Transmit], now: int) -> list[Transmit]:
         """The control packets of ``out`` that can leave now: those for a port that went down since they
-        were queued are dropped (and counted), endpoint responses get their service time."""
-        arrivals = self._arrivals
+        were queued are dropped (and counted), endpoint requests are sent at ``now`` (their RTT runs from
+        then), endpoint responses get their service time."""
+        arrivals, unsent = self._arrivals, self._unsent
         if self.any_down:
             up = self.ports_up
             kept = []
@@ -184,14 +193,37 @@ class Endpoint:
                     kept.append(t)
                 else:
                     self.stats.tx_dropped_port += 1
-                    if t.has_packet():  # (an endpoint response has one; a SACK by its fields is none)
+                    if t.has_packet():  # (an endpoint packet has one; a SACK by its fields is none)
                         arrivals.pop(id(t.packet), None)
+                        unsent.pop(id(t.packet), None)
             out = kept
-        if arrivals:
+        if arrivals or unsent:
             for t in out:
                 if not t.has_packet():
                     continue
-                arrived = arrivals.pop(id(t.packet), None)
-                if arrived is not None and t.packet.eeth is not None:
-                    t.packet.eeth.service_time = min(now - arrived, 0xFFFFFFFF)
+                pkt = t.packet
+                arrived = arrivals.pop(id(pkt), None)
+                if arrived is not None and pkt.eeth is not None:
+                    pkt.eeth.service_time = min(now - arrived, 0xFFFFFFFF)
+                rid = unsent.pop(id(pkt), None)
+                if rid is not None and pkt.erth is not None:
+                    pending = self._pending.get(rid)
+                    if pending is not None:
+                        self._pending[rid] = (now, pending[1])
+                        pkt.erth.tx_timestamp = (now >> 7) & 0xFFFF
         return out
+
+    def sent(self, pkt: Packet, now: int, at: int) -> None:
+        """``pkt``, an endpoint packet `leaving` let out at ``now``, went on the wire at ``at`` (a driver's
+        clock, read as it sends; its bytes not made yet): a request's RTT runs from ``at``, an answer's
+        service time until ``at``."""
+        if at <= now:
+            return
+        if pkt.eeth is not None:
+            pkt.eeth.service_time = min(pkt.eeth.service_time + at - now, 0xFFFFFFFF)
+        elif pkt.erth is not None:
+            rid = pkt.bth.psn & 0xFFFF
+            pending = self._pending.get(rid)
+            if pending is not None and pending[0] == now:  # (this request's, not a later one's with its id)
+                self._pending[rid] = (at, pending[1])
+                pkt.erth.tx_timestamp = (at >> 7) & 0xFFFF

@@ -463,6 +463,7 @@ class UdpDevice:
         now = self.now()
         self.stats.rounds += 1
         n = self._receiver.drain(now)
+        now = self._receiver.fed  # (the latest arrival's time, when one came while the drain ran)
         n += self._injector.release(now)
         if self._store is not None and now >= self._store_at:
             self._store_at = now + _STORE_POLL_NS

@@ -60,7 +60,11 @@ class Receiver:
         self._trim_of = trim_of
         self._kernel_time = kernel_time
         self._rt_now = 0
-        self._fed = 0  # the last time handed to the NIC: arrivals are never handed to it earlier
+        self._mono_now = 0
+        self._latest = 0
+        self.fed = 0
+        """The latest time the last drain handed to the NIC (its ``now`` or a later arrival's): the NIC runs
+        on from there, and no later arrival is handed to it earlier (its time never goes back)."""
         self._rx_addrs: dict[tuple[int, str, int], tuple[Addressing, object]] = {}
         self.peers_by_ip: dict[str, Peer] = {}
         """The peer each remote address belongs to (datagrams from it are the peer's)."""
@@ -69,10 +73,15 @@ class Receiver:
         self._rxview = memoryview(self._rxbuf)
 
     def drain(self, now: int) -> int:
-        """Receive what waits on the sockets (up to a budget) at ``now``; returns the datagrams received."""
+        """Receive what waits on the sockets (up to a budget) at ``now``; returns the datagrams received.
+        Each is handed to the NIC at its arrival: the time the kernel stamped on it, which for one that
+        came while the drain ran is after ``now`` (then `fed` is later than ``now``)."""
         if self._kernel_time:
-            # the kernel stamps arrivals on the real-time clock: its reading now, against ours
+            # the kernel stamps arrivals on the real-time clock: its reading now, against ours (and the
+            # monotonic clock's, which ours is, for what comes while the drain runs)
             self._rt_now = time.time_ns()
+            self._mono_now = time.monotonic_ns()
+        self._latest = now
         n = 0
         # Ports are drained in turns of a few datagrams, so that packets sprayed over the planes are handed
         # to the NIC about in the order they were sent (draining one socket before the next would make the
@@ -93,8 +102,7 @@ class Receiver:
             n += got
             if got == 0:
                 break
-        # the NIC runs at ``now`` next (timers, sends): the next round's arrivals are no earlier
-        self._fed = now
+        self.fed = self._latest
         return n
 
     def _receive(self, port: PortSocket, now: int) -> int:
@@ -125,6 +133,8 @@ class Receiver:
                                 at = now - waited
                                 if waited > stats.rx_delay_max_ns:
                                     stats.rx_delay_max_ns = waited
+                            elif waited < 0:  # it came during this drain: then, at the latest as it is read
+                                at = now + min(-waited, time.monotonic_ns() - self._mono_now)
                     elif kind == SO_RXQ_OVFL:
                         total = _UINT.unpack_from(data)[0]
                         if total != port.overflow:
@@ -136,8 +146,10 @@ class Receiver:
                     flow = int.from_bytes(data[:4], "big") & _FLOW_MASK
                 elif data:
                     tos = data[0] if len(data) == 1 else _INT.unpack_from(data)[0]
-            if at < self._fed:
-                at = self._fed  # the core's time never goes back
+            if at < self.fed:
+                at = self.fed  # the core's time never goes back
+            elif at > self._latest:
+                self._latest = at
             if flags & _MSG_TRUNC:
                 stats.rx_truncated += 1
                 continue

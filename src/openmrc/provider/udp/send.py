@@ -5,6 +5,7 @@ socket, destination and size as one GSO datagram."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import socket
@@ -26,6 +27,7 @@ from openmrc.transport.config import NicConfig
 from openmrc.transport.nic import Nic
 from openmrc.transport.types import LocalProtocolError, SackTransmit, Transmit
 from openmrc.wire import (
+    RESERVED_QP_ENDPOINT,
     Addressing,
     WireError,
     seal_header_parts,
@@ -142,6 +144,7 @@ class Sender:
                     r = self._route(t, lane.port, key, srv6)
                 last_ev, last_port, last_peer, last_qp = t.ev, t.port, peer, t.qp_num
             sock, dest, addr = r[0], r[1], r[2]
+            alone = False
             tpl = t.tpl
             parts: list[bytes | memoryview] | None = None
             payload = t.payload
@@ -159,6 +162,18 @@ class Sender:
                     if left_at < 0:
                         left_at = self._clock() if self._clock is not None else now
                     t.stamp_service(left_at)
+                elif t.qp_num == RESERVED_QP_ENDPOINT and self._clock is not None:
+                    # A probe or its answer leaves alone, at the time read just before: after its route (a
+                    # new EV opens a socket) and what was gathered before it (whose send may hand the GIL
+                    # to the far end's thread, in this process), none of it part of the round trip.
+                    if run_count:
+                        self._send_run(run_sock, run_dest, run, run_size, run_count)
+                        run = []
+                        run_count = 0
+                    alone = True
+                    with contextlib.suppress(WireError):  # (raised again below, and counted)
+                        seal_parts(t.packet, addr)  # once before its time is read: a first encoding is slow
+                    self._nic.endpoint.sent(t.packet, now, self._clock())
                 try:
                     parts = seal_parts(t.packet, addr)
                 except WireError:  # the core never emits one; counted, never raised into a progress thread
@@ -202,6 +217,10 @@ class Sender:
             else:
                 run += parts
             run_count += 1
+            if alone:
+                self._send_run(run_sock, run_dest, run, run_size, run_count)
+                run = []
+                run_count = 0
         if run_count:
             self._send_run(run_sock, run_dest, run, run_size, run_count)
         return len(out)
