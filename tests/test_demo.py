@@ -163,3 +163,26 @@ def test_the_roce_qps_a_failed_link_touches_are_those_hashed_through_it() -> Non
         else:
             assert len(o.pairs) == o.connections == o.host_pairs > 0
             assert all(f.finish is not None for f in flows)  # MRC routes around it
+
+
+class _Run:
+    """What `_failure_cost` reads of a run's results: its job time and its outages."""
+
+    def __init__(self, job_ns: int, bypass_us: float | None = 3.0) -> None:
+        self.job_ns, self.bypass_us = job_ns, bypass_us
+
+    def job_time_ns(self) -> int:
+        return self.job_ns
+
+    def outage_reports(self) -> list[dict[str, object]]:
+        return [{"bypass_us": self.bypass_us, "bypass_ended": False}]
+
+
+def test_a_failure_that_costs_no_job_time_says_it_is_the_runs_own_variation() -> None:
+    from openmrc.cli.main import _failure_cost
+
+    slower = _failure_cost("MRC", _Run(110_000), _Run(100_000))  # type: ignore[arg-type]
+    assert slower == "MRC +10.0 % job time (recovered in 3.0 µs)"
+    faster = _failure_cost("RoCEv2", _Run(98_500, 197.0), _Run(100_000))  # type: ignore[arg-type]
+    assert faster.startswith("RoCEv2 -1.5 % job time (recovered in 197.0 µs; no slower than without it")
+    assert "the run's own variation" in faster

@@ -267,6 +267,8 @@ def _failure_cost(label: str, failed: SimResults | None, clean: SimResults | Non
         if worst is not None and worst["bypass_ended"]
         else f"recovered in {rec:,.1f} µs"
     )
+    if a <= b:  # not slower with the failure (ECMP's hashes and the timing of go-back-N differ run to run)
+        back += "; no slower than without it: the failure's cost is within the run's own variation"
     return f"{label} {(a / b - 1) * 100:+.1f} % job time ({back})"
 
 
