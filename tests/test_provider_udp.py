@@ -514,3 +514,16 @@ def test_a_busy_host_is_not_a_lossy_network() -> None:
     finally:
         busy.kill()
         busy.wait(10)
+
+
+def test_an_address_in_use_is_refused_with_what_to_do() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.9.1", 0))
+        taken = f"127.0.9.1:{s.getsockname()[1]}"
+    first = UdpDevice([taken])
+    try:
+        with pytest.raises(LocalProtocolError, match="another process has it") as exc:
+            UdpDevice(["127.0.9.2", taken])
+        assert exc.value.errno == errno.EADDRINUSE and f"port 2: cannot bind {taken}" in str(exc.value)
+    finally:
+        first.close()

@@ -104,9 +104,11 @@ class PortSockets:
             try:
                 s.bind(ep)
             except OSError as exc:
+                why = exc.strerror
+                if exc.errno == errno.EADDRINUSE:  # (most often another device, e.g. a second perf client)
+                    why = f"{why} (another process has it: give this one other addresses or ports)"
                 raise LocalProtocolError(
-                    exc.errno or errno.EINVAL,
-                    f"port {index}: cannot bind {format_endpoint(ep)}: {exc.strerror}",
+                    exc.errno or errno.EINVAL, f"port {index}: cannot bind {format_endpoint(ep)}: {why}"
                 ) from None
         except BaseException:
             s.close()
