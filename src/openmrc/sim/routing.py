@@ -225,10 +225,7 @@ class EcmpRouting(Routing):
             cands = self.candidates(node, dst)
             if not cands:
                 raise ValueError(f"no route from node {node} to host {dst}")
-            salt = self._salts[node]
-            if salt < 0:
-                salt = self._salts[node] = self.hash.salt(node)
-            out = cands[0] if len(cands) == 1 else cands[fmix32(crc ^ salt) % len(cands)]
+            out = cands[0] if len(cands) == 1 else self._pick(node, cands, crc)
             hops.append((node, out))
             node = _peer(topo, node, out)
         return hops
@@ -255,6 +252,10 @@ class EcmpRouting(Routing):
         if crc < 0:
             e = p.entropy
             crc = p.flow_crc = flow_crc(p.src, dst, e & 0xFFFF, 4791, e >> 16)
+        return self._pick(switch, hops, crc)
+
+    def _pick(self, switch: int, hops: tuple[int, ...], crc: int) -> int:
+        """The next hop of ``hops`` that ``switch`` hashes a packet of flow CRC ``crc`` to."""
         salt = self._salts[switch]
         if salt < 0:
             salt = self._salts[switch] = self.hash.salt(switch)
