@@ -40,22 +40,18 @@ import threading
 import time
 from typing import Any
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from openmrc import _native
 from openmrc.provider.loopback import Impairments, Pair, port_address
 from openmrc.provider.perf import PerfError, run_client, serve
 from openmrc.provider.udp import Peer, UdpDevice
-from openmrc.transport import Access, QpSecurity, SecurityDomain, SendWR, Sge, WrOpcode
-from openmrc.wire import Addressing, seal
+from openmrc.transport import Access, QpSecurity, SecurityDomain, SendWR, Sge, Transmit, WrOpcode
+from openmrc.transport.security import SealState
+from openmrc.wire import Addressing, parse, seal
 from openmrc.wire.constants import is_data_opcode
 from openmrc.wire.datagram import data_header_length
 from openmrc.wire.security import (
-    BTH_SEALED,
     SEAL_OVERHEAD,
     SECH_SIZE,
-    pack_sech,
-    seal_nonce,
     trailer_length,
     unpack_sech,
 )
@@ -88,22 +84,15 @@ class Adversary:
             body = body[: len(body) - self.trailer(raw)]
             if is_data_opcode(body[0]) and len(body) > data_header_length(body) + 8:
                 body[-8:] = b"FORGED!!"
-        elif kind == "wrong_key" and self.sealed:
-            plain = bytearray(body[: len(body) - self.trailer(raw)])
+        elif kind == "wrong_key" and self.sealed:  # sealed as a genuine QP seals, with a key of its own
             h = unpack_sech(body[len(body) - SEAL_OVERHEAD : len(body) - SEAL_OVERHEAD + SECH_SIZE])
             qpn = self.p.qp_a.qp_num if src == "a" else self.p.qp_b.qp_num
-            c = h.counter + 10_000
-            data = is_data_opcode(plain[0])
-            plain[8] |= BTH_SEALED
-            sech = pack_sech(False, h.epoch, h.sdi, h.ssi, c, data)
-            nonce = seal_nonce(h.ssi, qpn, c)
-            aad = bytes(plain)
-            if data:
-                header = AESGCM(SecurityDomain.epoch_key(self.key, h.sdi, h.epoch, header=True))
-                aad += header.encrypt(nonce, b"", bytes(plain[: data_header_length(plain)]) + sech)
-            aad += sech
-            whole = AESGCM(SecurityDomain.epoch_key(self.key, h.sdi, h.epoch))
-            body = bytearray(aad + whole.encrypt(nonce, b"", aad))
+            own = SealState(qpn, QpSecurity(SecurityDomain(h.sdi, self.key, epoch=h.epoch), ssi=h.ssi))
+            own.sent = h.counter + 10_000 - 1
+            plain = parse(bytes(body[: len(body) - self.trailer(raw)]) + bytes(4))
+            t = Transmit(1, None, bytes(32), 0, plain, qpn)
+            own.seal(t, 0)
+            body = bytearray(t.body or b"")
         # (without authentication there is no key to get wrong: "wrong_key" is one more replay)
         return bytes(body) + bytes(4)
 

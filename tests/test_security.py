@@ -10,7 +10,6 @@ import struct
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,15 +26,14 @@ from openmrc.transport import (
     WcStatus,
     WrOpcode,
 )
-from openmrc.wire import Addressing, WireError, seal
-from openmrc.wire.constants import OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM, is_data_opcode
-from openmrc.wire.datagram import data_header_length
+from openmrc.transport.security import SealState
+from openmrc.wire import Addressing, WireError, parse, seal
+from openmrc.wire.constants import OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM
 from openmrc.wire.security import (
     BTH_SEALED,
     SEAL_OVERHEAD,
     SECH_SIZE,
     pack_sech,
-    seal_nonce,
     trailer_length,
     unpack_sech,
 )
@@ -188,19 +186,13 @@ def addressing(kw: dict[str, object], port: int) -> Addressing:
 def forge_sealed(
     plain: bytes, key: bytes, sdi: int, epoch: int, ssi: int, sender_qpn: int, counter: int
 ) -> bytes:
-    """An attacker's own sealing of the MRC packet ``plain`` (BTH through pad): the public layout with a
-    key it holds, authentication only, a header tag on data packets."""
-    b = bytearray(plain)
-    b[8] |= BTH_SEALED
-    data = is_data_opcode(b[0])
-    sech = pack_sech(False, epoch, sdi, ssi, counter, data)
-    nonce = seal_nonce(ssi, sender_qpn, counter)
-    aad = bytes(b)
-    if data:
-        header = AESGCM(SecurityDomain.epoch_key(key, sdi, epoch, header=True))
-        aad += header.encrypt(nonce, b"", bytes(b[: data_header_length(b)]) + sech)
-    aad += sech
-    return aad + AESGCM(SecurityDomain.epoch_key(key, sdi, epoch)).encrypt(nonce, b"", aad)
+    """An attacker's own sealing of the MRC packet ``plain`` (BTH through pad): the sealing a genuine QP
+    does (`SealState`), authentication only with header tags, under a key it holds for the domain's SDI."""
+    seal_state = SealState(sender_qpn, QpSecurity(SecurityDomain(sdi, key, epoch=epoch), ssi=ssi))
+    seal_state.sent = counter - 1
+    t = Transmit(1, None, bytes(32), 0, parse(plain + bytes(4)), sender_qpn)
+    assert seal_state.seal(t, 0)
+    return bytes(t.body)
 
 
 def flip(raw: bytes, rng: random.Random) -> bytes:
