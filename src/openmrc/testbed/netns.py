@@ -157,7 +157,8 @@ class Testbed:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(self.export_dir, ignore_errors=True)
             fab.write(self.export_dir)
-            self._save({"mode": mode, "faults": {}, "complete": False})  # until the last node is configured
+            state: dict[str, Any] = {"mode": mode, "faults": {}, "complete": False}  # until all is configured
+            self._save(state)
             nodes = [topo.node_name(n) for n in range(topo.num_nodes())]
             _run(["ip", "-batch", "-"], stdin="".join(f"netns add {self.ns(n)}\n" for n in nodes))
             cmds = []
@@ -174,7 +175,7 @@ class Testbed:
                     steps += [f"ethtool -K eth{p} tx off >/dev/null" for p in range(planes)]
                 steps.append(f"sh {shlex.quote(str(self.export_dir / 'linux' / f'{n}.sh'))}")
                 _run(["ip", "netns", "exec", self.ns(n), "sh", "-c", "\n".join(steps)])
-            self._save({"mode": mode, "faults": {}, "complete": True})
+            self._save(state | {"complete": True})
             say(f"configured from {self.export_dir}")
         except BaseException:
             self.down()
