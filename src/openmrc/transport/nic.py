@@ -99,6 +99,11 @@ def draw_qpn(rng: random.Random) -> int:
     return 0x100 + r
 
 
+def _ip_text(addr: Addressing) -> str:
+    """The source IP address of ``addr`` as text: who sent an endpoint packet, if the driver does not say."""
+    return socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
+
+
 def _svc_ns(code: int) -> int:
     """The service time (ns) of an SETH ``svc`` code (0: none reported)."""
     return service_time_ns(code) if code else 0
@@ -276,7 +281,16 @@ class Nic:
     def _queue_control(self, t: Transmit) -> None:
         self._ctrl.append(t)
 
-    # -- the driver interface ------------------------------------------------------------------------------
+    # -- the driver interface: arrivals ---------------------------------------------------------------------
+    # Arrivals come in three shapes: a decoded `Packet` (`receive`, `receive_burst`), another in-process NIC's
+    # `Transmit` (`receive_transmit`) and datagram bytes (`receive_datagram`, `receive_segments`). Each entry
+    # point is an adapter for its shape: it counts the arrival, drops it on a port that is down, checks what
+    # that shape can carry wrong (bytes: their ICRC, a seal that must open; a decoded packet or a `Transmit`
+    # of an authenticated QP: that it comes unsealed) and hands on one form, a packet by its fields: a data
+    # packet's to `Responder.on_fields`, a SACK's to `Requester.on_sack_fields`, read straight from what
+    # arrived (the datagram's bytes, the `Transmit`'s template or SACK fields, the `Packet`'s headers). A
+    # packet known only once decoded goes to `_dispatch`, the one place that routes by opcode; the rarer
+    # kinds (NACK, AETH, probes, endpoint packets) reach their handlers as the `Packet` itself.
     def receive(
         self,
         data: Packet | bytes | bytearray | memoryview,
@@ -307,22 +321,27 @@ class Nic:
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        pkt = data
         if self.secure and data.bth.dest_qp in self.secure:  # a decoded packet carries no seal
             stats.rx_auth_unsealed += 1
             return
-        if self._validate:  # validation mode: the packet's bytes, ICRC included, must round-trip
-            try:
-                cut = bool(trim)
-                raw = data.encode(trimmed=cut)
-                if not cut and not icrc_ok(raw, _LOOP_ADDR):
-                    stats.rx_bad_icrc += 1
-                    return
-                pkt = parse(raw, trimmed=cut)
-            except WireError:
-                stats.rx_malformed += 1
-                return
-        self._deliver(pkt, port, now, ecn, entropy, trim, src)
+        pkt = self._revalidated(data, trim) if self._validate else data
+        if pkt is not None:
+            self._dispatch(pkt, port, now, ecn, entropy, trim, src)
+
+    def _revalidated(self, pkt: Packet, trim: TrimMark) -> Packet | None:
+        """Validation mode: ``pkt`` as its bytes decode, which must round-trip with their ICRC (None: it was
+        dropped and counted)."""
+        stats = self.stats
+        try:
+            cut = bool(trim)
+            raw = pkt.encode(trimmed=cut)
+            if not cut and not icrc_ok(raw, _LOOP_ADDR):
+                stats.rx_bad_icrc += 1
+                return None
+            return parse(raw, trimmed=cut)
+        except WireError:
+            stats.rx_malformed += 1
+            return None
 
     def receive_transmit(
         self,
@@ -336,8 +355,9 @@ class Nic:
     ) -> None:
         """`receive` of a packet another in-process NIC's `datagrams_to_send` emitted (the simulator's hosts):
         a data packet that left its NIC as its Write's template reaches the responder by its fields, a SACK
-        (`SackTransmit`) the requester by its fields (`Requester.on_sack_fields`), and no `Packet` is ever
-        built for them (in validation mode they take the byte path like every packet)."""
+        (`SackTransmit`) the requester by its fields, and no `Packet` is ever built for them (in validation
+        mode they take the byte path like every packet); a sealed one (``body``) is opened as bytes, any
+        other goes to `receive` as its `Packet`."""
         body = t.body
         if body is not None:  # sealed by an authenticated QP: its bytes (no ICRC) are the packet
             self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
@@ -473,8 +493,7 @@ class Nic:
                 else:
                     who = src
                     if who is None and dg[5] << 16 | dg[6] << 8 | dg[7] == RESERVED_QP_ENDPOINT:
-                        fam = socket.AF_INET if addr.version == 4 else socket.AF_INET6
-                        who = socket.inet_ntop(fam, addr.src)
+                        who = _ip_text(addr)
                     self._receive_body(dg[: len(dg) - ICRC_SIZE], port, now, ecn, entropy, trim, who)
                 if off >= total:
                     return
@@ -507,8 +526,8 @@ class Nic:
             else:
                 who = src
                 if who is None and pkt.bth.dest_qp == RESERVED_QP_ENDPOINT:
-                    who = socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
-                self._deliver(pkt, port, now, ecn, entropy, trim, who)
+                    who = _ip_text(addr)
+                self._dispatch(pkt, port, now, ecn, entropy, trim, who)
             if off >= total:
                 return
 
@@ -539,7 +558,7 @@ class Nic:
         except WireError:
             stats.rx_malformed += 1
             return
-        self._deliver(pkt, port, now, ecn, entropy, trim, src)
+        self._dispatch(pkt, port, now, ecn, entropy, trim, src)
 
     def secure_endpoint(self, domain: SecurityDomain | None) -> None:
         """**[openmrc]** Authenticate this NIC's endpoint packets (port status updates, EV probes and their
@@ -567,9 +586,11 @@ class Nic:
                 n += 1
         return n
 
-    def _deliver(
+    def _dispatch(
         self, pkt: Packet, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
     ) -> None:
+        """Route a decoded packet (its port, seal and ICRC already checked) by its opcode: data and SACKs as
+        their fields to the one handler of each, every other kind as the `Packet` it is."""
         stats = self.stats
         bth = pkt.bth
         op = bth.opcode
@@ -585,9 +606,41 @@ class Nic:
             stats.rx_dropped_no_qp += 1
             return
         if is_data:
-            qp.responder.on_data(pkt, now, port, ecn, entropy, trim)
+            reth, imm, tseth = pkt.reth, pkt.imm, pkt.tseth
+            assert reth is not None
+            qp.responder.on_fields(
+                op,
+                bth.psn,
+                bth.ack_req,
+                reth.va,
+                reth.rkey,
+                reth.dma_len,
+                pkt.payload,
+                imm.imm_data if imm is not None else 0,
+                tseth.tx_timestamp if tseth is not None else 0,
+                now,
+                port,
+                ecn,
+                entropy,
+                trim,
+            )
         elif op == OP_SACK:
-            qp.requester.on_sack(pkt, now)
+            seth = pkt.seth
+            assert seth is not None
+            qp.requester.on_sack_fields(
+                seth.cack_psn,
+                seth.ack_psn_offset,
+                seth.sack_offset,
+                seth.bitmap,
+                seth.entropy,
+                seth.m,
+                seth.pr,
+                seth.src_qp,
+                seth.dst_qp,
+                seth.mpr,
+                now,
+                _svc_ns(seth.svc),
+            )
         elif op == OP_NACK:
             qp.requester.on_nack(pkt, now)
         elif op == OP_ACK:
@@ -597,7 +650,7 @@ class Nic:
         else:
             stats.rx_dropped_state += 1
             return
-        self.wake(qp)
+        self._woken[qp] = None
 
     def receive_burst(self, burst: Iterable[Arrival], now: int) -> None:
         """`receive` every ``(data, port, ecn, entropy, trim, src)`` of ``burst`` in order, at ``now``: a
