@@ -187,16 +187,15 @@ def sack_transmit(pkt: Packet) -> SackTransmit:
 def deliver_sack(p: Pair, pkt: Packet, via: str) -> None:
     """``pkt`` to NIC a: parsed from its bytes (`Nic.receive`), or by its fields (`Nic.receive_transmit`).
     A SACK whose SETH and BTH disagree on the QP number has no `SackTransmit` (only the responder makes
-    those): it goes straight to the requester, as a parsed `Packet` or as its SETH fields."""
+    those): its SETH fields go straight to the requester, as the parsed bytes carry them or as built."""
     s = pkt.seth
     assert s is not None
     if s.dst_qp != pkt.bth.dest_qp & 0xFFFF:
-        r = p.qp_a.requester
         if via == "packet":
-            r.on_sack(parse(pkt.encode()), p.now)
-        else:
-            fields = (s.cack_psn, s.ack_psn_offset, s.sack_offset, s.bitmap, s.entropy, s.m, s.pr)
-            r.on_sack_fields(*fields, s.src_qp, s.dst_qp, s.mpr, p.now)
+            s = parse(pkt.encode()).seth
+            assert s is not None
+        fields = (s.cack_psn, s.ack_psn_offset, s.sack_offset, s.bitmap, s.entropy, s.m, s.pr)
+        p.qp_a.requester.on_sack_fields(*fields, s.src_qp, s.dst_qp, s.mpr, p.now)
         p.a.wake(p.qp_a)
     elif via == "packet":
         p.a.receive(parse(pkt.encode()), 1, p.now, src="b")

@@ -8,11 +8,21 @@ Drivers (the pair harness, the simulator's hosts, the UDP device) follow one con
 `openmrc.provider`: feed arrivals and the time (`receive_datagram` / `receive`), drain
 `datagrams_to_send`, re-arm one timer (`get_timer` / `handle_timer`); after ``handle_timer(now)``,
 `get_timer` returns None or a time later than ``now``, so a driver never spins.
-Raw bytes enter only through `receive_datagram`, which checks the RoCEv2 ICRC against the datagram's
-addressing (`openmrc.wire.Addressing`: what a socket reports) and derives the entropy the packet travelled
-on from its UDP source port and flow label. Nothing here reads a clock, opens a socket or uses the global
-random module. Bad input from the network is dropped and counted in `NicStats` at the receive boundary; it
-never raises and never writes memory outside a registered region. API misuse raises `LocalProtocolError`.
+
+Arrivals come in three shapes, each through an adapter: datagram bytes (`receive_datagram`,
+`receive_segments`: the RoCEv2 ICRC checked against the datagram's addressing, `openmrc.wire.Addressing`,
+what a socket reports; the entropy the packet travelled on from its UDP source port and flow label),
+another in-process NIC's `Transmit` (`receive_transmit`) and a decoded `Packet` (`receive`,
+`receive_burst`). Each counts the arrival, drops it on a port that is down, checks what its shape can carry
+wrong (bytes: the ICRC, a seal that must open; a `Packet` or `Transmit` of an authenticated QP: that it came
+unsealed) and hands on one form, a packet by its fields: data to `Responder.on_fields`, a SACK to
+`Requester.on_sack_fields`, read straight from the bytes, the `Transmit` or the `Packet`'s headers with no
+object built. `_dispatch` is the one place a decoded packet is routed by opcode; NACKs, AETHs, probes and
+endpoint packets reach their handlers as that `Packet`.
+
+Nothing here reads a clock, opens a socket or uses the global random module. Bad input from the network is
+dropped and counted in `NicStats` at the receive boundary; it never raises and never writes memory outside
+a registered region. API misuse raises `LocalProtocolError`.
 """
 
 from __future__ import annotations
@@ -97,6 +107,11 @@ def draw_qpn(rng: random.Random) -> int:
     while r >= _QPN_SPAN:
         r = rng.getrandbits(24)
     return 0x100 + r
+
+
+def _ip_text(addr: Addressing) -> str:
+    """The source IP address of ``addr`` as text: who sent an endpoint packet, if the driver does not say."""
+    return socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
 
 
 def _svc_ns(code: int) -> int:
@@ -276,7 +291,34 @@ class Nic:
     def _queue_control(self, t: Transmit) -> None:
         self._ctrl.append(t)
 
-    # -- the driver interface ------------------------------------------------------------------------------
+    # -- security domains (transport.security) ------------------------------------------------------------
+    def secure_endpoint(self, domain: SecurityDomain | None) -> None:
+        """**[openmrc]** Authenticate this NIC's endpoint packets (port status updates, EV probes and their
+        answers, on the reserved QP) in ``domain``: they leave sealed, and an endpoint packet that does
+        not open is dropped and counted like any other (None: MRC 1.0 again). Every NIC that talks to
+        this one must do the same, in the same domain."""
+        if domain is None:
+            self.secure.pop(RESERVED_QP_ENDPOINT, None)
+            return
+        sec = QpSecurity(domain, header_tag=False)
+        self.secure[RESERVED_QP_ENDPOINT] = SealState(
+            RESERVED_QP_ENDPOINT, sec, RESERVED_QP_ENDPOINT, per_sender=True
+        )
+
+    def revoke_domain(self, domain: SecurityDomain, now: int) -> int:
+        """``domain`` was revoked: every QP of this NIC in it fails (ERROR, its work flushed, LOC_PROT_ERR
+        for the first WR), at once, and an endpoint it secured takes nothing more; how many QPs."""
+        domain.revoke()
+        n = 0
+        for qpn, s in list(self.secure.items()):
+            if s.domain is domain and qpn != RESERVED_QP_ENDPOINT:
+                qp = self.qps[qpn]
+                qp.set_error(now, WcStatus.LOC_PROT_ERR, f"security domain {domain.sdi} revoked")
+                self.wake(qp)
+                n += 1
+        return n
+
+    # -- the driver interface: arrivals ---------------------------------------------------------------------
     def receive(
         self,
         data: Packet | bytes | bytearray | memoryview,
@@ -307,22 +349,34 @@ class Nic:
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
             return
-        pkt = data
         if self.secure and data.bth.dest_qp in self.secure:  # a decoded packet carries no seal
             stats.rx_auth_unsealed += 1
             return
-        if self._validate:  # validation mode: the packet's bytes, ICRC included, must round-trip
-            try:
-                cut = bool(trim)
-                raw = data.encode(trimmed=cut)
-                if not cut and not icrc_ok(raw, _LOOP_ADDR):
-                    stats.rx_bad_icrc += 1
-                    return
-                pkt = parse(raw, trimmed=cut)
-            except WireError:
-                stats.rx_malformed += 1
-                return
-        self._deliver(pkt, port, now, ecn, entropy, trim, src)
+        pkt = self._revalidated(data, trim) if self._validate else data
+        if pkt is not None:
+            self._dispatch(pkt, port, now, ecn, entropy, trim, src)
+
+    def _revalidated(self, pkt: Packet, trim: TrimMark) -> Packet | None:
+        """Validation mode: ``pkt`` as its bytes decode, which must round-trip with their ICRC (None: it was
+        dropped and counted)."""
+        stats = self.stats
+        try:
+            cut = bool(trim)
+            raw = pkt.encode(trimmed=cut)
+            if not cut and not icrc_ok(raw, _LOOP_ADDR):
+                stats.rx_bad_icrc += 1
+                return None
+            return parse(raw, trimmed=cut)
+        except WireError:
+            stats.rx_malformed += 1
+            return None
+
+    def receive_burst(self, burst: Iterable[Arrival], now: int) -> None:
+        """`receive` every ``(data, port, ecn, entropy, trim, src)`` of ``burst`` in order, at ``now``: a
+        driver's receive burst (one call per batch, as NIC drivers poll their rings) instead of a call per
+        datagram."""
+        for data, port, ecn, entropy, trim, src in burst:
+            self.receive(data, port, now, ecn, entropy, trim, src)
 
     def receive_transmit(
         self,
@@ -336,8 +390,9 @@ class Nic:
     ) -> None:
         """`receive` of a packet another in-process NIC's `datagrams_to_send` emitted (the simulator's hosts):
         a data packet that left its NIC as its Write's template reaches the responder by its fields, a SACK
-        (`SackTransmit`) the requester by its fields (`Requester.on_sack_fields`), and no `Packet` is ever
-        built for them (in validation mode they take the byte path like every packet)."""
+        (`SackTransmit`) the requester by its fields, and no `Packet` is ever built for them (in validation
+        mode they take the byte path like every packet); a sealed one (``body``) is opened as bytes, any
+        other goes to `receive` as its `Packet`."""
         body = t.body
         if body is not None:  # sealed by an authenticated QP: its bytes (no ICRC) are the packet
             self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
@@ -367,39 +422,17 @@ class Nic:
         if tpl is None:
             assert isinstance(t, SackTransmit)
             qp.requester.on_sack_fields(
-                t.cack_psn,
-                t.ack_psn_offset,
-                t.sack_offset,
-                t.bitmap,
-                t.echo,
-                t.m,
-                t.pr,
-                t.qp_num & 0xFFFF,
-                dqp & 0xFFFF,
-                t.mpr,
-                now,
-                _svc_ns(t.svc),
-            )
+                t.cack_psn, t.ack_psn_offset, t.sack_offset, t.bitmap, t.echo, t.m, t.pr, t.qp_num & 0xFFFF,
+                dqp & 0xFFFF, t.mpr, now, _svc_ns(t.svc),
+            )  # fmt: skip
         else:
             op = t.op
             imm = tpl.immdt
             with_imm = imm is not None and op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM)
             qp.responder.on_fields(
-                op,
-                t.psn,
-                t.ack_req,
-                t.va,
-                tpl.rkey,
-                tpl.dma_len,
-                t.payload,
-                imm.imm_data if with_imm and imm is not None else 0,
-                0,
-                now,
-                port,
-                ecn,
-                entropy,
-                trim,
-            )
+                op, t.psn, t.ack_req, t.va, tpl.rkey, tpl.dma_len, t.payload,
+                imm.imm_data if with_imm and imm is not None else 0, 0, now, port, ecn, entropy, trim,
+            )  # fmt: skip
         self._woken[qp] = None
 
     def receive_datagram(
@@ -451,8 +484,8 @@ class Nic:
         total = len(view)
         if seg <= 0 or seg > total:
             seg = total
+        n = -(-total // seg) if total else 1  # datagrams (an empty one is one too: malformed)
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
-            n = -(-total // seg) if total else 1
             stats.rx_packets += n
             stats.rx_dropped_port += n
             return
@@ -461,29 +494,21 @@ class Nic:
         secure = self.secure
         last_qpn = -1
         qp: Qp | None = None
-        off = 0
-        while True:
-            end = off + seg if off + seg < total else total
-            dg = view[off:end] if seg < total else view
-            off = end
+        for i in range(n):
+            dg = view[i * seg : i * seg + seg] if n > 1 else view
             stats.rx_packets += 1
             if secure and len(dg) >= 8 and (dg[5] << 16 | dg[6] << 8 | dg[7]) in secure:
                 if not trim and not icrc_view_ok(dg, addr):  # (a trimmed packet's header tag is checked)
                     stats.rx_bad_icrc += 1
-                else:
-                    who = src
-                    if who is None and dg[5] << 16 | dg[6] << 8 | dg[7] == RESERVED_QP_ENDPOINT:
-                        fam = socket.AF_INET if addr.version == 4 else socket.AF_INET6
-                        who = socket.inet_ntop(fam, addr.src)
-                    self._receive_body(dg[: len(dg) - ICRC_SIZE], port, now, ecn, entropy, trim, who)
-                if off >= total:
-                    return
+                    continue
+                who = src
+                if who is None and dg[5] << 16 | dg[6] << 8 | dg[7] == RESERVED_QP_ENDPOINT:
+                    who = _ip_text(addr)
+                self._receive_body(dg[: len(dg) - ICRC_SIZE], port, now, ecn, entropy, trim, who)
                 continue
             if not trim:
                 if not icrc_view_ok(dg, addr):
                     stats.rx_bad_icrc += 1
-                    if off >= total:
-                        return
                     continue
                 f = plain_data_fields(dg)
                 if f[0] and f[1] != RESERVED_QP_ENDPOINT:  # a plain data packet: no header objects
@@ -497,20 +522,16 @@ class Nic:
                             f[0], f[2], f[3], f[4], f[5], f[6], f[7], 0, 0, now, port, ecn, entropy, _NO_TRIM
                         )
                         self._woken[qp] = None
-                    if off >= total:
-                        return
                     continue
             try:
                 pkt = parse(dg, trimmed=bool(trim))
             except WireError:
                 stats.rx_malformed += 1
-            else:
-                who = src
-                if who is None and pkt.bth.dest_qp == RESERVED_QP_ENDPOINT:
-                    who = socket.inet_ntop(socket.AF_INET if addr.version == 4 else socket.AF_INET6, addr.src)
-                self._deliver(pkt, port, now, ecn, entropy, trim, who)
-            if off >= total:
-                return
+                continue
+            who = src
+            if who is None and pkt.bth.dest_qp == RESERVED_QP_ENDPOINT:
+                who = _ip_text(addr)
+            self._dispatch(pkt, port, now, ecn, entropy, trim, who)
 
     def _receive_body(
         self, body: memoryview, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
@@ -539,37 +560,13 @@ class Nic:
         except WireError:
             stats.rx_malformed += 1
             return
-        self._deliver(pkt, port, now, ecn, entropy, trim, src)
+        self._dispatch(pkt, port, now, ecn, entropy, trim, src)
 
-    def secure_endpoint(self, domain: SecurityDomain | None) -> None:
-        """**[openmrc]** Authenticate this NIC's endpoint packets (port status updates, EV probes and their
-        answers, on the reserved QP) in ``domain``: they leave sealed, and an endpoint packet that does
-        not open is dropped and counted like any other (None: MRC 1.0 again). Every NIC that talks to
-        this one must do the same, in the same domain."""
-        if domain is None:
-            self.secure.pop(RESERVED_QP_ENDPOINT, None)
-            return
-        sec = QpSecurity(domain, header_tag=False)
-        self.secure[RESERVED_QP_ENDPOINT] = SealState(
-            RESERVED_QP_ENDPOINT, sec, RESERVED_QP_ENDPOINT, per_sender=True
-        )
-
-    def revoke_domain(self, domain: SecurityDomain, now: int) -> int:
-        """``domain`` was revoked: every QP of this NIC in it fails (ERROR, its work flushed, LOC_PROT_ERR
-        for the first WR), at once, and an endpoint it secured takes nothing more; how many QPs."""
-        domain.revoke()
-        n = 0
-        for qpn, s in list(self.secure.items()):
-            if s.domain is domain and qpn != RESERVED_QP_ENDPOINT:
-                qp = self.qps[qpn]
-                qp.set_error(now, WcStatus.LOC_PROT_ERR, f"security domain {domain.sdi} revoked")
-                self.wake(qp)
-                n += 1
-        return n
-
-    def _deliver(
+    def _dispatch(
         self, pkt: Packet, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
     ) -> None:
+        """Route a decoded packet (its port, seal and ICRC already checked) by its opcode: data and SACKs as
+        their fields to the one handler of each, every other kind as the `Packet` it is."""
         stats = self.stats
         bth = pkt.bth
         op = bth.opcode
@@ -585,9 +582,20 @@ class Nic:
             stats.rx_dropped_no_qp += 1
             return
         if is_data:
-            qp.responder.on_data(pkt, now, port, ecn, entropy, trim)
+            reth, imm, tseth = pkt.reth, pkt.imm, pkt.tseth
+            assert reth is not None
+            qp.responder.on_fields(
+                op, bth.psn, bth.ack_req, reth.va, reth.rkey, reth.dma_len, pkt.payload,
+                imm.imm_data if imm is not None else 0, tseth.tx_timestamp if tseth is not None else 0,
+                now, port, ecn, entropy, trim,
+            )  # fmt: skip
         elif op == OP_SACK:
-            qp.requester.on_sack(pkt, now)
+            seth = pkt.seth
+            assert seth is not None
+            qp.requester.on_sack_fields(
+                seth.cack_psn, seth.ack_psn_offset, seth.sack_offset, seth.bitmap, seth.entropy, seth.m,
+                seth.pr, seth.src_qp, seth.dst_qp, seth.mpr, now, _svc_ns(seth.svc),
+            )  # fmt: skip
         elif op == OP_NACK:
             qp.requester.on_nack(pkt, now)
         elif op == OP_ACK:
@@ -597,15 +605,9 @@ class Nic:
         else:
             stats.rx_dropped_state += 1
             return
-        self.wake(qp)
+        self._woken[qp] = None
 
-    def receive_burst(self, burst: Iterable[Arrival], now: int) -> None:
-        """`receive` every ``(data, port, ecn, entropy, trim, src)`` of ``burst`` in order, at ``now``: a
-        driver's receive burst (one call per batch, as NIC drivers poll their rings) instead of a call per
-        datagram."""
-        for data, port, ecn, entropy, trim, src in burst:
-            self.receive(data, port, now, ecn, entropy, trim, src)
-
+    # -- the driver interface: departures and timers ------------------------------------------------------
     def send_control(self, qp: Qp, pkt: Packet, port: int) -> None:
         """Queue a NACK/ACK of ``qp``: on the plane it answers, on one of the QP's own EVs."""
         self.send_transmit(qp, Transmit(port, None, _NO_EV, 0, pkt, qp.qp_num, 0), port)

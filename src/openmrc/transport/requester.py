@@ -73,7 +73,6 @@ from openmrc.wire import (
     Opcode,
     Packet,
     SackM,
-    service_time_ns,
 )
 from openmrc.wire.constants import OP_WRITE_MIDDLE
 
@@ -352,25 +351,6 @@ class Requester:
         out.append(Transmit(ev.port, qp.attr.peer, ev.expanded, ev.entropy, pkt, qp.qp_num, 0))
 
     # -- acknowledgements ----------------------------------------------------------------------------------
-    def on_sack(self, pkt: Packet, now: int) -> None:
-        """A SACK as a `Packet` (the byte path, the pair harness): its SETH's fields to `on_sack_fields`."""
-        seth = pkt.seth
-        assert seth is not None
-        self.on_sack_fields(
-            seth.cack_psn,
-            seth.ack_psn_offset,
-            seth.sack_offset,
-            seth.bitmap,
-            seth.entropy,
-            seth.m,
-            seth.pr,
-            seth.src_qp,
-            seth.dst_qp,
-            seth.mpr,
-            now,
-            service_time_ns(seth.svc) if seth.svc else 0,
-        )
-
     def on_sack_fields(
         self,
         cack_psn: int,
@@ -387,8 +367,9 @@ class Requester:
         svc: int = 0,
     ) -> None:
         """A SACK by its SETH fields (QP numbers as SETH carries them: their low 16 bits; ``svc``: the
-        responder's service time in ns, 0 if not reported); a simulated peer's `SackTransmit` arrives this
-        way, with no `Packet` built."""
+        responder's service time in ns, 0 if not reported): the one way a SACK reaches the requester,
+        whatever shape it arrived in (`Nic` reads them from a decoded `Packet`'s SETH, or from a
+        simulated peer's `SackTransmit` with no `Packet` built)."""
         qp = self.qp
         if qp.state is not _RTS:
             return

@@ -136,26 +136,6 @@ class Responder:
         self.report_service = self.qp.nic.config.report_service_time and not int(a.cap or 0) & _NO_SVC_TIME
 
     # -- data ----------------------------------------------------------------------------------------------
-    def on_data(self, pkt: Packet, now: int, port: int, ecn: bool, entropy: int, trim: TrimMark) -> None:
-        bth, reth, imm, tseth = pkt.bth, pkt.reth, pkt.imm, pkt.tseth
-        assert reth is not None
-        self.on_fields(
-            bth.opcode,
-            bth.psn,
-            bth.ack_req,
-            reth.va,
-            reth.rkey,
-            reth.dma_len,
-            pkt.payload,
-            imm.imm_data if imm is not None else 0,
-            tseth.tx_timestamp if tseth is not None else 0,
-            now,
-            port,
-            ecn,
-            entropy,
-            trim,
-        )
-
     def on_fields(
         self,
         op: int,
@@ -173,8 +153,10 @@ class Responder:
         entropy: int,
         trim: TrimMark,
     ) -> None:
-        """A data packet, by its fields (`on_data` takes them from a `Packet`; the NIC's byte path reads a
-        plain data packet's straight from the datagram, `openmrc.wire.plain_data_fields`)."""
+        """A data packet, by its fields: the one way data reaches the responder, whatever shape it arrived
+        in (`Nic` reads them from a decoded `Packet`, from a `Transmit`'s template or straight from a plain
+        datagram's bytes, `openmrc.wire.plain_data_fields`). ``imm_data`` counts only for a Write with Imm;
+        ``ts``: the TSETH timestamp (0: none)."""
         qp = self.qp
         nic = qp.nic
         stats = nic.stats
