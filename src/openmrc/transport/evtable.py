@@ -34,7 +34,12 @@ and the peer's port of that plane are up.
 * Each probe is outstanding until answered: an answer that matches no outstanding probe (stale, duplicated
   or forged) changes nothing (`EvTable.probe_matches`).
 
-Every change of the controller-visible state (GOOD, ASSUMED_BAD, DENIED) is appended to ``events``.
+The states and every transition between them are one table, `openmrc.ev.state.TRANSITIONS` (its module
+docstring lists them); ``EvTable._fire`` is the one place an EV changes state, and the calls above only say
+which trigger happened (at the floor or not). SKIP ends lazily: ``pick`` fires SKIP_ELAPSED on an EV skipped
+in an earlier rotation when it reaches it, which happens once a skip, not once a packet.
+
+The changes the table marks EMIT (to ASSUMED_BAD, to DENIED, back to GOOD) are reported through ``emit``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Final, TypeVar
 from mypy_extensions import mypyc_attr
 
 from openmrc.ev import EVState
+from openmrc.ev.state import EV_STATE_OF, STATE_BITS, TRANSITION_CODES, Action, MachineState, Trigger
 
 __all__ = ["EvEntry", "EvEvent", "EvStatus", "EvTable"]
 
@@ -59,11 +65,55 @@ _T = TypeVar("_T")
 _HELD: Final = 1 << 30
 """The skip epoch of a held EV: after every rotation's (a rotation skips an EV until its epoch is past)."""
 
+# the state machine (`openmrc.ev.state.TRANSITIONS`) as C statics: plain ints, a tuple indexed by int
+_CODES: Final = TRANSITION_CODES
+_EV_STATE_OF: Final = EV_STATE_OF
+_STATE_BITS: Final = STATE_BITS
+_STATE_MASK: Final = (1 << STATE_BITS) - 1
+_TRIGGERS: Final = len(Trigger)
+_S_GOOD: Final = int(MachineState.GOOD)
+_S_SKIP: Final = int(MachineState.SKIP)
+_S_HELD: Final = int(MachineState.HELD)
+_S_BAD: Final = int(MachineState.ASSUMED_BAD)
+_S_DENIED: Final = int(MachineState.DENIED)
+_T_SKIP: Final = int(Trigger.SKIP)
+_T_SKIP_ELAPSED: Final = int(Trigger.SKIP_ELAPSED)
+_T_HOLD: Final = int(Trigger.HOLD)
+_T_RELEASE: Final = int(Trigger.RELEASE)
+_T_BLAME: Final = int(Trigger.BLAME)
+_T_PROBE_DIRTY: Final = int(Trigger.PROBE_DIRTY)
+_T_PROBE_CLEAN: Final = int(Trigger.PROBE_CLEAN)
+_T_PROBE_RESTORES: Final = int(Trigger.PROBE_RESTORES)
+_T_SET_GOOD: Final = int(Trigger.SET_GOOD)
+_T_SET_DENIED: Final = int(Trigger.SET_DENIED)
+_A_STOP_PROBING: Final = int(Action.STOP_PROBING)
+_A_RESET_OK: Final = int(Action.RESET_OK)
+_A_CONFIRM: Final = int(Action.CONFIRM)
+_A_CLEAR_MISSES: Final = int(Action.CLEAR_MISSES)
+_A_COUNT_OK: Final = int(Action.COUNT_OK)
+_A_PROBE_COUNTS: Final = int(Action.CONFIRM | Action.CLEAR_MISSES | Action.COUNT_OK)
+_A_RETIRE: Final = int(Action.RETIRE)
+_A_REST: Final = int(Action.REST)
+_A_HOLD: Final = int(Action.HOLD)
+_A_EMIT: Final = int(Action.EMIT)
+_A_START_PROBING: Final = int(Action.START_PROBING)
+_A_REJOIN: Final = int(Action.REJOIN)
+
 
 def shuffle(rng: random.Random, x: list[EvEntry]) -> None:
     """``rng.shuffle(x)``, drawing the very same numbers, at a fraction of the cost for a plain
     `random.Random` (the rotation is re-shuffled once per pass, so this is on the per-packet path)."""
     _Draws(rng, len(x) - 1).shuffle(x)
+
+
+def _machine_state(e: EvEntry) -> int:
+    """``e``'s `MachineState` (HELD is SKIP with the held skip epoch)."""
+    st = e.state
+    if st is _GOOD:
+        return _S_GOOD
+    if st is _SKIP:
+        return _S_HELD if e.skip_epoch == _HELD else _S_SKIP
+    return _S_BAD if st is _BAD else _S_DENIED
 
 
 def _in_use(e: EvEntry) -> bool:
@@ -510,8 +560,8 @@ class EvTable:
                 if e is avoid:
                     fallback = e
                     continue
-                if st is _SKIP:
-                    e.state = _GOOD
+                if st is _SKIP:  # skipped in an earlier rotation: once a skip, not once a packet
+                    self._fire(e, _S_SKIP, _T_SKIP_ELAPSED, 0)
                 self._pos = pos
                 return self._take(e, new_data)
         self._pos = pos
@@ -567,43 +617,72 @@ class EvTable:
     def skip(self, e: EvEntry) -> None:
         """ECN echo, a (not last-hop) trim, or a loss not judged yet: do not use ``e`` for the rest of this
         rotation (a held EV stays held)."""
-        if _in_use(e):
-            e.state = _SKIP
-            e.skip_epoch = self.epoch
+        self._fire(e, _machine_state(e), _T_SKIP, 0)
 
     def hold(self, e: EvEntry) -> None:
         """A packet sent on ``e`` is thought lost: keep ``e`` out of the rotation until `release` or
         `mark_bad` (at the ``min_active`` floor, only for this rotation)."""
-        if e.state is _GOOD or e.state is _SKIP:
-            if self._at_floor(e):
-                self.skip(e)
-                return
-            e.state = _SKIP
-            e.skip_epoch = _HELD
+        self._fire_guarded(e, _T_HOLD, 0)
 
     def release(self, e: EvEntry) -> None:
         """The loss that held ``e`` was spurious: back in the rotation."""
-        if e.state is _SKIP and e.skip_epoch == _HELD:
-            e.state = _GOOD
+        self._fire(e, _machine_state(e), _T_RELEASE, 0)
 
     def mark_bad(self, e: EvEntry, now: int) -> None:
         """Loss without trim, timeout, or M=ALWAYS_SKIP: ASSUMED_BAD now, replaced from the same plane."""
-        if e.state is _BAD or e.state is _DENIED:
-            if e.state is _BAD:
-                e.probe_ok = 0
+        self._fire_guarded(e, _T_BLAME, now)
+
+    def _fire_guarded(self, e: EvEntry, trigger: int, now: int) -> None:
+        """``trigger`` on ``e``, or its ``*_AT_FLOOR`` form (the next trigger) if taking ``e`` out of use
+        would leave fewer than ``min_active`` usable EVs: judged only where the table tells them apart."""
+        state = _machine_state(e)
+        i = state * _TRIGGERS + trigger
+        if _CODES[i] != _CODES[i + 1] and self._at_floor(e):
+            trigger += 1
+        self._fire(e, state, trigger, now)
+
+    def _fire(self, e: EvEntry, state: int, trigger: int, now: int) -> None:
+        """The one place an EV changes state: ``trigger`` on ``e``, in `MachineState` ``state``, leads where
+        `openmrc.ev.state.TRANSITIONS` says, its actions taken in the order of their bits."""
+        code = _CODES[state * _TRIGGERS + trigger]
+        if code == state:  # a no-op cell: the same state, no action
             return
-        if self._at_floor(e):
-            if e.skip_epoch == _HELD:
-                e.state = _GOOD  # judged: no longer held
-            self.skip(e)  # at the floor: keep the EV, only rest it for this rotation
-            return
-        self._retire(e)
-        self._set_state(e, _BAD, now)
-        probing = e._probe_state()
-        probing.ok = probing.misses = 0
-        probing.next_probe = now + self.probe_interval
-        self.bad[e] = None
-        self._probe_dirty = True
+        to = code & _STATE_MASK
+        act = code >> _STATE_BITS
+        if act & _A_STOP_PROBING:
+            self.bad.pop(e, None)
+            self._probe_dirty = True
+        if act & _A_RESET_OK:
+            e.probe_ok = 0
+        if act & _A_PROBE_COUNTS:
+            p = e._probe_state()
+            if act & _A_CONFIRM and p.misses:
+                # the first answer after probes went unanswered (a path back after a failure): the next probe
+                # goes at once rather than after the spacing the silence had grown to
+                p.next_probe = now
+                self._probe_dirty = True
+            if act & _A_CLEAR_MISSES:
+                p.misses = 0
+            if act & _A_COUNT_OK:
+                p.ok += 1
+        if act & _A_RETIRE:
+            self._retire(e)
+        if to != state:
+            e.state = _EV_STATE_OF[to]
+        if act & _A_REST:
+            e.skip_epoch = self.epoch
+        elif act & _A_HOLD:
+            e.skip_epoch = _HELD
+        if act & _A_EMIT and self._emit is not None:
+            self._emit(EvEvent(now, self.qp_num, self.profile_id, e.port, e.expanded, e.entropy, e.state))
+        if act & _A_START_PROBING:
+            p = e._probe_state()
+            p.ok = p.misses = 0
+            p.next_probe = now + self.probe_interval
+            self.bad[e] = None
+            self._probe_dirty = True
+        if act & _A_REJOIN and e.slot < 0 and e not in self._backups:
+            self._backups.append(e)
 
     def _retire(self, e: EvEntry) -> None:
         """Give ``e``'s rotation slot to a GOOD backup of the same plane, if there is one."""
@@ -620,11 +699,6 @@ class EvTable:
                 self.rotation[e.slot] = b
                 e.slot = -1
                 return
-
-    def _set_state(self, e: EvEntry, state: EVState, now: int) -> None:
-        e.state = state
-        if self._emit is not None:
-            self._emit(EvEvent(now, self.qp_num, self.profile_id, e.port, e.expanded, e.entropy, state))
 
     # -- probing -------------------------------------------------------------------------------------------
     def due_probes(self, now: int, spacing: int = 0) -> list[EvEntry]:
@@ -663,43 +737,21 @@ class EvTable:
 
     def probe_answered(self, e: EvEntry, now: int, good: bool) -> None:
         """A probe (or any packet) sent on ASSUMED_BAD ``e`` was acknowledged; ``good``: with M=NONE."""
-        if e.state is not _BAD:
-            return
-        p = e._probe_state()
-        waited = p.misses > 0
-        p.misses = 0
         if not good:
-            p.ok = 0
-            return
-        p.ok += 1
-        if waited and p.ok < self.probes_to_restore:
-            # the first answer after probes went unanswered (a path back after a failure): the next probe
-            # goes at once rather than after the spacing the silence had grown to
-            p.next_probe = now
-            self._probe_dirty = True
-        if e.probe_ok >= self.probes_to_restore:
-            self.bad.pop(e, None)
-            self._probe_dirty = True
-            self._set_state(e, _GOOD, now)
-            if e.slot < 0:
-                self._backups.append(e)
+            trigger = _T_PROBE_DIRTY
+        elif e.probe_ok + 1 >= self.probes_to_restore:
+            trigger = _T_PROBE_RESTORES
+        else:
+            trigger = _T_PROBE_CLEAN
+        self._fire(e, _machine_state(e), trigger, now)
 
     # -- controller ----------------------------------------------------------------------------------------
     def set_state(self, e: EvEntry, state: EVState, now: int) -> None:
-        """Controller MODIFY_EV_STATE: DENIED, GOOD (also lifts a denial) or ASSUMED_BAD."""
+        """Controller MODIFY_EV_STATE: DENIED, GOOD (also lifts a denial) or ASSUMED_BAD (as `mark_bad`)."""
         if state is _DENIED:
-            self.bad.pop(e, None)
-            self._probe_dirty = True
-            self._retire(e)
-            self._set_state(e, _DENIED, now)
+            self._fire(e, _machine_state(e), _T_SET_DENIED, now)
         elif state is _GOOD:
-            self.bad.pop(e, None)
-            self._probe_dirty = True
-            e.probe_ok = 0
-            if e.state is not _GOOD:
-                self._set_state(e, _GOOD, now)
-            if e.slot < 0 and e not in self._backups:
-                self._backups.append(e)
+            self._fire(e, _machine_state(e), _T_SET_GOOD, now)
         elif state is _BAD:
             self.mark_bad(e, now)
         else:
