@@ -228,7 +228,7 @@ def whole_run(ranks: int, k: int, ordered: bool = False) -> dict[str, Any]:
         res = sim.run(until=10**10)
     else:  # each rank builds its own part after the fork, as `openmrc sim run --ranks` does
         res = partition.run_local(functools.partial(_build_part, doc), ranks, 10**10)
-        build = partition.build_times["build_s"]
+        build = res.timings[0]["build_s"]
     return {
         "build_s": build,
         "run_s": time.perf_counter() - t0 - build,
@@ -348,19 +348,24 @@ def _kinds_kb_per_host(sim: FabricSim) -> dict[str, float]:
 def _scale_split(cfg: FabricSimConfig, kib: int, ranks: int) -> dict[str, Any]:
     """`scale` split over ``ranks`` forked processes, each building and setting up only its part: the whole
     (fork to results) wall and CPU time, and each rank's build, set-up, run loop and memory."""
+    whole: dict[str, float] = {}  # one rank's phases (it builds the whole fabric, in this process)
 
     def build(part: tuple[int, int] | None) -> FabricSim:
         t0, c0 = time.perf_counter(), time.process_time()
-        sim = FabricSim.clos(cfg, owned=partition.owned_nodes(cfg.clos(), part))
+        sim = FabricSim.clos(cfg, part=partition.assign(cfg.clos(), part))
         t1, c1 = time.perf_counter(), time.process_time()
         permutation(sim, kib << 10, seed=1)
-        partition.build_times |= {
+        phases = {
             "fabric_s": t1 - t0,
             "fabric_cpu_s": c1 - c0,
             "fabric_rss_mb": _rss_mb(),
             "setup_s": time.perf_counter() - t1,
             "setup_cpu_s": time.process_time() - c1,
         }
+        if sim.part is None:
+            whole.update(phases)
+        else:  # (they travel with the rank's timings)
+            sim.part.build_times |= phases
         return sim
 
     t0, c0, kids0 = time.perf_counter(), time.process_time(), os.times().children_user
@@ -368,7 +373,8 @@ def _scale_split(cfg: FabricSimConfig, kib: int, ranks: int) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0 + os.times().children_user - kids0
     rep = res.report()
-    per = partition.last_times
+    per = res.timings
+    per[0] |= whole
     key = f"{ranks}ranks"
 
     def each(name: str, digits: int = 2) -> list[float]:

@@ -81,8 +81,12 @@ MODULES = [
     "openmrc/sim/fabric_sim.py",
     "openmrc/sim/metrics.py",
     "openmrc/sim/workloads.py",
-    "openmrc/sim/partition.py",
-    "openmrc/sim/crossing.py",
+    "openmrc/sim/parallel/exchange.py",
+    "openmrc/sim/parallel/ranks.py",
+    "openmrc/sim/parallel/channels.py",
+    "openmrc/sim/parallel/merge.py",
+    "openmrc/sim/parallel/windows.py",
+    "openmrc/sim/parallel/launch.py",
 ]
 EXTENSIONS = ["openmrc/_arenas.c", "openmrc/_order.c"]
 """Small C extensions built beside them (`openmrc._native.extension`): pymalloc's arenas on transparent

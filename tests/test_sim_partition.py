@@ -22,7 +22,7 @@ from openmrc import _native
 from openmrc.cli.main import app
 from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
-from openmrc.sim import crossing, partition
+from openmrc.sim import partition
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.engine import WHEEL_NS, Simulator, order_records
 from openmrc.sim.fabric_sim import FabricSim, shared_switches
@@ -30,6 +30,9 @@ from openmrc.sim.flows import Trigger
 from openmrc.sim.hosts import MrcHost, RemoteHost
 from openmrc.sim.metrics import SimResults
 from openmrc.sim.network import OrderedPort, Remote, Switch
+from openmrc.sim.parallel import exchange
+from openmrc.sim.parallel import windows as window_loop
+from openmrc.sim.parallel.ranks import _walk_ranks
 from openmrc.transport import SackTransmit, Transmit, TrimMark
 from openmrc.transport.types import data_transmit
 from openmrc.wire import AETH, BTH, Opcode, Packet
@@ -48,10 +51,11 @@ def _clos(
     Write-with-Immediate flows (the receiver's completion) and sampling. ``part``: only that rank's part
     (``whole_switches``: each T1 whole, on the rank `assign_ranks` gives it, instead of shared out)."""
     cfg = FabricSimConfig(hosts=32, planes=2, evs_per_qp=8, ordered=True, security=security)
-    owned = partition.owned_nodes(cfg.clos(), part)
     if whole_switches and part is not None:
         owned = [r == part[0] for r in partition.assign_ranks(cfg.clos(), part[1])]
-    sim = FabricSim.clos(cfg, owned=owned)
+        sim = FabricSim.clos(cfg, owned=owned)
+    else:
+        sim = FabricSim.clos(cfg, part=partition.assign(cfg.clos(), part))
     for i in range(1, 9):
         sim.add_flow(3 * i, 0, 300_000, imm=i % 2 == 0)
     for i in range(32):
@@ -69,7 +73,7 @@ def _fat_tree(part: tuple[int, int] | None = None) -> FabricSim:
     aggregation link runs degraded and flaps (ECMP reconverges around it)."""
     topo = FatTree.from_k(4)
     cfg = FabricSimConfig(routing="ecmp", evs_per_qp=16, ordered=True, ecmp_reconverge_ns=5_000)
-    sim = FabricSim.fat_tree(topo, cfg, owned=partition.owned_nodes(topo, part))
+    sim = FabricSim.fat_tree(topo, cfg, part=partition.assign(topo, part))
     for i in range(16):
         sim.add_flow(i, (i + 5) % 16, 200_000, imm=i % 3 == 0)
         sim.add_flow((i + 5) % 16, i, 50_000, 2_000)  # both ways between the same hosts
@@ -101,8 +105,9 @@ def test_same_results_on_1_2_and_3_ranks(build: Any) -> None:
     assert one["counters"]["packet_hops"] > 0
     for ranks in (2, 3):
         assert _view(partition.run_local(build(), ranks, 10**9)) == one, ranks  # built whole, then split
-        assert _view(partition.run_local(build, ranks, 10**9)) == one, ranks  # each rank builds its part
-        times = partition.last_times
+        res = partition.run_local(build, ranks, 10**9)
+        assert _view(res) == one, ranks  # each rank builds its part
+        times = res.timings
         assert len(times) == ranks and len({t["critical_cpu_s"] for t in times}) == 1  # every rank agrees
         # per window the busiest rank's time, summed: at least any one rank's running time in all
         assert all(times[0]["critical_cpu_s"] >= t["run_cpu_s"] for t in times)
@@ -127,11 +132,13 @@ def test_parts_built_with_each_switch_whole_run_so_and_give_the_same_results() -
     def whole(part: tuple[int, int] | None) -> FabricSim:
         return _clos(part, whole_switches=True)
 
-    assert whole((0, 2)).shared is None and _clos((0, 2)).shared is not None
-    assert _view(partition.run_local(whole, 2, 10**9)) == one
-    crossed = sum(t["crossing"] for t in partition.last_times)
-    partition.run_local(_clos, 2, 10**9)
-    assert sum(t["crossing"] for t in partition.last_times) < crossed  # (shared out: fewer cross)
+    apart, shared_out = whole((0, 2)).part, _clos((0, 2)).part
+    assert apart is not None and apart.shared is None
+    assert shared_out is not None and shared_out.shared is not None
+    res = partition.run_local(whole, 2, 10**9)
+    assert _view(res) == one
+    crossed = sum(t["crossing"] for t in res.timings)
+    assert sum(t["crossing"] for t in partition.run_local(_clos, 2, 10**9).timings) < crossed  # (fewer)
 
     def mixed(part: tuple[int, int] | None) -> FabricSim:
         return _clos(part, whole_switches=part is not None and part[0] == 1)
@@ -160,6 +167,8 @@ def test_a_rank_builds_only_its_part() -> None:
         built_ports = 0
         for rank in range(size):
             part = _clos((rank, size))
+            share = part.part
+            assert share is not None
             here = [rank_of[n] == rank or shared[n] for n in range(whole.topo.num_nodes())]
             assert [n.id for n in part.nodes if not isinstance(n, Remote)] == [
                 n for n, h in enumerate(here) if h
@@ -170,17 +179,17 @@ def test_a_rank_builds_only_its_part() -> None:
             for n in part.nodes:  # a shared switch runs here the ports towards this rank's nodes only
                 if shared[n.id]:
                     refs = whole.topo.ports(n.id)
-                    assert [p is not part.elsewhere for p in n.ports] == [
+                    assert [p is not share.elsewhere for p in n.ports] == [
                         rank_of[r.peer] == rank for r in refs
                     ]
-            built_ports += sum(p is not part.elsewhere for n in part.nodes for p in n.ports)
+            built_ports += sum(p is not share.elsewhere for n in part.nodes for p in n.ports)
             ghosts = {
                 (n, r.port)
                 for n in range(whole.topo.num_nodes())
                 for r in whole.topo.ports(n)
                 if not here[n] and here[r.peer]
             }
-            assert set(part.ghosts) == ghosts and ghosts  # a stand-in for each port leading in, no more
+            assert set(share.ghosts) == ghosts and ghosts  # a stand-in for each port leading in, no more
             for h in nics:  # the same QP numbers, made in the same order, as in one process
                 assert list(h.nic.qps) == qps[h.id]
         assert built_ports == ports  # every port built once, by the rank that runs it
@@ -230,7 +239,7 @@ def test_qps_of_pairs_cut_by_the_split_are_connected_as_in_one_process(size: int
     rank_of = partition.assign_ranks(whole.topo, size)
     ex = _Threads(size)
     threads = [
-        threading.Thread(target=partition._connect_parts, args=(parts[r], rank_of, ex.rank(r)))
+        threading.Thread(target=window_loop._connect_parts, args=(parts[r], rank_of, ex.rank(r)))
         for r in range(size)
     ]
     for t in threads:
@@ -239,7 +248,7 @@ def test_qps_of_pairs_cut_by_the_split_are_connected_as_in_one_process(size: int
         t.join()
     got = {}
     for part in parts:
-        assert part.cut_qps  # some pairs are cut
+        assert part.part is not None and part.part.cut_qps  # some pairs are cut
         for h in part.hosts:
             if isinstance(h, MrcHost):
                 for n, qp in h.nic.qps.items():
@@ -286,7 +295,7 @@ def test_a_clos_split_from_its_shape_is_the_walks(
         c = MultiPlaneClos(planes, hosts, t0_radix, 64, oversubscription=oversubscription,
                            link_latency_ns=lat, host_link_latency_ns=host_lat)  # fmt: skip
         for ranks in range(1, min(hosts, 5) + 1):
-            assert partition.assign_ranks(c, ranks) == partition._walk_ranks(c, ranks)
+            assert partition.assign_ranks(c, ranks) == _walk_ranks(c, ranks)
         walked = min(r.latency_ns for n in range(c.num_nodes()) for r in c.ports(n))
         assert partition.lookahead_ns(c) == walked
 
@@ -541,7 +550,9 @@ def test_mpi_ranks_give_the_single_process_results(tmp_path: Path) -> None:
     )
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
     assert mpiexec is not None
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    # the tests and the openmrc under test (this process's, wherever it was imported from)
+    paths = [Path(__file__).resolve().parent.parent, Path(_native.__file__).resolve().parent.parent]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, paths)))
     cmd = [mpiexec, "-n", "2", sys.executable, str(script), "2", str(tmp_path)]
     got = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert got.returncode == 0, got.stderr
@@ -553,10 +564,10 @@ def test_mpi_ranks_give_the_single_process_results(tmp_path: Path) -> None:
 
 def test_a_control_packet_crosses_as_its_wire_bytes_or_else_as_itself() -> None:
     ack = Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77), aeth=AETH(0, 5))
-    got = crossing._wire(ack)
+    got = exchange._wire(ack)
     assert isinstance(got, bytes) and parse(got) == ack
     bad = Packet(BTH(Opcode.ACK, dest_qp=0x12, psn=77))  # no AETH: does not encode
-    assert crossing._wire(bad) is bad
+    assert exchange._wire(bad) is bad
 
 
 @with_mpi
@@ -682,8 +693,8 @@ def _assert_arrived_as_sent(got: Transmit, p: Transmit) -> None:
 def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: bool) -> None:
     sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
     rank_of = partition.assign_ranks(sim, 2)
-    cut = crossing._Cut(sim, rank_of, 1, 2)
-    lane = crossing._Lane()
+    cut = exchange._Cut(sim, rank_of, 1, 2)
+    lane = exchange._Lane()
     sent = [_crossing(pkt), _crossing(pkt), _crossing(pkt), _crossing(pkt)]
     sent[1].epoch = 1 << 70  # beyond its packed format: crosses as a tuple of its fields, in its turn
     sent[2].src, sent[2].peer, sent[2].qp_num = 9, 6, 0x44  # a data packet: its template crossed with others
@@ -698,10 +709,10 @@ def test_a_crossing_packet_arrives_as_it_left(pkt: Packet | str | None, by_ev: b
         lane.pack(100 + i, 7 << 40 | 4 * target, p)
     msg = lane.message()
     assert msg is not None and lane.message() is None  # emptied
-    assert len(msg[0][3]) == (3 if pkt is None else 2)  # the packets shipped wide
+    assert len(msg.head.wide) == (3 if pkt is None else 2)  # the packets shipped wide
     engine = Simulator()
     engine.order_by_origin()
-    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 4
+    assert cut.decode(0, pickle.loads(exchange._dumps(msg.head)), bytes(msg.rows), engine) == 4
     for i, p in enumerate(sent):
         key, cb, got = engine.wheel[100 + i]
         assert cb == sim.nodes[target].arrive_cb and key == 7  # the origin
@@ -737,7 +748,7 @@ def test_a_field_beyond_its_place_in_a_row_crosses_wide_between_rows(
     }
     sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
     rank_of = partition.assign_ranks(sim, 2)
-    cut = crossing._Cut(sim, rank_of, 1, 2)
+    cut = exchange._Cut(sim, rank_of, 1, 2)
     target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
     sent = [_crossing(pkt[kind]) for _ in range(3)]
     odd = sent[1]
@@ -750,24 +761,24 @@ def test_a_field_beyond_its_place_in_a_row_crosses_wide_between_rows(
         for p in sent:
             p.ev = bytes([0xFC, 0, 0, 1, 0xE0, 1, 0xE1, 2, 0xE2, 3]) + bytes(22)
             p.route_by_ev()
-    lane = crossing._Lane()
+    lane = exchange._Lane()
     for i, p in enumerate(sent):
         lane.pack(100 + i, 7 << 40 | 4 * target, p)
     msg = lane.message()
-    assert msg is not None and len(msg[0][3]) == 1  # the one that does not fit, alone
+    assert msg is not None and len(msg.head.wide) == 1  # the one that does not fit, alone
     engine = Simulator()
     engine.order_by_origin()
-    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 3
+    assert cut.decode(0, pickle.loads(exchange._dumps(msg.head)), bytes(msg.rows), engine) == 3
     for i, p in enumerate(sent):
         _assert_arrived_as_sent(engine.wheel[100 + i][2], p)
 
 
 def test_a_cut_port_of_a_fabric_beyond_the_nodes_a_split_run_names_is_refused() -> None:
-    lane = crossing._Lane()
-    crossing._Shipper(lane, 1 << 23, 4, (1 << 40) - 1)  # the last name and origin there are
+    lane = exchange._Lane()
+    exchange._Shipper(lane, 1 << 23, 4, (1 << 40) - 1)  # the last name and origin there are
     for origin, deliver in ((1, 1 << 40), ((1 << 23) + 1, 5), (0, 5)):
         with pytest.raises(ValueError, match="at most 8,388,608 nodes"):
-            crossing._Shipper(lane, origin, 4, deliver)
+            exchange._Shipper(lane, origin, 4, deliver)
 
 
 def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() -> None:
@@ -775,9 +786,9 @@ def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() 
     in order, and the next window's buffer starts as large as the last one needed."""
     sim = FabricSim.fat_tree(FatTree.from_k(4), FabricSimConfig(routing="ecmp", ordered=True))
     rank_of = partition.assign_ranks(sim, 2)
-    cut = crossing._Cut(sim, rank_of, 1, 2)
+    cut = exchange._Cut(sim, rank_of, 1, 2)
     target = next(h for h in range(sim.topo.num_hosts) if rank_of[h] == 1)
-    lane = crossing._Lane()
+    lane = exchange._Lane()
     first = len(lane.buf)
     sent = []
     for i in range(3 * first // 64):
@@ -788,11 +799,11 @@ def test_a_lane_outgrows_its_first_buffer_and_starts_the_next_window_as_large() 
         sent.append(p)
         lane.pack(100 + i, 7 << 40 | 4 * target, p)
     msg = lane.message()
-    assert msg is not None and len(msg[1]) > first and len(msg[0][3]) == 1
-    assert len(lane.buf) >= len(msg[1]) and lane.off == 0
+    assert msg is not None and len(msg.rows) > first and len(msg.head.wide) == 1
+    assert len(lane.buf) >= len(msg.rows) and lane.off == 0
     engine = Simulator()
     engine.order_by_origin()
-    assert cut.decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == len(sent)
+    assert cut.decode(0, pickle.loads(exchange._dumps(msg.head)), bytes(msg.rows), engine) == len(sent)
     assert [engine.wheel[100 + i][2].psn for i in range(len(sent))] == list(range(len(sent)))
     assert engine.wheel[800][2].epoch == 1 << 70 and engine.wheel[801][2].epoch == 2
 
@@ -815,15 +826,16 @@ def test_a_packet_sent_into_a_shared_switch_joins_the_queue_of_the_port_it_leave
     topo = _clos().topo
     rank_of = partition.assign_ranks(topo, 2)
     sims = [_clos((0, 2)), _clos((1, 2))]
-    cuts = [crossing._Cut(s, rank_of, r, 2) for r, s in enumerate(sims)]
+    cuts = [exchange._Cut(s, rank_of, r, 2) for r, s in enumerate(sims)]
     n, i = sims[0].faults.t0_uplink(0, 0, 1)  # T0 0 of plane 0 is rank 0's
     assert rank_of[n] == 0
     splitter = sims[0].nodes[n].ports[i].cross
-    assert isinstance(splitter, crossing._Splitter)
+    assert isinstance(splitter, exchange._Splitter)
     for sim, cut in [(sims[0], cuts[0]), (_fat_tree((1, 2)), None)]:  # (a Clos's from its shape)
         ranks = partition.assign_ranks(sim.topo, 2)
-        cut = cut or crossing._Cut(sim, ranks, 1, 2)
-        tops = [s for s in sim.nodes if isinstance(s, Switch) and sim.shared and sim.shared[s.id]]
+        cut = cut or exchange._Cut(sim, ranks, 1, 2)
+        shared = None if sim.part is None else sim.part.shared
+        tops = [s for s in sim.nodes if isinstance(s, Switch) and shared and shared[s.id]]
         assert tops
         for sw in tops:  # each port of a shared switch: run by its peer's rank
             refs = sorted(sim.topo.ports(sw.id), key=lambda r: r.port)
@@ -838,11 +850,11 @@ def test_a_packet_sent_into_a_shared_switch_joins_the_queue_of_the_port_it_leave
         splitter.ship(123 + k, p, guarded)
         sent.append(p)
     msg = cuts[0].lanes[1].message()
-    assert msg is not None and len(msg[0][3]) == 1  # the second one wide
+    assert msg is not None and len(msg.head.wide) == 1  # the second one wide
     assert cuts[0].lanes[0].message() is None  # nothing for the rank itself
     engine = Simulator()
     engine.order_by_origin()
-    assert cuts[1].decode(0, pickle.loads(crossing._dumps(msg[0])), bytes(msg[1]), engine) == 2
+    assert cuts[1].decode(0, pickle.loads(exchange._dumps(msg.head)), bytes(msg.rows), engine) == 2
     for k, (s, eng) in enumerate([(sims[1], engine), (sims[1], engine), (sims[0], sims[0].sim)]):
         origin, cb, arg = eng.wheel[123 + k][-3:]
         assert origin == n + 1  # its origin: the T0 that sent it
@@ -851,10 +863,11 @@ def test_a_packet_sent_into_a_shared_switch_joins_the_queue_of_the_port_it_leave
         leaves = sims[k // 2].routing.port(t1, again)  # (the port depends on the packet alone)
         down = next(r for r in topo.ports(t1) if r.port == leaves)
         out = s.nodes[t1].ports[leaves]
-        assert out is not s.elsewhere and rank_of[down.peer] == (1 if k < 2 else 0)
+        assert s.part is not None
+        assert out is not s.part.elsewhere and rank_of[down.peer] == (1 if k < 2 else 0)
         if guarded:
-            guard = s.ghosts[n, i] if k < 2 else sims[0].nodes[n].ports[i]
-            assert cb is crossing._guarded_entry and arg[:2] == (guard, out)
+            guard = s.part.ghosts[n, i] if k < 2 else sims[0].nodes[n].ports[i]
+            assert cb is exchange._guarded_entry and arg[:2] == (guard, out)
             _assert_arrived_as_sent(arg[2], sent[k])
         else:
             assert cb == out.enter
@@ -867,7 +880,7 @@ def test_a_packet_sent_into_a_shared_switch_joins_the_queue_of_the_port_it_leave
     forged.epoch = sender.epoch  # (as the port sets it)
     splitter.ship(200, forged, guarded)
     origin, cb, arg = sims[0].sim.wheel[200][-3:]
-    assert origin == n + 1 and cb is crossing._misrouted
+    assert origin == n + 1 and cb is exchange._misrouted
     switch = sims[0].nodes[t1]
     assert isinstance(switch, Switch)
     cb(arg)
@@ -1026,7 +1039,7 @@ def test_each_lag_gives_one_result_for_every_split_and_idle_time_is_skipped(lag:
     def late(part: tuple[int, int] | None) -> FabricSim:
         topo = FatTree.from_k(4)
         cfg = FabricSimConfig(routing="ecmp", evs_per_qp=8, ordered=True)
-        sim = FabricSim.fat_tree(topo, cfg, owned=partition.owned_nodes(topo, part))
+        sim = FabricSim.fat_tree(topo, cfg, part=partition.assign(topo, part))
         for i in range(16):
             sim.add_flow(i, (i + 6) % 16, 60_000, 1_000_000)
         return sim
@@ -1035,8 +1048,9 @@ def test_each_lag_gives_one_result_for_every_split_and_idle_time_is_skipped(lag:
     assert all(f[2] is not None for f in one["flows"])
     lookahead = partition.lookahead_ns(late(None))
     for ranks in (2, 3):
-        assert _view(partition.run_local(late, ranks, 10**9, lag=lag)) == one, ranks
-        windows = partition.last_times[0]["windows"]
+        res = partition.run_local(late, ranks, 10**9, lag=lag)
+        assert _view(res) == one, ranks
+        windows = res.timings[0]["windows"]
         busy = max(f[2] for f in one["flows"]) - 1_000_000  # (from the first flow's start to the last end)
         assert windows <= busy // (lookahead // (lag + 1)) + 2 * (lag + 2), windows
     other = _view(partition.run_local(late, 2, 10**9, lag=partition.LAG - lag))
@@ -1080,7 +1094,7 @@ def test_ctrl_c_on_rank_0_stops_every_forked_rank_after_the_same_window(monkeypa
         calls.append(sim.sim.now)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(partition, "PROGRESS_S", 0.0)
+    monkeypatch.setattr(window_loop, "PROGRESS_S", 0.0)
     with pytest.raises(KeyboardInterrupt):
         partition.run_local(_fat_tree, 2, 10**9, progress)
     assert len(calls) == partition.LAG + 2  # (on until the window after the stop was posted comes back)

@@ -8,9 +8,10 @@ picks MRC or RoCEv2 hosts once, from `FabricSimConfig.transport`), the switches,
 with an immediate, its receiver's) completion arrives. `run` returns the flows' completion times and the
 fabric's counters (`openmrc.sim.metrics.SimResults`).
 
-A split run (`openmrc.sim.partition`) builds each process's part only: ``owned`` names the nodes it runs;
-the others hold their places as `openmrc.sim.network.Remote` nodes and `openmrc.sim.hosts.RemoteHost`
-hosts, and a port of another process that leads into this part has a stand-in here (``ghosts``).
+A split run (`openmrc.sim.parallel`) builds each process's part only (``part``, a `Partition`: the nodes
+it runs); the others hold their places as `openmrc.sim.network.Remote` nodes and
+`openmrc.sim.hosts.RemoteHost` hosts, and a port of another process that leads into this part has a
+stand-in here (`Partition.ghosts`).
 
 Applications drive hosts directly as well: ``host(i)`` is host i's `MrcHost` (NIC, QPs, CQs, memory
 registration, posting) and ``verbs_device(i)`` that host as an `openmrc.verbs` device.
@@ -47,12 +48,12 @@ from openmrc.sim.routing import EcmpRouting, Routing, SrRouting, crossing_pairs
 from openmrc.sim.verbs_host import SimHostDevice
 from openmrc.transport import Nic, Qp, WcStatus
 
-__all__ = ["FabricSim"]
+__all__ = ["FabricSim", "Partition"]
 
 
 @dataclass(slots=True)
 class PortTotals:
-    """The ports' figures of a split run, gathered from every process (`openmrc.sim.partition`): what
+    """The ports' figures of a split run, gathered from every process (`openmrc.sim.parallel.merge`): what
     `FabricSim.results` reports in place of its own ports' (most of which it did not build or run)."""
 
     links: list[LinkStat]
@@ -62,6 +63,50 @@ class PortTotals:
     """(node, port) -> when it last dropped a data packet because it was down."""
 
 
+class Partition:
+    """A simulation's share of a split run (`openmrc.sim.parallel`): the nodes this process runs, and
+    what building or running only them needs and makes. `openmrc.sim.partition.assign` gives one to build
+    a part with (`FabricSim`'s ``part``); a run split from a fabric built whole sets one of its own."""
+
+    def __init__(
+        self,
+        owned: list[bool],
+        *,
+        rank: int = -1,
+        size: int = 0,
+        rank_of: list[int] | None = None,
+        built: bool = True,
+    ) -> None:
+        self.owned = owned
+        """Nodes this process runs, by id."""
+        self.rank = rank
+        """This process's rank (-1: not known until the run)."""
+        self.size = size
+        """Ranks of the run (0: not known until the run)."""
+        self.rank_of = rank_of
+        """The rank of every node, by id (`openmrc.sim.partition.assign_ranks`; None: the run works them
+        out)."""
+        self.built = built
+        """Only the ``owned`` nodes were built (else all were: the others stay idle replicas)."""
+        self.shared: list[bool] | None = None
+        """The switches every process runs (`shared_switches`), each with the ports that lead to its own
+        nodes; None: none (built in parts that run each switch whole, on one of them)."""
+        self.ghosts: dict[tuple[int, int], Port] = {}
+        """Built in parts: (node, port) -> a stand-in for that port of another process's node whose link
+        leads into this part: it delivers what the port ships here (through its epoch check once guarded)
+        and fails with the link."""
+        self.elsewhere: Port | None = None
+        """Built in parts: what holds the place of a shared switch's port that another process runs (one
+        object for all of them, never sent on); else None."""
+        self.cut_qps: list[tuple[int, int, Qp]] = []
+        """Built in parts: the QPs whose peer QP another process makes (`HostEnv.cut`)."""
+        self.totals: PortTotals | None = None
+        """The whole run's port figures, once the run is over (set by `openmrc.sim.parallel.merge`)."""
+        self.build_times: dict[str, float] = {}
+        """What building this part took, in seconds (and MB): a builder may note its own phases here; the
+        run adds the builder's whole call and reports them with the rank's timings (`SimResults.timings`)."""
+
+
 def shared_switches(topo: Topology) -> list[bool] | None:
     """The switches a split run shares out port by port (by node id; None: none): those whose every
     neighbour is a tier below them (the T1s of a two-tier `MultiPlaneClos`, a fat tree's cores, a
@@ -69,7 +114,7 @@ def shared_switches(topo: Topology) -> list[bool] | None:
     the fabric's routing state alone (SRv6 tables, ECMP over the live next hops), so the process that
     sends a packet into it can route it there and hand it to the process that runs that port (the one of
     the node behind it): a packet crosses between processes only when its two ends are in different ones,
-    not once more at the top (`openmrc.sim.crossing._Splitter`)."""
+    not once more at the top (`openmrc.sim.parallel.exchange._Splitter`)."""
     shared = [False] * topo.num_nodes()
     if isinstance(topo, MultiPlaneClos):  # from its shape (its millions of port references unmade)
         if not topo.uplinks:
@@ -110,37 +155,31 @@ class FabricSim:
         *,
         longest_path_links: int,
         owned: list[bool] | None = None,
+        part: Partition | None = None,
     ) -> None:
-        """``owned``: build only these nodes (by id), one part of a split run (needs an ordered MRC
-        fabric); None: the whole fabric."""
+        """``part``: build only its nodes, one part of a split run (needs an ordered MRC fabric); ``owned``:
+        the same from the nodes alone (by id); neither: the whole fabric."""
         self.config = config
         self.topo = topo
         self.sim = Simulator()
         if config.ordered:
             self.sim.order_by_origin(topo.num_nodes() + 1)
         if owned is not None:
+            if part is not None:
+                raise ValueError("owned or part, not both")
+            part = Partition(owned)
+        if part is not None:
+            owned = part.owned
             if len(owned) != topo.num_nodes():
                 raise ValueError(f"owned: {len(owned)} flags for {topo.num_nodes()} nodes")
             if not config.ordered or config.transport != "mrc" or config.pfc:
                 raise ValueError("a fabric built in parts needs ordered mode and MRC hosts without PFC")
-        self.owned: list[bool] | None = owned
-        """Nodes this process runs when the fabric is split (`openmrc.sim.partition`); None: all."""
-        self.partial = owned is not None
-        """Only the ``owned`` nodes were built (else all are; a split run leaves the others idle)."""
-        self.ghosts: dict[tuple[int, int], Port] = {}
-        """Built in parts: (node, port) -> a stand-in for that port of another process's node whose link
-        leads into this part: it delivers what the port ships here (through its epoch check once guarded)
-        and fails with the link."""
-        shared = shared_switches(topo)
-        if owned is not None and shared is not None and not all(owned[n] for n, s in enumerate(shared) if s):
-            shared = None  # a part that runs some of those switches whole, others not at all
-        self.shared = shared
-        """The switches every process of a split run runs (`shared_switches`), each with the ports that
-        lead to its own nodes; None: none (built in parts that run each switch whole, on one of them)."""
-        self.cut_qps: list[tuple[int, int, Qp]] = []
-        """Built in parts: the QPs whose peer QP another process makes (`HostEnv.cut`)."""
-        self.totals: PortTotals | None = None
-        """The whole run's port figures, when the run was split (set by `openmrc.sim.partition`)."""
+            shared = shared_switches(topo)
+            if shared is not None and not all(owned[n] for n, s in enumerate(shared) if s):
+                shared = None  # a part that runs some of those switches whole, others not at all
+            part.shared = shared
+        self.part = part
+        """This process's share of a split run (built in parts, or set by the run); None: it runs it all."""
         self.rng = random.Random(config.seed)
         self.flows: list[Flow] = []
         self.completed = 0
@@ -166,30 +205,48 @@ class FabricSim:
                 Switch(self.sim, n, self.routing) if owned is None or owned[n] else Remote(n)
                 for n in range(topo.num_hosts, topo.num_nodes())
             )
-            self.elsewhere = self._wire()
-            """Built in parts: what holds the place of a shared switch's port that another process runs
-            (one object for all of them, never sent on); else None."""
+            elsewhere = self._wire()
+        if part is not None:
+            part.elsewhere = elsewhere
         self.faults = FailureInjector(
-            self.sim, topo, self.nodes, self.routing, config.ecmp_reconverge_ns, self.ghosts, self.elsewhere
+            self.sim,
+            topo,
+            self.nodes,
+            self.routing,
+            config.ecmp_reconverge_ns,
+            None if part is None else part.ghosts,
+            elsewhere,
         )
         """Links, switches and NIC ports failing on schedule."""
 
     @classmethod
-    def clos(cls, config: FabricSimConfig | None = None, *, owned: list[bool] | None = None) -> FabricSim:
-        """A simulation of the `MultiPlaneClos` that ``config`` describes (only the ``owned`` nodes)."""
+    def clos(
+        cls,
+        config: FabricSimConfig | None = None,
+        *,
+        owned: list[bool] | None = None,
+        part: Partition | None = None,
+    ) -> FabricSim:
+        """A simulation of the `MultiPlaneClos` that ``config`` describes (only ``part``'s, or the ``owned``,
+        nodes)."""
         cfg = config or FabricSimConfig()
-        return cls(cfg.clos(), cfg, longest_path_links=4, owned=owned)
+        return cls(cfg.clos(), cfg, longest_path_links=4, owned=owned, part=part)
 
     @classmethod
     def fat_tree(
-        cls, topo: FoldedClos, config: FabricSimConfig | None = None, *, owned: list[bool] | None = None
+        cls,
+        topo: FoldedClos,
+        config: FabricSimConfig | None = None,
+        *,
+        owned: list[bool] | None = None,
+        part: Partition | None = None,
     ) -> FabricSim:
         """A simulation of a fat tree or leaf-spine (`openmrc.fabric.FatTree`): one plane, ECMP routing, MRC
         EVs are UDP source ports that every switch hashes."""
         cfg = config or FabricSimConfig(routing="ecmp")
         if cfg.routing != "ecmp":
             raise ValueError("FabricSimConfig.routing: a fat tree routes by ECMP")
-        return cls(topo, cfg, longest_path_links=2 * topo.tiers, owned=owned)
+        return cls(topo, cfg, longest_path_links=2 * topo.tiers, owned=owned, part=part)
 
     # -- construction steps ----------------------------------------------------------------------------------
     def _build_routing(self) -> tuple[UsidPlan | None, Routing]:
@@ -199,7 +256,7 @@ class FabricSim:
                 raise ValueError("FabricSimConfig.routing: srv6 needs a MultiPlaneClos fabric")
             plan = UsidPlan(topo)
             return plan, SrRouting(plan)
-        return None, EcmpRouting(topo, cfg.seed, self.owned)
+        return None, EcmpRouting(topo, cfg.seed, None if self.part is None else self.part.owned)
 
     def _base_rtt(self, hops: int) -> int:
         """Round trip of a full packet over the longest path, unloaded."""
@@ -211,6 +268,7 @@ class FabricSim:
 
     def _build_hosts(self) -> list[SimHost]:
         refs = self.topo.ports(0)
+        part = self.part
         env = HostEnv(
             engine=self.sim,
             config=self.config,
@@ -223,8 +281,8 @@ class FabricSim:
             flows=self.flows,
             finished=self._finished,
             received=self._received,
-            owned=None if self.owned is None else self.owned[: self.topo.num_hosts],
-            cut=self.cut_qps,
+            owned=None if part is None else part.owned[: self.topo.num_hosts],
+            cut=None if part is None else part.cut_qps,
         )
         return HOST_KINDS[self.config.transport](env)
 
@@ -246,8 +304,10 @@ class FabricSim:
         rng = None if ordered else port_rng
         colds: dict[tuple[int, ...], PortCold] = {}  # ports built alike share what they seldom change
         unwired = Unwired(-1)
-        owned = self.owned
-        shared = self.shared
+        part = self.part
+        owned = None if part is None else part.owned
+        shared = None if part is None else part.shared
+        ghosts: dict[tuple[int, int], Port] = {} if part is None else part.ghosts
         elsewhere: Port | None = None
         if owned is not None and shared is not None:
             elsewhere = Port(
@@ -262,7 +322,7 @@ class FabricSim:
             for ref in topo.ports(n):
                 if owned is not None and not owned[ref.peer]:  # the way back: a stand-in (only its epoch,
                     # guard and drops count: it never sends)
-                    ghost = self.ghosts[ref.peer, ref.peer_port] = OrderedPort(
+                    ghost = ghosts[ref.peer, ref.peer_port] = OrderedPort(
                         self.sim, node, ref.bps, ref.latency_ns, buffer=buffer, ecn=None, trimming=False,
                         last_hop=False, rng=None, shared=colds,
                     )  # fmt: skip
@@ -332,7 +392,7 @@ class FabricSim:
         but lets go of its QP and triggers. Call before adding flows."""
         if self.flows:
             raise ValueError("transient_connections: call it before adding flows")
-        if self.partial:
+        if self.part is not None:
             raise ValueError("transient connections: 1 rank only")
         self._transient = True
         for h in self.hosts:
@@ -378,8 +438,9 @@ class FabricSim:
             recv_done=recv_done,
         )
         self.flows.append(f)
-        owned = self.owned
-        if not self.partial or owned is None or owned[src]:
+        part = self.part
+        owned = None if part is None or not part.built else part.owned  # (a whole fabric adds it all)
+        if owned is None or owned[src]:
             self.hosts[src].add_flow(f, self.hosts[dst])
         elif owned[dst]:  # the sender is another process's: only the receiving end here
             receiver, sender = self.hosts[dst], self.hosts[src]
@@ -413,10 +474,10 @@ class FabricSim:
     def _start(self, f: Flow) -> None:
         if f.imm:
             self._recv_wait += 1
-        owned = self.owned
-        if owned is None or owned[f.src]:
+        part = self.part
+        if part is None or part.owned[f.src]:
             self.hosts[f.src].start(f, self.hosts[f.dst], self.sim.now)
-        elif owned[f.dst] and f.imm:  # the sender runs elsewhere: only post the receive here
+        elif part.owned[f.dst] and f.imm:  # the sender runs elsewhere: only post the receive here
             self.hosts[f.dst].expect(f, self.hosts[f.src])
 
     def _finished(self, f: Flow, now: int, status: WcStatus) -> None:
@@ -472,7 +533,8 @@ class FabricSim:
         conns = sorted(by_pair)
         watched: dict[object, int] = {}  # the connection (its id; built in parts: its hosts) -> its index
         self._watched, self._outage_pairs, self._outage_scope = [], [], []
-        owned = self.owned
+        partial = self.part is not None and self.part.built
+        owned = None if self.part is None else self.part.owned
         ecmp = self.routing if isinstance(self.routing, EcmpRouting) else None
         for _at, _what, refs, _host in self.faults.outages:
             got = []
@@ -481,7 +543,7 @@ class FabricSim:
             considered = 0
             for s, d in crossing:
                 host, flows = self.hosts[s], by_pair[(s, d)]
-                if not self.partial or owned is None or owned[s] or not owned[d]:
+                if not partial or owned is None or owned[s] or not owned[d]:
                     carriers = host.carriers(d, flows)
                 else:  # the receiving end is this process's: it counts what the connection carries
                     receiver = self.hosts[d]
@@ -492,7 +554,7 @@ class FabricSim:
                     routes = host.carrier_routes(c)
                     if routes is not None and ecmp is not None and not ecmp.crosses(routes, dead):
                         continue  # its one path each way misses the failed element
-                    key: object = (s, d) if self.partial else id(c)  # one connection per pair (MRC)
+                    key: object = (s, d) if partial else id(c)  # one connection per pair (MRC)
                     if key not in watched:
                         watched[key] = len(self._watched)
                         self._watched.append((host, c, flows))
@@ -514,7 +576,7 @@ class FabricSim:
         """Bytes the receivers have accepted so far, each once (only from host ``src`` if given)."""
         hosts = self.hosts
         got = sum(h.delivered_bytes() for h in hosts) if src is None else hosts[src].delivered_bytes()
-        if self.partial:  # and what this process's hosts accepted from hosts of another one
+        if self.part is not None and self.part.built:  # and what its hosts accepted from another process's
             got += sum(h.received_from(src) for h in hosts if isinstance(h, MrcHost))
         return got
 
@@ -552,7 +614,7 @@ class FabricSim:
         )
 
     def _outage(self, i: int, at: int, what: str, refs: list[tuple[int, int]], host: int | None) -> Outage:
-        totals = self.totals
+        totals = None if self.part is None else self.part.totals
         if totals is None:
             ats = [self.nodes[n].ports[p].down_drop_at for n, p in refs]
         else:
@@ -564,8 +626,9 @@ class FabricSim:
         return Outage(at, what, last, host, pairs, host_pairs=host_pairs, connections=connections)
 
     def link_stats(self) -> list[LinkStat]:
-        if self.totals is not None:
-            return self.totals.links
+        totals = None if self.part is None else self.part.totals
+        if totals is not None:
+            return totals.links
         now = self.sim.now
         link = self.link_stat
         return [
@@ -588,8 +651,9 @@ class FabricSim:
         )
 
     def counters(self) -> dict[str, int]:
-        if self.totals is not None:
-            t = self.totals.counts
+        totals = None if self.part is None else self.part.totals
+        if totals is not None:
+            t = totals.counts
             drops, trims, marks, hops, losses = (
                 t["drops"], t["trims"], t["ecn_marks"], t["packet_hops"], t["losses"]
             )  # fmt: skip
@@ -602,11 +666,7 @@ class FabricSim:
                     marks += p.marks
                     hops += p.sent_packets
                     losses += p.losses
-        rtx = (
-            sum(h.retransmits() for h in self.hosts)
-            if self.totals is None
-            else self.totals.counts["retransmits"]
-        )
+        rtx = sum(h.retransmits() for h in self.hosts) if totals is None else totals.counts["retransmits"]
         out = {"drops": drops, "trims": trims, "ecn_marks": marks, "retransmits": rtx, "packet_hops": hops}
         if losses:
             out["losses"] = losses

@@ -59,9 +59,9 @@ class FailureInjector:
         self.reroutes: list[int] = []
         """When the routing may change (ECMP reconverging after a link changed state), in order: a split
         run routes a packet sent into a shared switch ahead only when no change falls before it arrives
-        (`openmrc.sim.crossing._Splitter`)."""
+        (`openmrc.sim.parallel.exchange._Splitter`)."""
         self._elsewhere = elsewhere
-        """What holds the place of a shared switch's port another process runs (`FabricSim.elsewhere`)."""
+        """What holds the place of a shared switch's port another process runs (`Partition.elsewhere`)."""
         self._down: set[tuple[int, int]] = set()  # switch ports down, as (node, port)
         self._refs: dict[int, tuple[int, int]] | None = None  # id(port) -> (node, port), for `fail_port`
         self.owned: list[bool] | None = None

@@ -334,6 +334,18 @@ class SimResults:
     """Per sample: each connection watched for the outages' recovery, its cumulative delivered bytes."""
     pair_done: list[bool] = field(default_factory=list)
     """Per watched connection: it delivered everything it was given."""
+    timings: list[dict[str, float]] = field(default_factory=list)
+    """A split run's (`openmrc.sim.partition`): where each rank's time went, by rank (empty: the run was not
+    split). Seconds running its share (``run_s``), packing, in the exchange (waiting for the others
+    included) and unpacking, the CPU seconds of each (``*_cpu_s``; ``loads_cpu_s``: unpickling) and in all
+    (``cpu_s``), the number of windows and of packets it received (``crossing``), its memory
+    (``peak_rss_mb``, ``pss_mb``), what building its part took (``build_s``, ``build_cpu_s``,
+    ``build_rss_mb``, and a builder's own phases: `openmrc.sim.fabric_sim.Partition.build_times`), the
+    seconds before the loop (``start_s``: connecting the cut QP pairs, the cut) and after it
+    (``partial_s``: its share of the results; the merging rank's own entry only: ``gather_s``, until every
+    share was there, and ``merge_s``, merging them). ``critical_cpu_s`` (the same on every rank): per
+    window, the CPU time of the rank that took the most to run it, pack and unpack, summed: how long the
+    loop would take on idle cores with a free exchange (a figure a loaded machine does not blur)."""
 
     def goodput_gbps(self, from_us: float, to_us: float) -> float | None:
         """The rate of all flows (Gb/s) between the samples taken in [from_us, to_us] (None: fewer than

@@ -402,7 +402,7 @@ class Port:
 
     def enter(self, p: Transmit) -> None:
         """``p`` joins this port's queue now: its switch routed it when it was sent there (a switch a split
-        run shares out by port: `openmrc.sim.crossing._Splitter`)."""
+        run shares out by port: `openmrc.sim.parallel.exchange._Splitter`)."""
         self.send(p, self._cold.sim.now)
 
     def origin(self) -> int:

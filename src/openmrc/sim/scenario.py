@@ -268,7 +268,7 @@ def build_run(
 ) -> FabricSim:
     """The fabric, workload and failures of one resolved scenario document, ready to run; ``phase("set-up")``
     is called once the fabric is built, before the flows are added. ``part``: build only the part
-    ``(rank, size)`` of a split run runs (`openmrc.sim.partition.owned_nodes`)."""
+    ``(rank, size)`` of a split run runs (`openmrc.sim.partition.assign`)."""
     sim = build_fabric(doc, part)
     if phase is not None:
         phase("set-up")
@@ -291,10 +291,9 @@ def build_fabric(doc: dict[str, Any], part: tuple[int, int] | None = None) -> Fa
                 tree = FatTree.from_topo_file(data_file(str(topo["topo_file"]), base))
             else:
                 tree = FatTree.from_k(int(topo.get("k", 4)))
-            sim: FabricSim = FabricSim.fat_tree(tree, cfg, owned=partition.owned_nodes(tree, part))
+            sim: FabricSim = FabricSim.fat_tree(tree, cfg, part=partition.assign(tree, part))
         else:
-            owned = None if part is None else partition.owned_nodes(cfg.clos(), part)
-            sim = FabricSim.clos(cfg, owned=owned)
+            sim = FabricSim.clos(cfg, part=None if part is None else partition.assign(cfg.clos(), part))
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"fabric: {exc}") from exc
     return sim
