@@ -7,7 +7,6 @@ import errno
 from openmrc.transport import LocalProtocolError, RecvWR, SendWR
 
 
-# -- errors --------------------------------------------------------------------------------------------------
 class VerbsError(LocalProtocolError):
     """A verbs call failed: ``errno`` (and ``errno_name``) as the C call would set it, ``reason`` in words."""
 

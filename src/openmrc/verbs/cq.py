@@ -17,7 +17,6 @@ from openmrc.verbs._errors import VerbsError, _err
 from openmrc.verbs.device import Context
 
 
-# -- completion channels and CQs -----------------------------------------------------------------------------
 class CompChannel:
     """mrc_comp_channel: where armed CQs report their next completion. ``fileno()`` is readable while a
     CQ event waits (for `select`, `selectors` and asyncio's ``add_reader``)."""

@@ -36,7 +36,7 @@ def _ver_text(v: int) -> str:
 
 
 API_CURRENT_VERSION = 1 << 24 | 0 << 16 | 1
-"""The mrc.h API version this module implements (1.0.1: `query_device_ex`)."""
+"""The mrc.h API version openmrc.verbs implements (1.0.1: `query_device_ex`)."""
 API_LAST_SUPPORTED_VERSION = 1 << 24
 """The oldest API version it still serves (1.0.0)."""
 VENDOR_API_CURRENT_VERSION = 1 << 24
@@ -44,7 +44,7 @@ VENDOR_API_CURRENT_VERSION = 1 << 24
 VENDOR_API_LAST_SUPPORTED_VERSION = 1 << 24
 
 
-# -- enums and attribute records -----------------------------------------------------------------------------
+# -- versions, capabilities and attributes ------------------------------------------------------------------
 class ProtocolVersion(IntFlag):
     """mrc_protocol_version: wire protocol versions (a device reports a bitmap; 0 = provider default)."""
 

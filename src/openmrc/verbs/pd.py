@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from openmrc.verbs.qp import Qp
 
 
-# -- protection domains and memory ---------------------------------------------------------------------------
 class ProtectionDomain:
     """ibv_pd: groups memory regions and the QPs that may use them."""
 
