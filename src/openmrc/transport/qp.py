@@ -3,7 +3,8 @@
 A QP moves RESET → INIT → RTR → RTS (mrc.h ``mrc_qp_attr_mask``), and to ERROR from any state (a fatal
 transport event, or by request); ERROR → RESET. `TRANSITIONS` is the whole state machine: for each legal
 (from, to) pair, the attributes that must be given and those that may be. Anything else raises
-`LocalProtocolError` at once with an errno-like reason.
+`LocalProtocolError` at once with an errno-like reason. `openmrc.verbs` derives mrc.h's attribute masks
+for each transition from the same table (`openmrc.verbs.qp_attr`), and checks values against `ATTR_RANGES`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from openmrc.transport.evtable import EvStatus, EvTable
     from openmrc.transport.nic import Nic
 
-__all__ = ["TRANSITIONS", "Qp", "QpAttr", "QpInitAttr"]
+__all__ = ["ATTR_RANGES", "TRANSITIONS", "Qp", "QpAttr", "QpInitAttr"]
 
 _RTS: Final = QpState.RTS  # a plain global: an Enum class attribute lookup costs more than the test itself
 
@@ -155,7 +156,8 @@ TRANSITIONS: Final[dict[tuple[QpState, QpState], _Rule]] = {
     **{(s, QpState.RESET): (frozenset(), frozenset()) for s in (QpState.INIT, QpState.RTR, QpState.RTS)},
 }
 
-_RANGES: Final[dict[str, tuple[int, int]]] = {
+#: The bounds of the integer attributes that have any (the others: any value the rest of `modify` accepts).
+ATTR_RANGES: Final[dict[str, tuple[int, int]]] = {
     "mpr_dest": (1, 255),
     "mpr": (1, 255),
     "max_wimm_dest": (0, 0xFFFF),
@@ -170,8 +172,8 @@ _RANGES: Final[dict[str, tuple[int, int]]] = {
 
 
 def _in_range(name: str, v: object) -> bool:
-    """Whether ``v`` is within attribute ``name``'s bounds (only `_RANGES`' attributes have any)."""
-    lo_hi = _RANGES.get(name)
+    """Whether ``v`` is within attribute ``name``'s bounds (only `ATTR_RANGES`' attributes have any)."""
+    lo_hi = ATTR_RANGES.get(name)
     return lo_hi is None or (isinstance(v, int) and lo_hi[0] <= v <= lo_hi[1])
 
 
@@ -354,7 +356,7 @@ class Qp:
         for name in sorted(given):
             v = attrs[name]
             if not _in_range(name, v):
-                lo, hi = _RANGES[name]
+                lo, hi = ATTR_RANGES[name]
                 raise LocalProtocolError(errno.EINVAL, f"{name}={v!r} outside [{lo}, {hi}]")
         missing_profile = self._missing_profile(attrs)
         if missing_profile is not None:
