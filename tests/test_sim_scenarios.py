@@ -360,3 +360,13 @@ def test_a_scenario_of_each_failure_kind_runs_it(kind: str) -> None:
     assert res.failures, kind
     s = res.summary()
     assert s["completed"] == s["flows"], (kind, s)
+
+
+def test_a_hierarchical_allreduce_reports_its_nvlink_phases_at_nvlink_gbps() -> None:
+    """The intra-server phases are computed at workload.nvlink_gbps, beside the simulated network time."""
+    over = [*SHRUNK["allreduce-hier-1k"], "workload.nvlink_gbps=1800"]
+    (r,) = run_scenario(load_scenario("allreduce-hier-1k", over), variants=["MRC"])
+    size = 64 << 10  # bytes per GPU; 8 GPUs per server each send 2·7/8 of them at 1,800 Gb/s (whole ns)
+    assert r.report()["allreduce_nvlink_us"] == 2 * size * 7 * 8_000_000_000 // (8 * 1_800_000_000_000) / 1000
+    (plain,) = run_scenario(load_scenario("clos-perm", SMALL))
+    assert "allreduce_nvlink_us" not in plain.report()

@@ -399,6 +399,9 @@ def iter_runs(
                 r.results = partition.run(build, ranks, until, tick)
             except (partition.PartitionError, ValueError) as exc:
                 raise ScenarioError(f"variant {r.label!r}: {exc}") from None
+        figures = WORKLOADS[scn.workload.kind].figures
+        if figures is not None:  # computed from the workload's keys, not simulated
+            r.extra |= figures(scn.workload)
         if r.sim is not None:
             for job in r.sim.jobs:  # a collective of real Communicators: its time, and whether it is right
                 r.extra |= job.report()

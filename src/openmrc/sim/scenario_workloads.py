@@ -89,15 +89,23 @@ class WorkloadKind:
     """Adds its flows: ``add(sim, workload, find)``."""
     splits: bool = True
     """Whether a run of it can be split over processes (``--ranks``)."""
+    figures: Callable[[Any], dict[str, Any]] | None = None
+    """Figures its keys give without simulating, reported beside each run (``workload -> {key: value}``)."""
 
 
 WORKLOADS: dict[str, WorkloadKind] = {}
 """Every workload kind by name (``[workload] kind``)."""
 
 
-def _kind(name: str, keys: type[K], *, splits: bool = True) -> Callable[[Add[K]], Add[K]]:
+def _kind(
+    name: str,
+    keys: type[K],
+    *,
+    splits: bool = True,
+    figures: Callable[[K], dict[str, Any]] | None = None,
+) -> Callable[[Add[K]], Add[K]]:
     def register(add: Add[K]) -> Add[K]:
-        WORKLOADS[name] = WorkloadKind(keys, add, splits)
+        WORKLOADS[name] = WorkloadKind(keys, add, splits, figures)
         return add
 
     return register
@@ -147,12 +155,17 @@ class AllReduceHierKeys(WorkloadKeys):
     nvlink_gbps: float = setting(
         3600.0,
         "Gb/s",
-        "allreduce-hier: per-GPU NVLink rate for the computed intra-server phases",
+        "allreduce-hier: per-GPU NVLink rate for the computed intra-server phases (allreduce_nvlink_us)",
         gt=0,
     )
 
 
-@_kind("allreduce-hier", AllReduceHierKeys)
+def _nvlink(wl: AllReduceHierKeys) -> dict[str, Any]:
+    ns = workloads.nvlink_ns(wl.size(), wl.gpus_per_server, round(wl.nvlink_gbps * 1e9))
+    return {"allreduce_nvlink_us": ns / 1000}
+
+
+@_kind("allreduce-hier", AllReduceHierKeys, figures=_nvlink)
 def _allreduce_hier(sim: FabricSim, wl: AllReduceHierKeys, find: Find) -> None:
     workloads.hierarchical_allreduce(sim, wl.size(), gpus_per_server=wl.gpus_per_server, start=wl.start_ns())
 
