@@ -71,6 +71,7 @@ MODULES = [
     "openmrc/fabric/ecmp.py",
     "openmrc/fabric/srv6.py",
     "openmrc/sim/engine.py",
+    "openmrc/sim/ports.py",
     "openmrc/sim/network.py",
     "openmrc/sim/routing.py",
     "openmrc/sim/roce.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 from typer.testing import CliRunner
@@ -24,7 +25,9 @@ from openmrc.sim.scenario import (
     load_scenario,
     run_scenario,
 )
+from openmrc.sim.scenario_failures import FAILURES, Failure, FailureKeys
 from openmrc.sim.scenario_schema import SECTIONS, Fabric, markdown
+from openmrc.sim.scenario_workloads import WORKLOADS, Workload, WorkloadKeys
 
 SMALL = [
     "fabric.hosts=16",
@@ -307,3 +310,63 @@ def test_node_ids_in_messages_get_the_names_topo_plan_uses() -> None:
     assert name_nodes(f"link {node}:5 down", topo) == f"link p1-t0-2:5 (node {node}) down"
     assert name_nodes(f"switch {node} down", topo) == f"switch p1-t0-2 (node {node}) down"
     assert name_nodes("host 3 NIC port 1 down", topo) == "host 3 NIC port 1 down"
+
+
+def _kinds_of(doc: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """The workload and failure kinds every run of a scenario uses (its variants' overrides applied)."""
+    runs = expand_runs(doc)
+    return {r.doc["workload"]["kind"] for r in runs}, {f["kind"] for r in runs for f in r.doc["failures"]}
+
+
+_CLOS = FabricSimConfig(hosts=16, planes=2, t0_radix=8, t1_radix=8).clos()
+FAILURE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "t0_uplink": {"at_us": 5, "plane": 1, "t0": 0, "uplink": 0, "up_at_us": 40},
+    "link": {"at_us": 5, "node": _CLOS.t0(0, 0), "port": _CLOS.hosts_per_t0},
+    "switch": {"at_us": 5, "plane": 0, "tier": "t1", "index": 0},
+    "nic_port": {"at_us": 6, "host": 3, "port": 2},
+    "flap": {"at_us": 5, "plane": 1, "t0": 0, "uplink": 0, "down_us": 5, "period_us": 10, "count": 2},
+    "degrade": {"at_us": 5, "node": _CLOS.t0(0, 0), "port": _CLOS.hosts_per_t0, "fraction": 0.5},
+    "loss": {"plane": 0, "probability": 0.01},
+}
+"""One entry of each failure kind, for the 16-host Clos of ``SMALL``."""
+WORKLOADS_RUN_ELSEWHERE = {"collective": "test_collectives_sim.py"}
+"""Workload kinds no shipped scenario uses, and the test that runs a scenario of that kind."""
+
+
+def test_every_kind_has_its_keys_a_builder_and_a_scenario() -> None:
+    assert set(get_args(WorkloadKeys.model_fields["kind"].annotation)) == set(WORKLOADS)
+    assert set(get_args(FailureKeys.model_fields["kind"].annotation)) == set(FAILURES)
+    for wk in WORKLOADS.values():
+        assert issubclass(Workload, wk.keys) and callable(wk.add)
+    for fk in FAILURES.values():
+        assert issubclass(Failure, fk.keys) and callable(fk.apply) and callable(fk.needs)
+    workloads: set[str] = set()
+    failures: set[str] = set()
+    for name in builtin_scenarios():
+        w, f = _kinds_of(load_scenario(name))
+        workloads |= w
+        failures |= f
+    for kind in set(WORKLOADS) - workloads:
+        test = Path(__file__).parent / WORKLOADS_RUN_ELSEWHERE[kind]
+        assert f'"kind": "{kind}"' in test.read_text(), kind
+    assert set(FAILURE_EXAMPLES) == set(FAILURES)  # each run below
+
+
+@pytest.mark.parametrize("kind", sorted(FAILURE_EXAMPLES))
+def test_a_scenario_of_each_failure_kind_runs_it(kind: str) -> None:
+    doc = load_scenario("clos-perm", SMALL)
+    doc["failures"] = [{"kind": kind, **FAILURE_EXAMPLES[kind]}]
+    _sim, res = run1(doc)
+    assert res.failures, kind
+    s = res.summary()
+    assert s["completed"] == s["flows"], (kind, s)
+
+
+def test_a_hierarchical_allreduce_reports_its_nvlink_phases_at_nvlink_gbps() -> None:
+    """The intra-server phases are computed at workload.nvlink_gbps, beside the simulated network time."""
+    over = [*SHRUNK["allreduce-hier-1k"], "workload.nvlink_gbps=1800"]
+    (r,) = run_scenario(load_scenario("allreduce-hier-1k", over), variants=["MRC"])
+    size = 64 << 10  # bytes per GPU; 8 GPUs per server each send 2·7/8 of them at 1,800 Gb/s (whole ns)
+    assert r.report()["allreduce_nvlink_us"] == 2 * size * 7 * 8_000_000_000 // (8 * 1_800_000_000_000) / 1000
+    (plain,) = run_scenario(load_scenario("clos-perm", SMALL))
+    assert "allreduce_nvlink_us" not in plain.report()

@@ -24,6 +24,7 @@ from openmrc.collectives.communicator import Communicator
 from openmrc.collectives.engine import STEP_WCS, CollectiveError
 from openmrc.collectives.ops import ufunc_of
 from openmrc.collectives.program import Schedule
+from openmrc.sim.scenario_workloads import WORKLOAD_PLUGINS, CollectiveKeys
 
 __all__ = ["SimWorld"]
 
@@ -264,23 +265,15 @@ class CollectiveJob:
         }
 
 
-def _workload(sim: Any, wl: dict[str, Any], size: int, start_ns: int) -> None:
+def _workload(sim: Any, wl: CollectiveKeys, size: int, start_ns: int) -> None:
     """Scenario ``[workload] kind = "collective"``: a `CollectiveJob` on every host of the fabric."""
     CollectiveJob(
-        sim,
-        str(wl.get("op", "all_reduce")),
-        size,
-        algo=wl.get("algo"),
-        dtype=str(wl.get("dtype", "float32")),
-        chunk_bytes=int(wl.get("chunk_kib", 256)) << 10,
-        start_ns=start_ns,
+        sim, wl.op, size, algo=wl.algo, dtype=wl.dtype, chunk_bytes=wl.chunk_kib << 10, start_ns=start_ns
     )
 
 
 def _register() -> None:
-    from openmrc.sim import scenario
-
-    scenario.WORKLOAD_PLUGINS["collective"] = _workload
+    WORKLOAD_PLUGINS["collective"] = _workload
 
 
 _register()

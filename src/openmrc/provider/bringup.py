@@ -1,4 +1,14 @@
-"""Connecting a QP: RESET → INIT → RTR → RTS in one call, as every driver's set-up does it."""
+"""Connecting a QP: RESET → INIT → RTR → RTS in one call, as the pair harness (`openmrc.provider.loopback`)
+and the software NIC (`openmrc.provider.udp.UdpDevice.connect`) set one up.
+
+The simulator's hosts do not call it: `openmrc.sim.hosts.MrcHost.connect` makes the same three transitions
+itself, because (1) it runs in the compiled simulator up to millions of times in a run (a large all-reduce
+makes a QP pair per step and host pair) and this module is interpreted, and the simulator does not import
+from `openmrc.provider`; (2) its attributes are the simulation's, not these defaults: MPR 64 both ways, no
+Write-with-Immediate window (``max_wimm`` 0 both ways), ``retry_exp`` 25 (retry for ever), the ACK
+timeout from about four base RTTs of the fabric, the EV profile towards the peer host, ``now`` 0; (3) a
+transition that fails leaves the QP where it stopped (no ERROR → RESET undo) and there is no ``on_init``
+hook."""
 
 from __future__ import annotations
 

@@ -339,7 +339,14 @@ class MrcHost(SimHost):
     def connect(self, qp: Qp, peer: object, dest_qp_num: int) -> None:
         """Take ``qp`` from RESET to RTS towards QP ``dest_qp_num`` of host ``peer``, over the EV profile
         towards that peer, with the simulation's defaults (MPR 64, a retransmit timeout of about four
-        base RTTs)."""
+        base RTTs).
+
+        The drivers' `openmrc.provider.bringup.connect_qp` makes the same three transitions; this one is
+        written out here because it runs compiled, up to millions of times a run (connections made per
+        all-reduce step), with the simulation's attributes rather than connect_qp's defaults (MPR 64 both
+        ways, ``max_wimm`` 0 both ways, ``retry_exp`` 25, the timeout above), and without connect_qp's
+        ``on_init`` hook or its ERROR → RESET undo when a transition fails (the QP stays where it
+        stopped)."""
         qp.modify(
             QpState.INIT,
             ev_profile_id=self.ev_profile_for(peer),

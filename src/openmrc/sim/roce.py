@@ -1,6 +1,6 @@
 """The RoCEv2 baseline: one path per QP (ECMP-hashed UDP source port), go-back-N, optionally DCQCN
 congestion control; on a lossy fabric by default, or lossless with priority flow control
-(`FabricSimConfig.pfc`, `openmrc.sim.network.Port.enable_pfc`).
+(`FabricSimConfig.pfc`, `openmrc.sim.ports.Port.enable_pfc`).
 
 A flow of ``size`` bytes is split over ``qps`` queue pairs, each with its own UDP source port (so ECMP may
 put them on different paths) and its own NIC port: all on port 0 (one plane), or one per plane in turn as
@@ -14,7 +14,7 @@ packets are simply lost to RoCE (it has no trim NACK).
 DCQCN: theory of operation
 --------------------------
 DCQCN (Zhu et al., "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015, §3) is rate-based
-and has three parts. The congestion point (a switch, `openmrc.sim.network.Port`) ECN-marks data packets
+and has three parts. The congestion point (a switch, `openmrc.sim.ports.Port`) ECN-marks data packets
 by RED on its queue length, on every hop including the last. The notification point (the receiving NIC)
 answers a marked packet with a CNP (a BTH-only packet, opcode `CNP_OPCODE`) to the sending QP, at most
 one per ``cnp_interval_ns`` per QP. The reaction point (the sending NIC, `ReactionPoint`) keeps, per QP,

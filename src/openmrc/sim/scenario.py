@@ -35,6 +35,8 @@ set = ['fabric.transport="roce"', 'fabric.routing="ecmp"', "fabric.trimming=fals
 "failures.0.probability" = [0.0, 0.001]
 ```
 Every key is in docs/scenarios.md, generated from `openmrc.sim.scenario_schema`, which `validate` applies.
+Each workload and failure kind keeps its keys beside what builds it (`openmrc.sim.scenario_workloads`,
+`openmrc.sim.scenario_failures`); `build_run` reads the validated document as the schema's typed model.
 Links are named by ``plane``/``t0``/``uplink`` (a T0's uplink in a multi-plane Clos) or by ``node``/``port``
 (any topology). Switches by ``node`` or by ``plane``/``tier`` ("t0"|"t1")/``index``. Loss applies to a
 link, to a ``plane`` or (neither given) to every link. Every key can be overridden with
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import itertools
 import time
 import tomllib
@@ -53,20 +54,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from openmrc.fabric.clos import MultiPlaneClos
 from openmrc.fabric.fattree import FatTree
-from openmrc.sim import partition, workloads
+from openmrc.sim import partition
 from openmrc.sim.config import FabricSimConfig
 from openmrc.sim.fabric_sim import FabricSim
-from openmrc.sim.failures import FailureInjector
 from openmrc.sim.flows import Flow
-from openmrc.sim.htsim_cm import CmError, load_cm
+from openmrc.sim.htsim_cm import CmError
 from openmrc.sim.metrics import SimResults
-from openmrc.sim.scenario_schema import SchemaError, check
+from openmrc.sim.scenario_failures import FAILURES, Failure
+from openmrc.sim.scenario_schema import Fabric, Scenario, SchemaError, check, parse
+from openmrc.sim.scenario_workloads import PLUGIN_MODULES, WORKLOAD_PLUGINS, WORKLOADS, Workload
 
 __all__ = [
+    "PLUGIN_MODULES",
+    "WORKLOAD_PLUGINS",
     "Run",
     "ScenarioError",
     "build_run",
@@ -169,17 +172,30 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
 def validate(doc: dict[str, Any]) -> dict[str, Any]:
     """The document checked against the scenario schema (`openmrc.sim.scenario_schema`) and resolved: every
     key present with its default. Raises `ScenarioError` with one problem per broken key."""
-    try:
-        out = check({k: v for k, v in doc.items() if not k.startswith("_")})
-    except SchemaError as exc:
-        raise ScenarioError(*exc.problems) from None
+    out = _checked(check, doc)
     out["_dir"] = doc.get("_dir", ".")
     return out
 
 
+def _typed(doc: dict[str, Any]) -> Scenario:
+    """A resolved document as the schema's typed model (checked again: a caller may have edited it)."""
+    return _checked(parse, doc)
+
+
+_R = TypeVar("_R")
+
+
+def _checked(how: Callable[[dict[str, Any]], _R], doc: dict[str, Any]) -> _R:
+    try:
+        return how({k: v for k, v in doc.items() if not k.startswith("_")})
+    except SchemaError as exc:
+        raise ScenarioError(*exc.problems) from None
+
+
 @dataclass(slots=True)
 class Run:
-    """One simulation of a scenario: its label, the resolved document, and (after `execute`) results."""
+    """One simulation of a scenario: its label, the resolved document, and (once `iter_runs` has run it) its
+    simulation and results."""
 
     label: str
     doc: dict[str, Any]
@@ -253,14 +269,17 @@ def expand_runs(
     return runs
 
 
-def _config(doc: dict[str, Any]) -> tuple[FabricSimConfig, dict[str, Any]]:
-    fabric = dict(doc["fabric"])
-    topo = {k: fabric.pop(k) for k in list(fabric) if k in _TOPOLOGY_KEYS}
-    fabric["link_bps"] = round(fabric.pop("link_gbps") * 1e9)
+def _config(doc: dict[str, Any]) -> tuple[FabricSimConfig, Fabric]:
+    """The simulator's config of a resolved document's fabric, and the fabric table (its topology)."""
+    fabric = _typed(doc).fabric
     try:
-        return FabricSimConfig(**fabric), topo
+        cfg = FabricSimConfig(
+            **fabric.model_dump(exclude={*_TOPOLOGY_KEYS, "link_gbps"}),
+            link_bps=round(fabric.link_gbps * 1e9),
+        )
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"fabric: {exc}") from exc
+    return cfg, fabric
 
 
 def build_run(
@@ -272,12 +291,11 @@ def build_run(
     sim = build_fabric(doc, part)
     if phase is not None:
         phase("set-up")
-    base = Path(doc.get("_dir", "."))
-    _add_workload(sim, doc["workload"], base)
-    _schedule_failures(sim, doc.get("failures", []))
-    sample = doc.get("sample_us", 5)
-    if sample:
-        sim.sample_every(max(1, int(sample * 1000)))
+    scn = _typed(doc)
+    _add_workload(sim, scn.workload, Path(doc.get("_dir", ".")))
+    _schedule_failures(sim, scn.failures)
+    if scn.sample_us:
+        sim.sample_every(max(1, int(scn.sample_us * 1000)))
     return sim
 
 
@@ -286,11 +304,11 @@ def build_fabric(doc: dict[str, Any], part: tuple[int, int] | None = None) -> Fa
     cfg, topo = _config(doc)
     base = Path(doc.get("_dir", "."))
     try:
-        if topo.get("topology", "clos") == "fattree":
-            if topo.get("topo_file") is not None:
-                tree = FatTree.from_topo_file(data_file(str(topo["topo_file"]), base))
+        if topo.topology == "fattree":
+            if topo.topo_file is not None:
+                tree = FatTree.from_topo_file(data_file(topo.topo_file, base))
             else:
-                tree = FatTree.from_k(int(topo.get("k", 4)))
+                tree = FatTree.from_k(topo.k)
             sim: FabricSim = FabricSim.fat_tree(tree, cfg, part=partition.assign(tree, part))
         else:
             sim = FabricSim.clos(cfg, part=None if part is None else partition.assign(cfg.clos(), part))
@@ -299,70 +317,9 @@ def build_fabric(doc: dict[str, Any], part: tuple[int, int] | None = None) -> Fa
     return sim
 
 
-def _size(wl: dict[str, Any]) -> int:
-    if "size_bytes" in wl:
-        return int(wl["size_bytes"])
-    return int(wl.get("size_kib", 256)) << 10
-
-
-WORKLOAD_PLUGINS: dict[str, Callable[[FabricSim, dict[str, Any], int, int], None]] = {}
-"""Workload kinds a layer above the simulator provides: ``kind -> add(sim, workload table, size, start_ns)``,
-registered by the module `PLUGIN_MODULES` names when it is imported (on first use of the kind: the
-simulator imports nothing from above itself)."""
-PLUGIN_MODULES: dict[str, str] = {"collective": "openmrc.collectives.simworld"}
-
-
-def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
-    kind = wl.get("kind", "permutation")
-    start = int(wl.get("start_us", 0) * 1000)
+def _add_workload(sim: FabricSim, wl: Workload, base: Path) -> None:
     try:
-        if kind == "permutation":
-            workloads.permutation(sim, _size(wl), seed=int(wl.get("seed", 1)), start=start)
-        elif kind == "incast":
-            victim_size = int(wl["victim_size_kib"]) << 10 if "victim_size_kib" in wl else None
-            workloads.incast(
-                sim,
-                _size(wl),
-                senders=int(wl.get("senders", 7)),
-                target=int(wl.get("target", 0)),
-                start=start,
-                victim=bool(wl.get("victim", False)),
-                victim_size=victim_size,
-            )
-        elif kind == "alltoall":
-            workloads.all_to_all(sim, _size(wl), start=start)
-        elif kind == "pair":
-            size = _size(wl)
-            messages = int(wl.get("messages", 1))
-            if "total_kib" in wl:
-                messages = min(messages, -(-(int(wl["total_kib"]) << 10) // size))
-            workloads.pair(
-                sim,
-                size,
-                src=int(wl.get("src", 0)),
-                dst=int(wl.get("dst", 1)),
-                messages=messages,
-                depth=int(wl.get("depth", 1)),
-                imm=bool(wl.get("imm", False)),
-                start=start,
-            )
-        elif kind == "allreduce-hier":
-            workloads.hierarchical_allreduce(
-                sim, _size(wl), gpus_per_server=int(wl.get("gpus_per_server", 8)), start=start
-            )
-        elif kind in PLUGIN_MODULES:
-            if kind not in WORKLOAD_PLUGINS:
-                importlib.import_module(PLUGIN_MODULES[kind])  # it registers itself
-            WORKLOAD_PLUGINS[kind](sim, wl, _size(wl), start)
-        elif kind == "allreduce":
-            seed = wl.get("order_seed")
-            workloads.ring_allreduce(
-                sim, _size(wl), order_seed=None if seed is None else int(seed), start=start
-            )
-        else:
-            if "file" not in wl:
-                raise ScenarioError("workload.file: a cm workload needs a connection-matrix file")
-            workloads.connection_matrix(sim, load_cm(data_file(str(wl["file"]), base)), start=start)
+        WORKLOADS[wl.kind].add(sim, wl, functools.partial(data_file, base=base))
     except CmError as exc:
         raise ScenarioError(f"workload.file: {exc}") from exc
     except ValueError as exc:
@@ -371,65 +328,10 @@ def _add_workload(sim: FabricSim, wl: dict[str, Any], base: Path) -> None:
         raise ScenarioError(f"workload: {exc}") from exc
 
 
-def _link(faults: FailureInjector, f: dict[str, Any]) -> tuple[int, int]:
-    if "node" in f:
-        return int(f["node"]), int(f["port"])
-    return faults.t0_uplink(int(f["plane"]), int(f["t0"]), int(f["uplink"]))
-
-
-def _switch(sim: FabricSim, f: dict[str, Any]) -> int:
-    if "node" in f:
-        return int(f["node"])
-    topo = sim.topo
-    if not isinstance(topo, MultiPlaneClos):
-        raise ValueError("plane/tier/index name switches of a multi-plane Clos; give node")
-    tier, plane, index = str(f["tier"]).lower(), int(f["plane"]), int(f["index"])
-    if tier not in ("t0", "t1"):
-        raise ValueError(f"tier {tier!r} is not 't0' or 't1'")
-    count = topo.t0_per_plane if tier == "t0" else topo.t1_per_plane
-    if not 0 <= plane < topo.planes or not 0 <= index < count:
-        raise ValueError(f"no {tier} {index} in plane {plane}")
-    return topo.t0(plane, index) if tier == "t0" else topo.t1(plane, index)
-
-
-def _us(f: dict[str, Any], key: str) -> int | None:
-    return int(f[key] * 1000) if key in f else None
-
-
-def _schedule_failures(sim: FabricSim, failures: list[dict[str, Any]]) -> None:
-    faults = sim.faults
+def _schedule_failures(sim: FabricSim, failures: list[Failure]) -> None:
     for i, f in enumerate(failures):
-        kind = f["kind"]
-        at = _us(f, "at_us") or 0
-        up = _us(f, "up_at_us")
         try:
-            if kind in ("t0_uplink", "link"):
-                faults.fail_link(*_link(faults, f), at, up)
-            elif kind == "switch":
-                faults.fail_switch(_switch(sim, f), at, up)
-            elif kind == "nic_port":
-                faults.fail_nic_port(int(f["host"]), int(f["port"]), at, up)
-            elif kind == "flap":
-                down, period = _us(f, "down_us"), _us(f, "period_us")
-                if down is None or period is None:
-                    raise KeyError("down_us and period_us")
-                faults.flap_link(*_link(faults, f), at, down, period, int(f.get("count", 1)))
-            elif kind == "degrade":
-                faults.degrade_link(*_link(faults, f), at, float(f["fraction"]), _us(f, "until_us"))
-            else:
-                prob = float(f["probability"])
-                if "plane" in f and "t0" not in f:
-                    ports = faults.plane_ports(int(f["plane"]))
-                    where = f"plane {f['plane']}"
-                elif "node" in f or "t0" in f:
-                    ports = faults.link_ports(*_link(faults, f))
-                    where = "link {}:{}".format(*_link(faults, f))
-                else:
-                    ports = [p for node in sim.nodes for p in node.ports]
-                    where = "every link"
-                faults.set_loss(ports, prob, at, _us(f, "until_us"))
-                if prob:
-                    faults.note(at, f"{prob:.2%} loss on {where}")
+            FAILURES[f.kind].apply(sim, f)
         except KeyError as exc:
             raise ScenarioError(f"failures.{i}: missing {exc.args[0]}") from exc
         except (IndexError, ValueError) as exc:
@@ -466,9 +368,10 @@ def iter_runs(
     runs = expand_runs(doc, seeds, variants)
     if ranks is not None:  # refuse before the first run, not after it: the config says what can be split
         for r in runs:
-            if r.doc.get("workload", {}).get("kind") == "collective":
+            kind = r.doc["workload"]["kind"]
+            if not WORKLOADS[kind].splits:
                 raise ScenarioError(
-                    f"variant {r.label!r}: workload.kind collective runs in one process (no --ranks)"
+                    f"variant {r.label!r}: workload.kind {kind} runs in one process (no --ranks)"
                 )
             r.doc["fabric"]["ordered"] = True
             try:
@@ -484,7 +387,8 @@ def iter_runs(
         t0 = time.perf_counter()
         if phase is not None:
             phase(r, "build")
-        until = int(r.doc.get("until_us", 100_000) * 1000)
+        scn = _typed(r.doc)
+        until = int(scn.until_us * 1000)
         tick = None if progress is None else functools.partial(progress, r)
         build = functools.partial(_build_part, r, phase, prepare)
         if ranks is None:
@@ -494,6 +398,9 @@ def iter_runs(
                 r.results = partition.run(build, ranks, until, tick)
             except (partition.PartitionError, ValueError) as exc:
                 raise ScenarioError(f"variant {r.label!r}: {exc}") from None
+        figures = WORKLOADS[scn.workload.kind].figures
+        if figures is not None:  # computed from the workload's keys, not simulated
+            r.extra |= figures(scn.workload)
         if r.sim is not None:
             for job in r.sim.jobs:  # a collective of real Communicators: its time, and whether it is right
                 r.extra |= job.report()
@@ -550,7 +457,7 @@ def victim_alone(doc: dict[str, Any], victim: Flow) -> dict[str, Any]:
     """The victim flow's FCT with nothing else on the same fabric, and its slowdown in the run."""
     sim = build_fabric(doc)
     flow = sim.add_flow(victim.src, victim.dst, victim.size, 0, tag="victim")
-    sim.run(until=int(doc.get("until_us", 100_000) * 1000))
+    sim.run(until=int(_typed(doc).until_us * 1000))
     if flow.fct_ns is None or victim.fct_ns is None:
         return {}
     return {"victim_alone_fct_us": flow.fct_ns / 1000, "victim_slowdown": victim.fct_ns / flow.fct_ns}

@@ -4,7 +4,10 @@ rule, as pydantic models that forbid unknown keys.
 `check` validates a parsed TOML document and returns it resolved (defaults filled in); a document that breaks
 the schema raises `SchemaError`, one line per problem naming ``section.key``, the value given and the rule
 (``fabric.hosts: expected an integer, got 'abc'``). `markdown` writes the scenario reference
-(docs/scenarios.md) from the same fields, so the document cannot drift from what the loader accepts.
+(docs/scenarios.md) from the same fields, so the document cannot drift from what the loader accepts;
+`parse` gives a document as the typed `Scenario`. The ``[workload]`` and ``[[failures]]`` tables are made of
+their kinds' keys, each kind's kept beside what builds it (`openmrc.sim.scenario_workloads`,
+`openmrc.sim.scenario_failures`).
 """
 
 from __future__ import annotations
@@ -12,13 +15,26 @@ from __future__ import annotations
 import inspect
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from openmrc.sim.config import FabricSimConfig
+from openmrc.sim.scenario_failures import Failure
+from openmrc.sim.scenario_fields import Section, setting
+from openmrc.sim.scenario_workloads import Workload
 from openmrc.transport.config import NicConfig
 
-__all__ = ["SECTIONS", "Scenario", "SchemaError", "check", "markdown"]
+__all__ = [
+    "SECTIONS",
+    "Fabric",
+    "Failure",
+    "Scenario",
+    "SchemaError",
+    "Workload",
+    "check",
+    "markdown",
+    "parse",
+]
 
 _SIM = FabricSimConfig()
 _EV_PORTS = NicConfig().default_ev_sports
@@ -43,78 +59,70 @@ class SchemaError(ValueError):
         self.problems = problems
 
 
-def _field(default: Any, unit: str, description: str, **rules: Any) -> Any:
-    return Field(default, description=description, json_schema_extra={"unit": unit}, **rules)
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class Fabric(_Section):
+class Fabric(Section):
     """The simulated network: its topology, link speed, switch buffers and the transport every host runs."""
 
-    topology: Literal["clos", "fattree"] = _field(
+    topology: Literal["clos", "fattree"] = setting(
         "clos", "", "clos: a multi-plane two-tier Clos; fattree: htsim's 3-tier fat tree (k or topo_file)"
     )
-    k: int = _field(4, "", "fattree: switch radix (k³/4 hosts)", ge=2, le=64)
-    topo_file: str | None = _field(
+    k: int = setting(4, "", "fattree: switch radix (k³/4 hosts)", ge=2, le=64)
+    topo_file: str | None = setting(
         None, "", "fattree: an htsim .topo file (a path, or the name of a shipped one) instead of k"
     )
-    planes: int = _field(_SIM.planes, "", "independent planes = NIC ports per host (clos)", ge=1, le=64)
-    hosts: int = _field(_SIM.hosts, "", "hosts (GPUs) (clos)", ge=2, le=1 << 17)
-    t0_radix: int = _field(_SIM.t0_radix, "ports", "ports of a T0 switch, half down, half up (clos)", ge=2)
-    t1_radix: int = _field(_SIM.t1_radix, "ports", "ports of a T1 switch (clos)", ge=2)
-    link_gbps: float = _field(_SIM.link_bps / 1e9, "Gb/s", "every link's rate", gt=0, le=100_000)
-    latency_ns: int = _field(_SIM.latency_ns, "ns", "every link's one-way propagation delay", ge=0)
-    mtu: int = _field(_SIM.mtu, "bytes", "transport payload per packet", ge=64, le=65536)
-    buffer_bytes: int | None = _field(
+    planes: int = setting(_SIM.planes, "", "independent planes = NIC ports per host (clos)", ge=1, le=64)
+    hosts: int = setting(_SIM.hosts, "", "hosts (GPUs) (clos)", ge=2, le=1 << 17)
+    t0_radix: int = setting(_SIM.t0_radix, "ports", "ports of a T0 switch, half down, half up (clos)", ge=2)
+    t1_radix: int = setting(_SIM.t1_radix, "ports", "ports of a T1 switch (clos)", ge=2)
+    link_gbps: float = setting(_SIM.link_bps / 1e9, "Gb/s", "every link's rate", gt=0, le=100_000)
+    latency_ns: int = setting(_SIM.latency_ns, "ns", "every link's one-way propagation delay", ge=0)
+    mtu: int = setting(_SIM.mtu, "bytes", "transport payload per packet", ge=64, le=65536)
+    buffer_bytes: int | None = setting(
         None, "bytes", "data buffer per switch output port; default one bandwidth-delay product", ge=1
     )
-    ecn: tuple[float, float] | None = _field(
+    ecn: tuple[float, float] | None = setting(
         _SIM.ecn,
         "fraction",
         "ECN RED thresholds [low, high] as fractions of the buffer; false: no marking",
     )
-    last_hop_ecn: bool = _field(
+    last_hop_ecn: bool = setting(
         _SIM.last_hop_ecn, "", "ECN-mark the last hop toward MRC hosts too (as htsim's sender-CC-only runs)"
     )
-    trimming: bool = _field(_SIM.trimming, "", "trim packets instead of dropping them when a buffer is full")
-    evs_per_qp: int = _field(_SIM.evs_per_qp, "", "EVs (paths) each QP sprays over", ge=1, le=MAX_EVS)
-    seed: int = _field(_SIM.seed, "", "seeds every random choice (keys, rotations, ECN marks)", ge=0)
-    routing: Literal["srv6", "ecmp"] = _field(
+    trimming: bool = setting(_SIM.trimming, "", "trim packets instead of dropping them when a buffer is full")
+    evs_per_qp: int = setting(_SIM.evs_per_qp, "", "EVs (paths) each QP sprays over", ge=1, le=MAX_EVS)
+    seed: int = setting(_SIM.seed, "", "seeds every random choice (keys, rotations, ECN marks)", ge=0)
+    routing: Literal["srv6", "ecmp"] = setting(
         "srv6", "", "srv6: EVs are SRv6 uSID source routes (clos only); ecmp: switches hash UDP source ports"
     )
-    transport: Literal["mrc", "roce"] = _field(
+    transport: Literal["mrc", "roce"] = setting(
         "mrc", "", "mrc: the openmrc transport; roce: the RoCEv2 baseline (ECMP; planes: roce_planes)"
     )
-    roce_qps: int = _field(_SIM.roce_qps, "", "roce: QPs (ECMP paths) per flow", ge=1, le=1024)
-    roce_planes: int = _field(
+    roce_qps: int = setting(_SIM.roce_qps, "", "roce: QPs (ECMP paths) per flow", ge=1, le=1024)
+    roce_planes: int = setting(
         _SIM.roce_planes,
         "",
         "roce: a flow's QPs take NIC ports (planes) 1..roce_planes in turn (multi-rail); 0: every plane",
         ge=0,
         le=64,
     )
-    roce_window: int = _field(_SIM.roce_window, "packets", "roce: packets in flight per QP", ge=1)
-    validate_wire: bool = _field(
+    roce_window: int = setting(_SIM.roce_window, "packets", "roce: packets in flight per QP", ge=1)
+    validate_wire: bool = setting(
         _SIM.validate_wire, "", "encode and re-parse every packet a NIC sends or receives (slower)"
     )
-    security: Literal["none", "auth", "encrypt"] = _field(
+    security: Literal["none", "auth", "encrypt"] = setting(
         _SIM.security,
         "",
         "mrc: authenticate every QP's packets in one security domain (auth), and encrypt payloads (encrypt)",
     )
-    dcqcn: bool = _field(_SIM.dcqcn, "", "roce: DCQCN congestion control")
-    pfc: bool = _field(_SIM.pfc, "", "lossless fabric: PFC on every port (PAUSE instead of drop)")
-    pfc_xoff: float = _field(
+    dcqcn: bool = setting(_SIM.dcqcn, "", "roce: DCQCN congestion control")
+    pfc: bool = setting(_SIM.pfc, "", "lossless fabric: PFC on every port (PAUSE instead of drop)")
+    pfc_xoff: float = setting(
         _SIM.pfc_xoff, "fraction", "pfc: pause upstream above this fraction of a port buffer", gt=0, le=1
     )
-    pfc_xon: float = _field(_SIM.pfc_xon, "fraction", "pfc: resume at this fraction", ge=0, lt=1)
-    ecmp_reconverge_ns: int | None = _field(
+    pfc_xon: float = setting(_SIM.pfc_xon, "fraction", "pfc: resume at this fraction", ge=0, lt=1)
+    ecmp_reconverge_ns: int | None = setting(
         _SIM.ecmp_reconverge_ns, "ns", "ecmp: time until switches hash around a dead link", ge=0
     )
-    ordered: bool = _field(
+    ordered: bool = setting(
         _SIM.ordered, "", "partition-independent ties and per-port random streams (set by --ranks)"
     )
 
@@ -141,160 +149,41 @@ class Fabric(_Section):
         return self
 
 
-class Workload(_Section):
-    """The traffic: one pattern of RDMA Writes. A permutation is a derangement drawn from `seed`: every
-    host sends one flow and receives one, never from itself (N hosts, N flows)."""
-
-    kind: Literal[
-        "permutation", "incast", "alltoall", "allreduce", "allreduce-hier", "cm", "pair", "collective"
-    ] = _field(
-        "permutation",
-        "",
-        "the traffic pattern (pair: one QP's messages, as ib_write_bw / ib_write_lat; allreduce: a ring; "
-        "allreduce-hier: one hierarchical all-reduce step, servers of gpus_per_server GPUs; collective: the "
-        "real openmrc.collectives Communicator on every host, moving and reducing real data)",
-    )
-    size_kib: int = _field(
-        256,
-        "KiB",
-        "bytes per flow (per rank/GPU for allreduce*); a flow is one RDMA Write, whose length is 32-bit",
-        ge=1,
-        le=(1 << 22) - 1,
-    )
-    size_bytes: int | None = _field(
-        None, "bytes", "bytes per flow, when not a whole number of KiB", ge=1, le=(1 << 32) - 1
-    )
-    start_us: float = _field(0.0, "µs", "when the flows start", ge=0)
-    seed: int = _field(1, "", "permutation: seeds the draw (each host's destination)", ge=0)
-    senders: int = _field(7, "", "incast: senders", ge=1)
-    target: int = _field(0, "", "incast: the receiving host", ge=0)
-    victim: bool = _field(False, "", "incast: one more flow to the target's T0 neighbour")
-    victim_size_kib: int | None = _field(None, "KiB", "incast: the victim's size (default size_kib)", ge=1)
-    gpus_per_server: int = _field(
-        8, "", "allreduce-hier: GPUs per server (consecutive hosts; NVLink inside, not simulated)", ge=1
-    )
-    nvlink_gbps: float = _field(
-        3600.0, "Gb/s", "allreduce-hier: per-GPU NVLink rate for the computed intra-server phases", gt=0
-    )
-    order_seed: int | None = _field(None, "", "allreduce: shuffles the ring order (default: in order)")
-    file: str | None = _field(None, "", "cm: an htsim connection matrix (path, or a shipped file's name)")
-    src: int = _field(0, "", "pair: the sending host", ge=0)
-    dst: int = _field(1, "", "pair: the receiving host", ge=0)
-    messages: int = _field(1, "", "pair: messages of size_kib (or size_bytes) each", ge=1)
-    total_kib: int | None = _field(
-        None, "KiB", "pair: fewer messages when this much has gone in all before (sweeps of size)", ge=1
-    )
-    depth: int = _field(1, "", "pair: messages outstanding at once (ib_write_bw's tx-depth)", ge=1)
-    imm: bool = _field(
-        False, "", "pair: Writes with Immediate, so the receiver sees each arrive (delivery_us)"
-    )
-    op: Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"] = _field(
-        "all_reduce", "", "collective: the operation (size_kib per rank, as nccl-tests counts it)"
-    )
-    algo: Literal["ring", "rhd", "rd", "tree", "chain"] | None = _field(
-        None, "", "collective: the algorithm (default: chosen by size)"
-    )
-    dtype: str = _field("float32", "", "collective: the element type (float32, bfloat16, int32 ...)")
-    chunk_kib: int = _field(
-        256, "KiB", "collective: the pipelining unit, one Write with Immediate", ge=4, le=65536
-    )
-
-    @model_validator(mode="after")
-    def _cm_file(self) -> Workload:
-        if self.kind == "cm" and self.file is None:
-            raise ValueError("kind 'cm' needs file (a connection matrix)")
-        return self
-
-
-#: Which keys name the place of each failure kind (beside at_us, up_at_us).
-FAILURE_KEYS: dict[str, tuple[str, ...]] = {
-    "t0_uplink": ("plane", "t0", "uplink"),
-    "link": ("node", "port"),
-    "switch": (),
-    "nic_port": ("host", "port"),
-    "flap": ("down_us", "period_us"),
-    "degrade": ("fraction",),
-    "loss": ("probability",),
-}
-
-
-class Failure(_Section):
-    """One timed failure. A link is named by plane/t0/uplink (a T0's uplink) or by node/port; a switch by
-    node or by plane/tier/index; loss applies to a link, a plane or (neither given) every link."""
-
-    kind: Literal["t0_uplink", "link", "switch", "nic_port", "flap", "degrade", "loss"] = _field(
-        ..., "", "what fails"
-    )
-    at_us: float | None = _field(None, "µs", "when (required except for loss, which starts at 0)", ge=0)
-    up_at_us: float | None = _field(None, "µs", "when it recovers (default: never)", ge=0)
-    until_us: float | None = _field(None, "µs", "degrade, loss: when it ends (default: never)", ge=0)
-    plane: int | None = _field(None, "", "the plane of the link or switch", ge=0)
-    t0: int | None = _field(None, "", "t0_uplink: the T0 (within its plane)", ge=0)
-    uplink: int | None = _field(None, "", "t0_uplink: the T0's uplink", ge=0)
-    node: int | None = _field(None, "", "a node id (as `openmrc topo plan` numbers them)", ge=0)
-    port: int | None = _field(None, "", "the node's port (nic_port: the host's port = plane)", ge=0)
-    host: int | None = _field(None, "", "nic_port: the host", ge=0)
-    tier: Literal["t0", "t1"] | None = _field(None, "", "switch: the tier of a switch named by plane")
-    index: int | None = _field(None, "", "switch: its index within the plane's tier", ge=0)
-    down_us: float | None = _field(None, "µs", "flap: how long each outage lasts", gt=0)
-    period_us: float | None = _field(None, "µs", "flap: time between outages", gt=0)
-    count: int = _field(1, "", "flap: outages", ge=1)
-    fraction: float | None = _field(None, "fraction", "degrade: the rate left to the link", gt=0, le=1)
-    probability: float | None = _field(None, "fraction", "loss: per-packet loss probability", ge=0, le=1)
-
-    @model_validator(mode="after")
-    def _needs(self) -> Failure:
-        if self.kind != "loss" and self.at_us is None:
-            raise ValueError(f"kind {self.kind!r} needs at_us")
-        need = FAILURE_KEYS[self.kind]
-        if self.kind in ("flap", "degrade"):
-            need = (*need, *self._link_keys())
-        elif self.kind == "switch":
-            need = ("node",) if self.node is not None else ("plane", "tier", "index")
-        missing = [k for k in need if getattr(self, k) is None]
-        if missing:
-            raise ValueError(f"kind {self.kind!r} needs {', '.join(missing)}")
-        return self
-
-    def _link_keys(self) -> tuple[str, ...]:
-        return ("node", "port") if self.node is not None else ("plane", "t0", "uplink")
-
-
-class Variant(_Section):
+class Variant(Section):
     """One run of the scenario with overrides."""
 
-    name: str = _field(..., "", "the run's label (names its files: `mrc-128-evs.flows.csv`)", min_length=1)
-    set: list[str] = _field([], "", "overrides, as --set takes them: 'section.key=value'")
+    name: str = setting(..., "", "the run's label (names its files: `mrc-128-evs.flows.csv`)", min_length=1)
+    set: list[str] = setting([], "", "overrides, as --set takes them: 'section.key=value'")
 
 
-class Reference(_Section):
+class Reference(Section):
     """A figure another simulator (or theory) gave for a variant, printed beside openmrc's."""
 
-    variant: str = _field(..., "", "the variant's name")
-    figure: str = _field(..., "", "a results.json key of that run, e.g. max_fct_us")
-    value: float = _field(..., "(the figure's)", "the reference's value")
-    source: str = _field("htsim", "", "where the value comes from")
-    at: dict[str, Any] = _field(
+    variant: str = setting(..., "", "the variant's name")
+    figure: str = setting(..., "", "a results.json key of that run, e.g. max_fct_us")
+    value: float = setting(..., "(the figure's)", "the reference's value")
+    source: str = setting("htsim", "", "where the value comes from")
+    at: dict[str, Any] = setting(
         {}, "", 'only the sweep point with these values, e.g. { "workload.size_bytes" = 32768 }'
     )
-    note: str = _field("", "", "why openmrc's figure differs (what the simulation does not model)")
+    note: str = setting("", "", "why openmrc's figure differs (what the simulation does not model)")
 
 
-class Scenario(_Section):
+class Scenario(Section):
     """A fabric, a workload, timed failures and the variants to compare."""
 
-    name: str = _field("scenario", "", "the scenario's name")
-    description: str = _field("", "", "one paragraph: what runs and what to look at")
-    until_us: float = _field(100_000.0, "µs", "stop here even if flows are unfinished", gt=0)
-    sample_us: float = _field(5.0, "µs", "time-series interval (job goodput, EV states); 0: none", ge=0)
-    expected_wall_s: float | None = _field(
+    name: str = setting("scenario", "", "the scenario's name")
+    description: str = setting("", "", "one paragraph: what runs and what to look at")
+    until_us: float = setting(100_000.0, "µs", "stop here even if flows are unfinished", gt=0)
+    sample_us: float = setting(5.0, "µs", "time-series interval (job goodput, EV states); 0: none", ge=0)
+    expected_wall_s: float | None = setting(
         None, "s", "how long the whole scenario took to run once (compiled), for `sim scenarios`", ge=0
     )
     fabric: Fabric = Field(default_factory=Fabric, description="[fabric]")
     workload: Workload = Field(default_factory=Workload, description="[workload]")
     failures: list[Failure] = Field([], description="[[failures]]")
     variants: list[Variant] = Field([], description="[[variants]]")
-    sweep: dict[str, list[Any]] = _field(
+    sweep: dict[str, list[Any]] = setting(
         {}, "", "'section.key' = [values]: every combination, for every variant (e.g. failures.0.probability)"
     )
     references: list[Reference] = Field([], description="[[references]]")
@@ -395,12 +284,17 @@ def problems(exc: ValidationError) -> list[str]:
     return lines
 
 
-def check(doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` (a parsed scenario) validated and resolved: every key present, unset optional ones omitted."""
+def parse(doc: dict[str, Any]) -> Scenario:
+    """``doc`` (a parsed scenario) validated, as the schema's typed model."""
     try:
-        model = Scenario.model_validate(doc)
+        return Scenario.model_validate(doc)
     except ValidationError as exc:
         raise SchemaError(problems(exc)) from None
+
+
+def check(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (a parsed scenario) validated and resolved: every key present, unset optional ones omitted."""
+    model = parse(doc)
     out = model.model_dump()
     out["workload"] = model.workload.model_dump(exclude_none=True)
     out["failures"] = [f.model_dump(exclude_none=True) for f in model.failures]

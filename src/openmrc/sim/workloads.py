@@ -48,6 +48,7 @@ __all__ = [
     "derangement",
     "hierarchical_allreduce",
     "incast",
+    "nvlink_ns",
     "pair",
     "permutation",
     "ring_allreduce",
@@ -231,10 +232,8 @@ class AllReduceJob:
         return sum(self.step_bytes)
 
     def nvlink_ns(self, nvlink_bps: int) -> int:
-        """The two intra-server phases (reduce-scatter, all-gather of the whole buffer among g GPUs, each
-        sending (g−1)/g of it) at ``nvlink_bps`` per GPU: computed, not simulated."""
-        g = self.gpus_per_server
-        return 2 * self.size * (g - 1) * 8_000_000_000 // (g * nvlink_bps)
+        """The two intra-server phases at ``nvlink_bps`` per GPU (`nvlink_ns`): computed, not simulated."""
+        return nvlink_ns(self.size, self.gpus_per_server, nvlink_bps)
 
     def step_ns(self) -> int | None:
         """Network phase: first start to last completion (None while a step is unfinished)."""
@@ -271,6 +270,14 @@ class AllReduceJob:
     def _fired(self, host: int, step: int, trigger: Trigger) -> None:
         del self._pending[host * self.steps + step]
         self.add(host, step, trigger)
+
+
+def nvlink_ns(size: int, gpus_per_server: int, nvlink_bps: int) -> int:
+    """The two intra-server phases of a hierarchical all-reduce of ``size`` bytes per GPU (reduce-scatter,
+    all-gather of the whole buffer among the server's g GPUs, each sending (g−1)/g of it) at ``nvlink_bps``
+    per GPU: computed, not simulated."""
+    g = gpus_per_server
+    return 2 * size * (g - 1) * 8_000_000_000 // (g * nvlink_bps)
 
 
 def hierarchical_allreduce(
