@@ -42,8 +42,9 @@ def modify_ev_fmt_profile(
     ctx: verbs.Context, ev_fmt_profile_id: int, attr: EvFmtProfileAttr, attr_mask: int
 ) -> None:
     """mrc_ctl_modify_ev_fmt_profile. To OFFLINE: MODE; to ONLINE: the fields (OP with MODIFY_FIELDS, now
-    or before). OFFLINE allows MODE and MODIFY_FIELDS; ONLINE only a move back to OFFLINE (EBUSY while an
-    ONLINE EV profile uses the format). E2BIG: fields wider than the mode carries."""
+    or before). OFFLINE allows MODE and MODIFY_FIELDS; ONLINE a move back to OFFLINE (EBUSY while an
+    ONLINE EV profile uses the format), VENDOR_CFG and the queries. E2BIG: fields wider than the mode
+    carries."""
     _priv(ctx)
     pid = _id("ev_fmt_profile_id", ev_fmt_profile_id)
     _unknown(attr_mask, EvFmtProfileAttrMask, "modify_ev_fmt_profile")
