@@ -4,11 +4,13 @@ bound QPs and by QPs that bind later), EV events with drop counts, endpoint requ
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,12 +140,50 @@ def _rts(qp: verbs.Qp, peer: Node, dest: int) -> None:
 def test_controller_calls_need_privilege(nodes: tuple[Node, Node], monkeypatch: pytest.MonkeyPatch) -> None:
     a, _ = nodes
     monkeypatch.setattr(ctl.os, "geteuid", lambda: 1000)
-    ctl._GRANTED.clear()
+    a.udp.nic.profiles.controller = None  # the controller's record of the device, its grant with it
     with pytest.raises(ctl.CtlError) as e:
         ctl.query_port(a.ctx, 1)
     assert _code(e) == "EPERM" and "CAP_NET_ADMIN" in str(e.value) and "ctl.grant" in str(e.value)
     ctl.grant(a.dev)
     assert ctl.query_port(a.ctx, 1).port_admin_state is ctl.PortAdminState.ENABLED
+
+
+def test_a_closed_device_is_not_kept_alive_by_its_controller() -> None:
+    """The controller's record of a device (its grant, its profiles) lives on the device: once the device
+    is closed and forgotten, nothing in ctl keeps it alive."""
+    x, y = _RNG.randrange(1, 255), _RNG.randrange(0, 250)
+    n = Node([f"127.{x}.{y}.1", f"127.{x}.{y}.2"])  # granted
+    try:
+        ref = weakref.ref(n.udp)
+    except TypeError:
+        pytest.skip("this build's UdpDevice takes no weak references")
+    _udp_format(n)
+    cfg = NsccConfig.defaults(50_000_000_000, 200_000, 4096)
+    ctl.modify_cc_profile(
+        n.ctx, 5, ctl.CcProfileAttr(S.OFFLINE, algorithm="uet-1.0-nscc"), CM.STATE | CM.ALGORITHM
+    )
+    ctl.modify_cc_profile(n.ctx, 5, ctl.CcProfileAttr(S.ONLINE, cc_config=cfg), CM.STATE | CM.CONFIG)
+    verbs.destroy_context(n.ctx)
+    verbs.close_device(n.dev)
+    n.close()
+    del n
+    gc.collect()
+    assert ref() is None
+
+
+def test_every_opening_of_a_device_sees_its_controller_state(nodes: tuple[Node, Node]) -> None:
+    """Profiles and grants belong to the device, not to one opening of it: a device opened again (by
+    another part of the program, or after closing it) sees the profiles a controller made before."""
+    a, _ = nodes
+    _udp_format(a)
+    verbs.destroy_context(a.ctx)
+    verbs.close_device(a.dev)
+    dev = verbs.open_device(a.name)  # no grant asked again
+    ctx = verbs.create_context(dev)
+    assert ctl.query_ev_fmt_profile(ctx, 3, FM.STATE).profile_state is S.ONLINE
+    ctl.modify_ev_fmt_profile(ctx, 3, ctl.EvFmtProfileAttr(S.OFFLINE), FM.STATE)
+    verbs.destroy_context(ctx)
+    verbs.close_device(dev)
 
 
 def test_device_query_and_versions(nodes: tuple[Node, Node]) -> None:
@@ -533,6 +573,7 @@ if isinstance(qp, str):
     sys.exit(f"first bind {qp}")
 print("ports", *sorted(s.entropy & 0xFFFF for s in qp.ev_states()), flush=True)
 import time
+import weakref
 for line in sys.stdin:
     if line.strip() == "denied":
         end = time.monotonic() + 5

@@ -130,6 +130,9 @@ class ProfileTable:
         too (a node's shared store); it installs or removes them here and answers."""
         self.ev_states: dict[int, dict[int, EVState]] = {}
         """Per EV profile, the states a controller set (by EV echo value): a QP binding it later starts so."""
+        self.controller: object | None = None
+        """The controller's own record of this NIC (`openmrc.ctl`: its profiles in every state, the ports it
+        took down, its grant, its store), here so that it lives and dies with the NIC."""
         # The values are drawn now (the rng sequence must not depend on whether profile 0 is used), the
         # profile itself is built on first use: a simulated fabric of 100K+ NICs mostly never needs it.
         self._default_ev_values: array[int] | None = array(
