@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
+from typing import Literal
 
 from openmrc.wire.constants import SackM
 
@@ -85,8 +86,8 @@ class Layout:
     items: tuple[Item, ...]
     order: tuple[str, ...] = ()
     """Constructor (and dataclass field) order, when not wire order: new fields go last."""
-    from_words: str = ""
-    """``classmethod`` or ``staticmethod``: a ``from_words`` building the header from the unpacked values."""
+    from_words: Literal["", "classmethod", "staticmethod"] = ""
+    """If set, ``from_words``, a method of that kind building the header from the unpacked values."""
     values: str = ""
     """If set, a method of that name returns every value of the struct, packed and unchecked."""
     checked_values: str = ""
