@@ -20,6 +20,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
+# The header classes, generated from their layout descriptions (rewritten only when the text changes).
+src/openmrc/wire/_headers_gen.py: src/openmrc/wire/_layouts.py
+	OPENMRC_PURE=1 $(BIN)/python -m openmrc.wire._layouts
+
 $(NATIVE): $(STAMP) $(NATIVE_SRC) scripts/build_native.py scripts/native_api.py
 	$(BIN)/python scripts/build_native.py
 

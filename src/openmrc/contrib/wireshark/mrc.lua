@@ -4,8 +4,8 @@
 --          tshark -X lua_script:mrc.lua -o mrc.udp_port:4971 -r capture.pcap
 -- or copy this file into the personal Lua plugins folder (Help > About > Folders).
 --
--- Layouts follow openmrc/wire/headers.py (the authoritative byte/bit layout) and the header chain of
--- openmrc/wire/packet.py: BTH, then by opcode
+-- Layouts follow openmrc/wire/_layouts.py (the authoritative byte/bit layout, explained in headers.py) and
+-- the header chain of openmrc/wire/packet.py: BTH, then by opcode
 --   0xC6-0xCB data  METH, [TSETH if BTH.TS], RETH, [ImmDt for 0xC9/0xCB], payload, pad
 --   0xD1 ACK        AETH
 --   0xD8 / 0xD9     ERTH / EETH   (endpoint request / response)
@@ -71,7 +71,7 @@ local function is_imm(op) return op == 0xC9 or op == 0xCB end
 ---------------------------------------------------------------------------------------------------------
 -- Header layouts. Each field: { name, label, byte offset, byte length, mask=, base=, vals=, bool=,
 -- signed=, abbr= }. ``len`` is the width of the containing integer (1, 2, 3, 4 or 8 bytes); ``mask``
--- selects sub-byte fields inside it, exactly as in headers.py.
+-- selects sub-byte fields inside it, exactly as in _layouts.py.
 ---------------------------------------------------------------------------------------------------------
 local function typenext()
     return {
