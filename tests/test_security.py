@@ -611,3 +611,28 @@ def test_perf_keygen_writes_a_secret_domain_and_perf_checks_its_options(tmp_path
     assert key.stat().st_mode & 0o777 == 0o600 and SecurityDomain.from_spec(key.read_text()).sdi == 1
     for args in (["--encrypt"], ["--no-header-tag"], ["--secure", str(tmp_path / "none")]):
         assert runner.invoke(app, ["perf", "client", "127.0.0.1", *args]).exit_code == 2, args
+
+
+def test_a_sealed_transmit_is_counted_and_refused_on_a_port_that_is_down() -> None:
+    """The simulator hands a sealed packet over as its `Transmit` (`Nic.receive_transmit`): like every other
+    arrival it is counted, and on a port that is down it is dropped there, not opened and placed."""
+    p, _ = secure_pair(wire=False)
+    p.post_recv(1)
+    p.write(0, 4096, imm=1)
+    sent = [t for t in p.a.datagrams_to_send(p.now) if t.body is not None]
+    assert sent, "an authenticated QP's data leaves sealed"
+    t = sent[0]
+    p.b.port_down(t.port, now=p.now)
+    before = p.b.stats.as_dict()
+    p.b.receive_transmit(t, t.port, p.now, src="a")
+    after = p.b.stats.as_dict()
+    assert after["rx_packets"] == before["rx_packets"] + 1
+    assert after["rx_dropped_port"] == before["rx_dropped_port"] + 1
+    assert not any(p.dst[:4096]), "nothing placed"
+    p.b.port_up(t.port, now=p.now)
+    p.b.receive_transmit(t, t.port, p.now, src="a")  # the same packet on a port that is up is placed
+    assert (
+        p.b.stats.rx_packets == after["rx_packets"] + 1
+        and p.b.stats.rx_dropped_port == after["rx_dropped_port"]
+    )
+    assert len(t.payload) > 0 and bytes(p.dst[: len(t.payload)]) == bytes(p.src[: len(t.payload)])

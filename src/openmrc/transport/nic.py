@@ -395,7 +395,11 @@ class Nic:
         other goes to `receive` as its `Packet`."""
         body = t.body
         if body is not None:  # sealed by an authenticated QP: its bytes (no ICRC) are the packet
-            self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
+            self.stats.rx_packets += 1
+            if not 0 < port <= self.num_ports or not self.ports_up[port]:
+                self.stats.rx_dropped_port += 1
+            else:
+                self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
             return
         tpl = t.tpl
         if tpl is not None:
