@@ -21,8 +21,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 # The header classes, generated from their layout descriptions (rewritten only when the text changes).
-src/openmrc/wire/_headers_gen.py: src/openmrc/wire/_layouts.py
+src/openmrc/wire/_headers_gen.py: src/openmrc/wire/_layouts.py | $(STAMP)
 	OPENMRC_PURE=1 $(BIN)/python -m openmrc.wire._layouts
+	touch $@
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC) scripts/build_native.py scripts/native_api.py
 	$(BIN)/python scripts/build_native.py
