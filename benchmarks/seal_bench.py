@@ -67,12 +67,16 @@ def _wire(out: list[Transmit], src: str, dst: str) -> list[tuple[list[bytes | me
     return sent
 
 
-def _deliver(
-    nic: Nic, sent: list[tuple[list[bytes | memoryview], int, Addressing]], now: int, src: str
-) -> None:
-    """``sent`` (acknowledgements) to ``nic``, each datagram as its socket reads it: one buffer."""
-    for parts, port, addr in sent:
-        nic.receive_datagram(b"".join(parts), port, now, addr, src=src)
+def _arrivals(
+    sent: list[tuple[list[bytes | memoryview], int, Addressing]],
+) -> list[tuple[bytes, int, Addressing]]:
+    """``sent`` as the far end's sockets read each datagram: one buffer (the kernel's copy, not timed)."""
+    return [(b"".join(parts), port, addr) for parts, port, addr in sent]
+
+
+def _deliver(nic: Nic, arrived: list[tuple[bytes, int, Addressing]], now: int, src: str) -> None:
+    for raw, port, addr in arrived:
+        nic.receive_datagram(raw, port, now, addr, src=src)
 
 
 def transfer(mode: str, mib: int) -> tuple[float, float, int]:
@@ -96,14 +100,14 @@ def transfer(mode: str, mib: int) -> tuple[float, float, int]:
         data = _wire(out, "a", "b")
         send += clock() - t0
         packets += len(out)
-        arrived = [(b"".join(parts), port, addr) for parts, port, addr in data]  # (the kernel's copy)
+        arrived = _arrivals(data)
         t0 = clock()
-        for raw, port, addr in arrived:
-            p.b.receive_datagram(raw, port, now, addr, src="a")
+        _deliver(p.b, arrived, now, "a")
         acks = _wire(p.b.datagrams_to_send(now), "b", "a")
         recv += clock() - t0
+        arrived = _arrivals(acks)
         t0 = clock()
-        _deliver(p.a, acks, now, "b")
+        _deliver(p.a, arrived, now, "b")
         for nic in (p.a, p.b):
             due = nic.get_timer()
             if due is not None and due <= now:

@@ -242,10 +242,7 @@ TRANSITIONS: Final[Mapping[MachineState, Mapping[Trigger, tuple[MachineState, Ac
             _T.BLAME_AT_FLOOR: (_S.ASSUMED_BAD, _A.RESET_OK),
             _T.PROBE_DIRTY: (_S.ASSUMED_BAD, _A.RESET_OK | _A.CLEAR_MISSES),
             _T.PROBE_CLEAN: (_S.ASSUMED_BAD, _A.CONFIRM | _A.CLEAR_MISSES | _A.COUNT_OK),
-            _T.PROBE_RESTORES: (
-                _S.GOOD,
-                _A.STOP_PROBING | _A.CLEAR_MISSES | _A.COUNT_OK | _A.EMIT | _A.REJOIN,
-            ),
+            _T.PROBE_RESTORES: (_S.GOOD, _RESTORED),
             _T.SET_GOOD: (_S.GOOD, _TO_GOOD),
             _T.SET_DENIED: (_S.DENIED, _TO_DENIED),
         },

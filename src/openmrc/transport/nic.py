@@ -394,27 +394,25 @@ class Nic:
         mode they take the byte path like every packet); a sealed one (``body``) is opened as bytes, any
         other goes to `receive` as its `Packet`."""
         body = t.body
-        if body is not None:  # sealed by an authenticated QP: its bytes (no ICRC) are the packet
-            self.stats.rx_packets += 1
-            if not 0 < port <= self.num_ports or not self.ports_up[port]:
-                self.stats.rx_dropped_port += 1
-            else:
-                self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
-            return
         tpl = t.tpl
-        if tpl is not None:
+        if body is not None:  # sealed by an authenticated QP: its bytes (no ICRC) are the packet
+            dqp = -1
+        elif tpl is not None:
             dqp = tpl.dest_qp
         elif isinstance(t, SackTransmit) and not t.has_packet() and not trim:
             dqp = t.dest_qp  # a SACK by its fields
         else:
             dqp = RESERVED_QP_ENDPOINT  # (no fields to go by: the Packet path)
-        if dqp == RESERVED_QP_ENDPOINT or self._validate:
+        if dqp == RESERVED_QP_ENDPOINT or (self._validate and body is None):
             self.receive(t.packet, port, now, ecn, entropy, trim, src)
             return
         stats = self.stats
         stats.rx_packets += 1
         if not 0 < port <= self.num_ports or not self.ports_up[port]:
             stats.rx_dropped_port += 1
+            return
+        if body is not None:
+            self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
             return
         qp = self.qps.get(dqp)
         if qp is None:
