@@ -26,7 +26,7 @@ from openmrc.transport import (
     WcStatus,
     WrOpcode,
 )
-from openmrc.transport.security import SealState
+from openmrc.transport.security import REPLAY_WINDOW, ReplayWindow, SealState
 from openmrc.wire import Addressing, WireError, parse, seal
 from openmrc.wire.constants import OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM
 from openmrc.wire.security import (
@@ -172,6 +172,34 @@ def test_without_header_tags_a_trimmed_packet_is_recovered_as_a_loss() -> None:
 def trailer(raw: bytes | bytearray) -> int:
     """The security trailer's length of the sealed datagram ``raw`` (ICRC included)."""
     return trailer_length(raw[:-4])
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(1, 40),  # just ahead of the highest counter: reordering across paths
+            st.integers(-80, 0),  # behind it: late, or replayed
+            st.integers(REPLAY_WINDOW - 8, REPLAY_WINDOW + 8),  # a jump of about the window
+            st.integers(-REPLAY_WINDOW - 8, -REPLAY_WINDOW + 8),  # about the window behind
+        ),
+        max_size=300,
+    )
+)
+def test_the_replay_window_takes_each_counter_once_and_nothing_too_old(steps: list[int]) -> None:
+    """Against a model (every counter taken, the highest of them): a counter is refused exactly when it
+    was taken before, or is `REPLAY_WINDOW` or more behind the highest taken, however counters arrive."""
+    w, taken, top = ReplayWindow(), set(), 0
+    for step in steps:
+        c = top + step
+        if c < 1:
+            continue
+        refused = c <= top and (top - c >= REPLAY_WINDOW or c in taken)
+        assert w.refuses(c) == refused, (c, top)
+        if not refused:
+            w.mark(c)
+            taken.add(c)
+            top = max(top, c)
+            assert w.top == top and w.refuses(c)  # taken: a copy of it is a replay
 
 
 # -- the adversary -------------------------------------------------------------------------------------------
@@ -636,3 +664,38 @@ def test_a_sealed_transmit_is_counted_and_refused_on_a_port_that_is_down() -> No
         and p.b.stats.rx_dropped_port == after["rx_dropped_port"]
     )
     assert len(t.payload) > 0 and bytes(p.dst[: len(t.payload)]) == bytes(p.src[: len(t.payload)])
+
+
+def test_damage_in_transit_is_told_apart_from_forgery_and_a_damaged_icrc_alone_loses_nothing() -> None:
+    """A NIC leaves a sealed packet's ICRC to its tag (which covers every byte the ICRC does) and checks the
+    ICRC only of a packet the seal refuses: a bit flipped in transit counts in ``rx_bad_icrc``, the same
+    flip with the ICRC recomputed (a forgery) in ``rx_auth_failed``, and a packet whose only damage is its
+    ICRC is placed (the tag proves its bytes are the sender's), once: a copy of it is a replay."""
+    p, _ = secure_pair(wire=False)
+    p.post_recv(1)
+    p.write(0, 3 * 4096, imm=1)
+    t = next(t for t in p.a.datagrams_to_send(p.now) if t.body is not None and t.tpl is not None)
+    addr = Addressing(port_address("a", t.port), port_address("b", t.port), t.entropy & 0xFFFF)
+    good = seal(bytes(t.body) + bytes(4), addr)
+    start, end = 32, len(good) - 4 - trailer(good)  # the payload: no flip there changes where it goes
+    rng = random.Random(5)
+
+    def deliver(raw: bytes) -> dict[str, int]:
+        before = p.b.stats.as_dict()
+        p.b.receive_datagram(raw, t.port, p.now, addr, src="a")
+        return {k: v - before[k] for k, v in p.b.stats.as_dict().items() if v != before[k]}
+
+    for _ in range(10):
+        b = bytearray(good)
+        b[rng.randrange(start, end)] ^= 1 << rng.randrange(8)
+        assert deliver(bytes(b)) == {"rx_packets": 1, "rx_bad_icrc": 1}
+        assert deliver(seal(bytes(b), addr)) == {"rx_packets": 1, "rx_auth_failed": 1}
+    assert not any(p.dst[: 3 * 4096]), "nothing placed"
+    b = bytearray(good)
+    b[-1] ^= 0x10  # the ICRC alone
+    got = deliver(bytes(b))
+    assert "rx_bad_icrc" not in got and not any(k.startswith("rx_auth") for k in got)
+    n = len(t.payload)
+    at = t.va - p.mr_b.addr
+    assert n > 0 and bytes(p.dst[at : at + n]) == bytes(t.payload) == bytes(p.src[at : at + n])
+    assert deliver(good) == {"rx_packets": 1, "rx_auth_replayed": 1}

@@ -44,7 +44,7 @@ from openmrc.transport.evtable import EvEvent, EvTable
 from openmrc.transport.mr import MemoryRegion, MrTable
 from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import Qp, QpInitAttr
-from openmrc.transport.security import _NO_ICRC, QpSecurity, SealState, SecurityDomain
+from openmrc.transport.security import _NO_ICRC, QpSecurity, SealState, SecurityDomain, count_refusal
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import (
     Access,
@@ -412,7 +412,13 @@ class Nic:
             stats.rx_dropped_port += 1
             return
         if body is not None:
-            self._receive_body(memoryview(body), port, now, ecn, entropy, trim, src)
+            if len(body) < 8:
+                stats.rx_malformed += 1
+                return
+            s = self.secure.get(body[5] << 16 | body[6] << 8 | body[7])
+            if not self._receive_body(s, memoryview(body), len(body), port, now, ecn, entropy, trim, src):
+                assert s is not None
+                count_refusal(stats, s.refused)
             return
         qp = self.qps.get(dqp)
         if qp is None:
@@ -499,14 +505,18 @@ class Nic:
         for i in range(n):
             dg = view[i * seg : i * seg + seg] if n > 1 else view
             stats.rx_packets += 1
-            if secure and len(dg) >= 8 and (dg[5] << 16 | dg[6] << 8 | dg[7]) in secure:
-                if not trim and not icrc_view_ok(dg, addr):  # (a trimmed packet's header tag is checked)
-                    stats.rx_bad_icrc += 1
-                    continue
+            s = secure.get(dg[5] << 16 | dg[6] << 8 | dg[7]) if secure and len(dg) >= 8 else None
+            if s is not None:
+                # Its tag covers every byte the ICRC does: the ICRC is checked only when the seal refuses
+                # the packet, to count damage (rx_bad_icrc) apart from forgery (rx_auth_*).
                 who = src
-                if who is None and dg[5] << 16 | dg[6] << 8 | dg[7] == RESERVED_QP_ENDPOINT:
+                if who is None and s.qp_num == RESERVED_QP_ENDPOINT:
                     who = _ip_text(addr)
-                self._receive_body(dg[: len(dg) - ICRC_SIZE], port, now, ecn, entropy, trim, who)
+                if not self._receive_body(s, dg, len(dg) - ICRC_SIZE, port, now, ecn, entropy, trim, who):
+                    if not trim and not icrc_view_ok(dg, addr):  # (a trimmed packet has no ICRC to check)
+                        stats.rx_bad_icrc += 1
+                    else:
+                        count_refusal(stats, s.refused)
                 continue
             if not trim:
                 if not icrc_view_ok(dg, addr):
@@ -536,18 +546,27 @@ class Nic:
             self._dispatch(pkt, port, now, ecn, entropy, trim, who)
 
     def _receive_body(
-        self, body: memoryview, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable
-    ) -> None:
-        """A packet from BTH up to (not including) its ICRC, which was checked or never existed (an
-        in-process fabric): opened by its QP's seal if the QP is in a security domain, else parsed as is."""
-        stats = self.stats
-        if len(body) < 8:
-            stats.rx_malformed += 1
-            return
-        s = self.secure.get(body[5] << 16 | body[6] << 8 | body[7])
-        raw = b"".join((body, _NO_ICRC)) if s is None else s.open(body, stats, bool(trim))
+        self,
+        s: SealState | None,
+        body: memoryview,
+        n: int,
+        port: int,
+        now: int,
+        ecn: bool,
+        entropy: int,
+        trim: TrimMark,
+        src: Hashable,
+    ) -> bool:
+        """A packet from BTH up to (not including) its ICRC, ``body``'s first ``n`` bytes; its ICRC was
+        checked, never existed (an in-process fabric) or is left to the seal: opened by ``s``, the seal of
+        the QP it is for if that QP is in a security domain, else parsed as is. False when ``s`` refused
+        it (its reason in ``s.refused``, not yet counted: the caller counts it)."""
+        if s is None:
+            raw: memoryview | bytes | None = b"".join((body[:n], _NO_ICRC))
+        else:
+            raw = s.verify(body, bool(trim), n)
         if raw is None:
-            return
+            return False
         if s is not None and not trim:  # an opened plain data packet: the responder's fast path
             f = plain_data_fields(raw if type(raw) is memoryview else memoryview(raw))
             qp = self.qps.get(f[1]) if f[0] else None
@@ -556,13 +575,14 @@ class Nic:
                     f[0], f[2], f[3], f[4], f[5], f[6], f[7], 0, 0, now, port, ecn, entropy, _NO_TRIM
                 )
                 self._woken[qp] = None
-                return
+                return True
         try:
             pkt = parse(raw, trimmed=bool(trim))
         except WireError:
-            stats.rx_malformed += 1
-            return
+            self.stats.rx_malformed += 1
+            return True
         self._dispatch(pkt, port, now, ecn, entropy, trim, src)
+        return True
 
     def _dispatch(
         self, pkt: Packet, port: int, now: int, ecn: bool, entropy: int, trim: TrimMark, src: Hashable

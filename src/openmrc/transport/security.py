@@ -51,7 +51,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import LocalProtocolError, SackTransmit, Transmit
-from openmrc.wire.constants import is_data_opcode
+from openmrc.wire.constants import OP_WRITE_FIRST, OP_WRITE_ONLY_WITH_IMM
 from openmrc.wire.datagram import data_header_length
 from openmrc.wire.packet import _ZERO_PAD
 from openmrc.wire.security import (
@@ -78,6 +78,24 @@ _NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips: the ICRC was check
 _BTH_SIZE: Final = 12
 _VERSION: Final = SECH_VERSION << 4  # SECH byte 0 without flags
 _WINDOW_MASK: Final = REPLAY_WINDOW - 1
+_FIRST_DATA_OP: Final = OP_WRITE_FIRST
+_LAST_DATA_OP: Final = OP_WRITE_ONLY_WITH_IMM
+# Bound methods, not the Structs: compiled, calling one skips a method lookup by name per packet.
+_SECH_READ: Final = struct.Struct("!HIIHI").unpack_from
+"""SECH in five reads: version/flags << 8 | epoch, SDI, SSI, reserved << 8 | counter >> 32, counter's low
+32 (`SECH_LAYOUT`'s fields, two of them paired: fewer objects per packet)."""
+_SECH_PACK: Final = SECH_LAYOUT.pack
+_NONCE_PACK: Final = NONCE_LAYOUT.pack
+
+REFUSED_UNSEALED: Final = 1
+"""Why `SealState.verify` refused a packet: not sealed, or too short for what it claims
+(``rx_auth_unsealed``)."""
+REFUSED_FAILED: Final = 2
+"""Its SECH is not of this QP's domain, mode or peer, or its tag does not verify (``rx_auth_failed``)."""
+REFUSED_REPLAYED: Final = 3
+"""Its counter was seen, or is too far behind to tell (``rx_auth_replayed``)."""
+REFUSED_EPOCH: Final = 4
+"""Its epoch is not live, or the domain is revoked (``rx_auth_epoch``)."""
 
 
 def _uint32(name: str, v: object) -> int:
@@ -261,9 +279,15 @@ class ReplayWindow:
             if c - top >= REPLAY_WINDOW:
                 seen[:] = bytes(len(seen))
             else:
-                for x in range(top + 1, c):  # counters between the old top and c: not seen yet
+                x = top + 1
+                while x < c:  # counters between the old top and c, not seen yet: a byte's worth at a time
                     i = x & _WINDOW_MASK
-                    seen[i >> 3] &= ~(1 << (i & 7)) & 0xFF
+                    lo = i & 7
+                    k = 8 - lo
+                    if k > c - x:
+                        k = c - x
+                    seen[i >> 3] &= ~(((1 << k) - 1) << lo) & 0xFF
+                    x += k
             self.top = c
         i = c & _WINDOW_MASK
         seen[i >> 3] |= 1 << (i & 7)
@@ -281,6 +305,7 @@ class SealState:
         "peer_qpn",
         "peer_ssi",
         "qp_num",
+        "refused",
         "sent",
         "ssi",
         "window",
@@ -305,6 +330,8 @@ class SealState:
         """The counter of the last packet sealed (an endpoint, whose nonces share the reserved QP number
         with every NIC's, starts at random: only a colliding SSI and overlapping counters reuse one)."""
         self.peer_ssi = 0
+        self.refused = 0
+        """Why `verify` refused the last packet it refused (``REFUSED_*``)."""
         self.window = ReplayWindow()
         self.windows: dict[int, ReplayWindow] | None = {} if per_sender else None
         """Per sender SSI (an endpoint's), made when a sender's first packet verifies."""
@@ -319,56 +346,80 @@ class SealState:
         if keys is None or self.sent >= COUNTER_MAX:
             return False
         self.sent = c = self.sent + 1
+        hi = c >> 32
+        lo = c & 0xFFFFFFFF
+        ssi = self.ssi
+        nonce = _NONCE_PACK(ssi, self.qp_num << 8 | hi, lo)
+        encrypt = self.encrypt
         tpl = t.tpl
-        if tpl is not None:
+        hdr: bytes | bytearray
+        if tpl is not None:  # a data packet from its Write's template: its headers come sealed (S set)
             n = t.size
-            raw = tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, n)
+            hdr = tpl.header(t.op, t.ack_req, t.rtx, t.psn, t.va, n, True)
             payload: bytes | memoryview = t.payload
+            data = True
         else:
             if type(t) is SackTransmit:
                 t.stamp_service(now)  # (leaves now: sealed, no driver may change it later)
             pkt = t.packet
-            raw = pkt.encode_headers()
+            hdr = bytearray(pkt.encode_headers())
+            hdr[8] |= BTH_SEALED
             payload = pkt.payload
             n = len(payload)
-        hdr = bytearray(raw)
-        hdr[8] |= BTH_SEALED
+            data = _FIRST_DATA_OP <= hdr[0] <= _LAST_DATA_OP
         pad = _ZERO_PAD[-n & 3]
-        encrypt = self.encrypt
-        ssi = self.ssi
-        qpn = self.qp_num
-        nonce = NONCE_LAYOUT.pack(ssi, qpn << 8 | c >> 32, c & 0xFFFFFFFF)
-        whole, header = keys
-        data = is_data_opcode(raw[0])
         htagged = data and self.header_tag  # (control packets are never trimmed: no header tag)
         flags = _VERSION | encrypt | (SECH_FLAG_HEADER_TAG if htagged else 0)
-        sech = SECH_LAYOUT.pack(flags, epoch, dom.sdi, ssi, 0, c >> 32, c & 0xFFFFFFFF)
-        htag = header.encrypt(nonce, b"", b"".join((hdr, sech))) if htagged else b""
+        sech = _SECH_PACK(flags, epoch, dom.sdi, ssi, 0, hi, lo)
+        htag = keys[1].encrypt(nonce, b"", b"".join((hdr, sech))) if htagged else b""
         if encrypt and data:
-            ct = whole.encrypt(nonce, payload, b"".join((hdr, pad, htag, sech)))
+            ct = keys[0].encrypt(nonce, payload, b"".join((hdr, pad, htag, sech)))
             t.body = b"".join((hdr, memoryview(ct)[:n], pad, htag, sech, memoryview(ct)[n:]))
         else:
             aad = b"".join((hdr, payload, pad, htag, sech))
-            t.body = aad + whole.encrypt(nonce, b"", aad)
+            t.body = aad + keys[0].encrypt(nonce, b"", aad)
         return True
 
     # -- receiving -----------------------------------------------------------------------------------------
     def open(self, body: memoryview, stats: NicStats, trimmed: bool = False) -> memoryview | bytes | None:
         """The packet ``body`` (BTH through the tag, its ICRC checked unless ``trimmed``) as
         `openmrc.wire.parse` takes it (the MRC 1.0 packet, its last four bytes standing for the ICRC), or
-        None: refused and counted. A ``trimmed`` data packet is its headers and trailer (or, from an
-        in-process fabric, still whole): its header tag is checked, and its headers come back."""
-        n = len(body)
+        None: refused and counted in ``stats``. A ``trimmed`` data packet is its headers and trailer (or,
+        from an in-process fabric, still whole): its header tag is checked, and its headers come back."""
+        out = self.verify(body, trimmed)
+        if out is None:
+            count_refusal(stats, self.refused)
+        return out
+
+    def verify(self, body: memoryview, trimmed: bool = False, n: int = -1) -> memoryview | bytes | None:
+        """`open` without counting: None when refused, the reason in ``refused`` (`REFUSED_UNSEALED`,
+        `REFUSED_FAILED`, `REFUSED_REPLAYED`, `REFUSED_EPOCH`). ``n``: the packet is ``body``'s first ``n``
+        bytes (a datagram with its ICRC, sliced by no one; -1: all of it). A NIC that leaves a sealed
+        packet's ICRC unchecked (its tag covers every byte the ICRC does) checks the ICRC of a refused
+        one, to count damage apart from forgery."""
+        if n < 0 or n > len(body):
+            n = len(body)
         if n < _BTH_SIZE + SEAL_OVERHEAD or not body[8] & BTH_SEALED:
-            stats.rx_auth_unsealed += 1
+            self.refused = REFUSED_UNSEALED
             return None
         sech_at = n - SEAL_OVERHEAD  # SECH and the tag: always the last 32 bytes
-        vf, epoch, sdi, ssi, rsvd, hi, lo = SECH_LAYOUT.unpack_from(body, sech_at)
+        f = _SECH_READ(body, sech_at)
+        vfe: int = f[0]  # (typed: compiled, what follows is native integer arithmetic, not object calls)
+        sdi: int = f[1]
+        ssi: int = f[2]
+        rsvd_hi: int = f[3]
+        lo: int = f[4]
+        vf = vfe >> 8
+        epoch = vfe & 0xFF
+        rsvd = rsvd_hi >> 8
+        hi = rsvd_hi & 0xFF
         dom = self.domain
         c = hi << 32 | lo
         encrypted = self.encrypt
-        data = is_data_opcode(body[0])
+        op = body[0]
+        data = _FIRST_DATA_OP <= op <= _LAST_DATA_OP
         has_htag = vf & SECH_FLAG_HEADER_TAG
+        peer_ssi = self.peer_ssi
         if (
             vf & ~SECH_FLAG_HEADER_TAG != _VERSION | encrypted
             or (has_htag and not data)
@@ -376,58 +427,79 @@ class SealState:
             or sdi != dom.sdi
             or not ssi
             or not c
-            or (self.peer_ssi and ssi != self.peer_ssi)
+            or (peer_ssi and ssi != peer_ssi)
         ):
-            stats.rx_auth_failed += 1
+            self.refused = REFUSED_FAILED
             return None
         if trimmed and not has_htag:
-            stats.rx_auth_unsealed += 1  # (no header tag: a trimmed packet cannot be verified)
+            self.refused = REFUSED_UNSEALED  # (no header tag: a trimmed packet cannot be verified)
             return None
         end = sech_at - TAG_SIZE if has_htag else sech_at  # the end of the pad
         if end < _BTH_SIZE:
-            stats.rx_auth_unsealed += 1
+            self.refused = REFUSED_UNSEALED
             return None
         keys = dom.aead(epoch)
         if keys is None:
-            stats.rx_auth_epoch += 1
+            self.refused = REFUSED_EPOCH
             return None
         windows = self.windows
         w = self.window
         if windows is not None:
             w = windows.get(ssi) or ReplayWindow()
-        if w.refuses(c):
-            stats.rx_auth_replayed += 1
+        top = w.top
+        if c <= top and w.refuses(c):  # (a counter above the highest one verified is always new)
+            self.refused = REFUSED_REPLAYED
             return None
-        nonce = NONCE_LAYOUT.pack(ssi, self.peer_qpn << 8 | hi, lo)
-        whole, header = keys
+        nonce = _NONCE_PACK(ssi, self.peer_qpn << 8 | hi, lo)
         tag_at = n - TAG_SIZE
         out: memoryview | bytes
         try:
-            if data:
+            if not data:
+                keys[0].decrypt(nonce, body[tag_at:n], body[:tag_at])
+                out = body[: end + 4]
+            elif not trimmed and not encrypted:  # nearly every packet: the tag over the whole packet
+                hl = data_header_length(body)
+                if hl > end - ((body[1] >> 4) & 3):
+                    self.refused = REFUSED_FAILED
+                    return None
+                keys[0].decrypt(nonce, body[tag_at:n], body[:tag_at])
+                out = body[: end + 4]  # (four bytes of the trailer stand for the ICRC `parse` skips)
+            else:
                 hl = data_header_length(body)
                 pad = (body[1] >> 4) & 3
                 if hl > (end if trimmed else end - pad):
-                    stats.rx_auth_failed += 1
+                    self.refused = REFUSED_FAILED
                     return None
                 if trimmed:
-                    header.decrypt(nonce, body[end:sech_at], b"".join((body[:hl], body[sech_at:tag_at])))
+                    keys[1].decrypt(nonce, body[end:sech_at], b"".join((body[:hl], body[sech_at:tag_at])))
                     out = b"".join((body[:hl], _NO_ICRC))
-                elif encrypted:
-                    aad = b"".join((body[:hl], body[end - pad : tag_at]))
-                    pt = whole.decrypt(nonce, b"".join((body[hl : end - pad], body[tag_at:])), aad)
-                    out = b"".join((body[:hl], pt, body[end - pad : end], _NO_ICRC))
                 else:
-                    whole.decrypt(nonce, body[tag_at:], body[:tag_at])
-                    out = body[: end + 4]  # (four bytes of the trailer stand for the ICRC `parse` skips)
-            else:
-                whole.decrypt(nonce, body[tag_at:], body[:tag_at])
-                out = body[: end + 4]
+                    aad = b"".join((body[:hl], body[end - pad : tag_at]))
+                    pt = keys[0].decrypt(nonce, b"".join((body[hl : end - pad], body[tag_at:n])), aad)
+                    out = b"".join((body[:hl], pt, body[end - pad : end], _NO_ICRC))
         except InvalidTag:
-            stats.rx_auth_failed += 1
+            self.refused = REFUSED_FAILED
             return None
-        w.mark(c)
-        if windows is not None:
-            windows[ssi] = w
-        elif not self.peer_ssi:
+        if c == top + 1 and windows is None:  # the next counter of the one peer: the window's common case
+            w.top = c
+            i = c & _WINDOW_MASK
+            w.seen[i >> 3] |= 1 << (i & 7)
+        else:
+            w.mark(c)
+            if windows is not None:
+                windows[ssi] = w
+        if not peer_ssi and windows is None:
             self.peer_ssi = ssi
         return out
+
+
+def count_refusal(stats: NicStats, why: int) -> None:
+    """Count a packet `SealState.verify` refused for ``why`` in ``stats``."""
+    if why == REFUSED_FAILED:
+        stats.rx_auth_failed += 1
+    elif why == REFUSED_REPLAYED:
+        stats.rx_auth_replayed += 1
+    elif why == REFUSED_EPOCH:
+        stats.rx_auth_epoch += 1
+    else:
+        stats.rx_auth_unsealed += 1

@@ -446,13 +446,16 @@ class DataTemplate:
         self.dma_len = dma_len
         self.immdt = immdt
 
-    def header(self, op: int, ack_req: bool, rtx: bool, psn: int, va: int, n: int) -> bytes:
+    def header(
+        self, op: int, ack_req: bool, rtx: bool, psn: int, va: int, n: int, sealed: bool = False
+    ) -> bytes:
         """BTH, METH, RETH and (for the two opcodes that carry it) ImmDt of the data packet ``op`` with
         ``n`` payload bytes: what `Packet.encode_headers` gives for `packet`'s result. ``op`` is a data
         opcode, ``psn`` 24 bits and ``va`` 64 bits (the caller's: the core checks a Write's VA range when
-        it is posted)."""
+        it is posted). ``sealed``: BTH's bit S set (**[openmrc]**, `openmrc.wire.security`), for a packet
+        of an authenticated QP."""
         meth = self.meth
-        w8 = (ack_req << 31) | (rtx << 29) | psn
+        w8 = (ack_req << 31) | (sealed << 30) | (rtx << 29) | psn
         imm = self.immdt
         if imm is not None and op in (OP_WRITE_LAST_WITH_IMM, OP_WRITE_ONLY_WITH_IMM):
             return _IMM_DATA_PACK(
@@ -539,7 +542,14 @@ def plain_data_fields(view: memoryview) -> PlainData:
     rel = view[0] - OP_WRITE_FIRST
     if rel < 0 or rel > 7 or not (_PLAIN_MASK >> rel) & 1:
         return NOT_PLAIN
-    op, b1, w4, w8, va, rkey, dma = _PLAIN_READ(view, 0)
+    r = _PLAIN_READ(view, 0)
+    op: int = r[0]  # (typed: compiled, what follows is native integer arithmetic, not object calls)
+    b1: int = r[1]
+    w4: int = r[2]
+    w8: int = r[3]
+    va: int = r[4]
+    rkey: int = r[5]
+    dma: int = r[6]
     if w8 & 0x10000000:  # BTH.TS: a TSETH follows
         return NOT_PLAIN
     pad = (b1 >> 4) & 3
