@@ -83,6 +83,43 @@ def test_every_collective_on_four_real_ranks() -> None:
     assert all(o["pieces"] > 100 for o in out)
 
 
+def _small_and_often(comm: Communicator, calls: int) -> dict[str, Any]:
+    """Many small all_reduces on the same buffer (a training loop's gradients, a benchmark's loop), then one
+    on memory a bytearray holds."""
+    r, n = comm.rank, comm.size
+    y = np.zeros(4, np.float32)
+    eng = comm.engine
+    before = dict(eng.stats)
+    for i in range(calls):
+        y[:] = np.arange(4, dtype=np.float32) * (r + 1) + i
+        comm.all_reduce(y)
+        want = np.arange(4, dtype=np.float32) * (n * (n + 1) / 2) + i * n
+        np.testing.assert_array_equal(y, want)
+    raw = bytearray(16)
+    a = np.frombuffer(raw, np.float32)
+    a[:] = r + 1
+    comm.all_reduce(a)
+    assert float(a[0]) == n * (n + 1) / 2
+    del a
+    raw.extend(bytes(4))  # nothing of the communicator holds on to memory it does not own
+    return {
+        "credit_writes": eng.stats["credits_sent"] - before["credits_sent"],
+        "carried": eng.stats["credits_carried"] - before["credits_carried"],
+        "cached": len(eng._regs),
+    }
+
+
+def test_small_collectives_give_slots_back_on_their_pieces_and_keep_buffers_registered() -> None:
+    """Two ranks, 200 small all_reduces: the slot each consumed goes back on its next piece to the peer, not
+    in a Write of its own (one Write per rank and call, not two), and the buffer is registered once; memory
+    numpy does not own (a bytearray's) is registered per call and let go."""
+    out = run_local(2, _small_and_often, 200, timeout=120)
+    for o in out:
+        assert o["carried"] >= 195, o
+        assert o["credit_writes"] <= 5, o
+        assert 1 <= o["cached"] <= 3, o
+
+
 def _plane_fails(comm: Communicator, count: int) -> dict[str, Any]:
     """A large all_reduce while plane 2 of rank 1 blackholes everything it sends (and 1 % loss elsewhere)."""
     xs = _all(comm, count, np.float32)

@@ -29,7 +29,7 @@ import numpy as np
 from openmrc import verbs
 from openmrc.collectives import algorithms as algs
 from openmrc.collectives.bootstrap import Store, from_env, from_mpi, store_get
-from openmrc.collectives.engine import CollectiveError, Engine, Link
+from openmrc.collectives.engine import REG_CACHE_BYTES, CollectiveError, Engine, Link
 from openmrc.collectives.ops import dtype_of, ufunc_of
 from openmrc.collectives.program import Program, Schedule
 from openmrc.transport import SecurityDomain
@@ -242,6 +242,7 @@ class Communicator:
         )
         self.chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
+        self._scratches: dict[tuple[int, np.dtype[Any]], np.ndarray[Any, Any]] = {}
         self._closed = False
         self.captured: list[tuple[Program, list[np.ndarray[Any, Any]], str | None]] | None = None
         """When a list: each call is planned and appended here instead of run (`SimWorld` runs them)."""
@@ -386,7 +387,7 @@ class Communicator:
         if self._closed:
             raise CollectiveError("the communicator is closed")
         dtype = bufs[1].dtype
-        bufs = bufs + [np.empty(n, dtype) for n in prog.sizes[len(bufs) :]]  # the scratch it asks for
+        bufs = bufs + [self._scratch(n, dtype) for n in prog.sizes[len(bufs) :]]  # the scratch it asks for
         if self.captured is not None:  # a driver that runs many ranks at once (SimWorld) runs it
             self.captured.append((prog, bufs, op))
             return
@@ -404,6 +405,20 @@ class Communicator:
                 raise
             finally:
                 eng.end()
+
+    def _scratch(self, n: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+        """Scratch of ``n`` elements, the same array for the same size and type from one collective to
+        the next (a collective's scratch is written before it is read; one runs at a time): registered
+        once (the engine's registration cache), not per call."""
+        if n * dtype.itemsize > REG_CACHE_BYTES:
+            return np.empty(n, dtype)  # (registering weighs little beside moving it)
+        key = (n, dtype)
+        a = self._scratches.get(key)
+        if a is None:
+            if len(self._scratches) >= 8:
+                self._scratches.pop(next(iter(self._scratches)))
+            a = self._scratches[key] = np.empty(n, dtype)
+        return a
 
     def _chunk(self, dtype: np.dtype[Any]) -> int:
         return self.chunk_bytes // dtype.itemsize

@@ -5,12 +5,16 @@ ring of ``slots`` receive slots of ``chunk_bytes`` each, registered once for the
 k-th piece a rank sends to a peer is an RDMA Write with Immediate into the peer's slot ``k mod slots``; the
 immediate carries ``k`` (30 bits), so the receiver checks the order MRC completes them in (message order) and
 finds the slot. A sender holds one credit per free slot of the peer's ring: it starts with ``slots`` and
-spends one per piece; a receiver gives slots back when its `Schedule` has consumed them (reduced or copied
-them out) with a zero-length Write with Immediate whose immediate carries the count, so a slot is never
-overwritten before it is read and a peer that races ahead waits instead of overrunning.
+spends one per piece; a receiver gives slots back once its `Schedule` has consumed them (reduced or copied
+them out), so a slot is never overwritten before it is read and a peer that races ahead waits instead of
+overrunning. The slots freed towards a peer ride on the next piece this rank sends it (most collectives send
+to the peers they receive from: a small all_reduce then costs one Write per peer and step, not two);
+a zero-length Write with Immediate carries them instead when a quarter of the ring is owed, and before this
+rank waits for anything (`idle`: a peer is never left waiting for slots this rank could give back).
 
-Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a ping, 11 an abort), bits 29-0 the piece
-number, the credit count, or (abort) the rank that failed.
+Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a ping, 11 an abort); a data piece's bits
+29-19 the slots it gives back and 18-0 its piece number (mod 2^19); the others' bits 29-0 the credit
+count, or (abort) the rank that failed.
 
 Failures. A send to a dead peer ends with RETRY_EXC_ERR once the QP's retries run out (the QP attributes
 give the time, `openmrc.transport.Qp.time_to_error`); a rank that only waits for a dead peer learns it by
@@ -25,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
@@ -44,9 +48,13 @@ PING: Final = 2  # (low bits BYE: the peer is closing)
 BYE: Final = 1
 ABORT: Final = 3
 LOW: Final = (1 << KIND_SHIFT) - 1
+SEQ_BITS: Final = 19  # a data piece's number, mod 2^19 (in order, with at most 1,024 slots outstanding)
+SEQ_MASK: Final = (1 << SEQ_BITS) - 1
 _CTRL_WR: Final = 0  # wr_id of credits and pings
 _ABORT_WR: Final = 1 << 62
 STEP_WCS: Final = 512  # completions one `Engine.step` takes at most
+REG_CACHE_ENTRIES: Final = 32  # buffers a rank keeps registered between collectives, at most
+REG_CACHE_BYTES: Final = 1 << 20  # ... each at most this big (beyond, registering weighs little)
 
 
 class CollectiveError(RuntimeError):
@@ -55,6 +63,15 @@ class CollectiveError(RuntimeError):
     def __init__(self, message: str, rank: int | None = None) -> None:
         super().__init__(message)
         self.rank = rank
+
+
+def _numpy_owned(b: np.ndarray[Any, Any]) -> bool:
+    """Whether numpy allocated ``b``'s memory (not a bytearray's, a tensor's ... which could be resized or
+    freed under a registration kept for later)."""
+    root: Any = b
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    return isinstance(root, np.ndarray) and bool(root.flags.owndata)
 
 
 class Link:
@@ -119,12 +136,23 @@ class Engine:
         self.by_qpn: dict[int, Link] = {}
         self.schedule: Schedule | None = None
         self.mrs: list[verbs.MemoryRegion | None] = []
+        self._temp: list[verbs.MemoryRegion] = []  # this collective's registrations outside the cache
+        self._regs: OrderedDict[tuple[int, int, int], tuple[verbs.MemoryRegion, np.ndarray[Any, Any]]] = (
+            OrderedDict()
+        )  # the registration cache: (address, bytes, access) -> region and the array that holds it
         self.itemsize = 1
         self.failed: CollectiveError | None = None
         self._aborts = 0  # abort messages posted, not completed
         self.unacked = 0  # other sends posted, not completed
         self.clock: Callable[[], float] = time.monotonic
-        self.stats = {"pieces_sent": 0, "pieces_received": 0, "credits_sent": 0, "pings": 0}
+        self.stats = {
+            "pieces_sent": 0,
+            "pieces_received": 0,
+            "credits_sent": 0,
+            "credits_carried": 0,
+            "pings": 0,
+        }
+        self._credit_batch = max(1, slots // 4)
 
     # -- links -----------------------------------------------------------------------------------------------
     def new_link(self, peer: int) -> Link:
@@ -147,17 +175,32 @@ class Engine:
         verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(4 * self.nslots + 32)])
 
     # -- a collective ----------------------------------------------------------------------------------------
+    def _region(self, b: np.ndarray[Any, Any]) -> verbs.MemoryRegion:
+        """``b`` registered: from the registration cache when numpy owns its memory (it cannot move or be
+        freed while the cache holds it) and it is small enough for registering to weigh, else anew (and
+        deregistered by `end`)."""
+        access = verbs.Access.LOCAL_WRITE if b.flags.writeable else verbs.Access(0)
+        small = b.nbytes <= REG_CACHE_BYTES and _numpy_owned(b)
+        key = (b.__array_interface__["data"][0], b.nbytes, int(access)) if small else None
+        if key is not None:
+            hit = self._regs.get(key)
+            if hit is not None:
+                self._regs.move_to_end(key)
+                return hit[0]
+        mr = verbs.reg_mr(self.pd, b.view(np.uint8), access)  # bytes: bfloat16 has no format
+        if key is None:
+            self._temp.append(mr)
+            return mr
+        self._regs[key] = (mr, b)
+        if len(self._regs) > REG_CACHE_ENTRIES:
+            verbs.dereg_mr(self._regs.popitem(last=False)[1][0])
+        return mr
+
     def begin(self, schedule: Schedule, buffers: list[np.ndarray[Any, Any]]) -> None:
         """Register the collective's buffers and start ``schedule`` (its links must exist)."""
         self.schedule = schedule
         self.itemsize = schedule.dtype.itemsize
-        self.mrs = []
-        for b in buffers:
-            if b.nbytes == 0:
-                self.mrs.append(None)
-                continue
-            access = verbs.Access.LOCAL_WRITE if b.flags.writeable else 0
-            self.mrs.append(verbs.reg_mr(self.pd, b.view(np.uint8), access))  # bytes: bfloat16 has no format
+        self.mrs = [self._region(b) if b.nbytes else None for b in buffers]
         ping_at = self.clock() + self.ping_s
         for link in self.links.values():
             link.ping_at = ping_at
@@ -169,9 +212,9 @@ class Engine:
         self._post_sends()
 
     def end(self) -> None:
-        for mr in self.mrs:
-            if mr is not None:
-                verbs.dereg_mr(mr)
+        for mr in self._temp:
+            verbs.dereg_mr(mr)
+        self._temp = []
         self.mrs = []
         self.schedule = None
 
@@ -215,16 +258,7 @@ class Engine:
         kind, low = imm >> KIND_SHIFT, imm & LOW
         link.ping_at = self.clock() + self.ping_s
         if kind == CREDIT:
-            # a peer can only give back slots this rank has filled: more would let it overwrite unread ones
-            if low == 0 or link.credits + low > self.nslots:
-                self._fail(
-                    CollectiveError(
-                        f"rank {self.rank}: rank {link.peer} gave back {low} slot(s) with {link.credits} of "
-                        f"{self.nslots} free (the ranks disagree: a protocol violation)",
-                        link.peer,
-                    )
-                )
-            link.credits += low
+            self._credit(link, low)
             return
         if kind == PING:
             link.bye = link.bye or low == BYE
@@ -233,10 +267,13 @@ class Engine:
             who = low if low < LOW else None  # (LOW: the peer did not know which rank failed)
             named = f"rank {who} failed" if who is not None else "a rank failed"
             self._fail(CollectiveError(f"{named} (reported to rank {self.rank} by rank {link.peer})", who))
-        if low != link.recv_seq & LOW:
+        if low >> SEQ_BITS:
+            self._credit(link, low >> SEQ_BITS)  # slots it gives back, riding on the piece
+        if low & SEQ_MASK != link.recv_seq & SEQ_MASK:
             self._fail(
                 CollectiveError(
-                    f"rank {self.rank}: piece {low} from rank {link.peer}, expected {link.recv_seq & LOW}",
+                    f"rank {self.rank}: piece {low & SEQ_MASK} from rank {link.peer}, expected "
+                    f"{link.recv_seq & SEQ_MASK}",
                     link.peer,
                 )
             )
@@ -257,14 +294,38 @@ class Engine:
         except ScheduleError as exc:
             self._fail(CollectiveError(f"rank {self.rank}: {exc}", link.peer))
 
+    def _credit(self, link: Link, n: int) -> None:
+        """``n`` slots of the peer's ring given back."""
+        # a peer can only give back slots this rank has filled: more would let it overwrite unread ones
+        if n == 0 or link.credits + n > self.nslots:
+            self._fail(
+                CollectiveError(
+                    f"rank {self.rank}: rank {link.peer} gave back {n} slot(s) with {link.credits} of "
+                    f"{self.nslots} free (the ranks disagree: a protocol violation)",
+                    link.peer,
+                )
+            )
+        link.credits += n
+
     def _give_credits(self, consumed: list[Any]) -> None:
+        """Slots the schedule consumed: owed to their peers, given back with the next piece to them, or at
+        once when a quarter of the ring is owed."""
         for link in consumed:
             link.freed += 1
-        for link in set(consumed):
+            if link.freed >= self._credit_batch:
+                self._send_credits(link)
+
+    def _send_credits(self, link: Link) -> None:
+        self._control(link, CREDIT, link.freed)
+        self.stats["credits_sent"] += 1
+        link.freed = 0
+
+    def idle(self) -> None:
+        """This rank is about to wait (or, driven by an event loop, has nothing left to do until its next
+        completion): give back every slot it owes, so that no peer waits for one."""
+        for link in self.links.values():
             if link.freed:
-                self._control(link, CREDIT, link.freed)
-                self.stats["credits_sent"] += 1
-                link.freed = 0
+                self._send_credits(link)
 
     def _post_sends(self) -> None:
         sched = self.schedule
@@ -292,8 +353,11 @@ class Engine:
             sge,
             link.remote_addr + slot * self.chunk_bytes,
             link.remote_rkey,
-            (DATA << KIND_SHIFT) | (link.send_seq & LOW),
+            (DATA << KIND_SHIFT) | (link.freed << SEQ_BITS) | (link.send_seq & SEQ_MASK),
         )
+        if link.freed:
+            self.stats["credits_carried"] += 1
+            link.freed = 0
         link.send_seq += 1
         link.credits -= 1
         self.stats["pieces_sent"] += 1
@@ -377,6 +441,7 @@ class Engine:
                 return
             if self.step():
                 continue
+            self.idle()
             self._arm()
             if self.step():
                 continue
@@ -411,6 +476,9 @@ class Engine:
 
     def close(self) -> None:
         steps: list[Callable[[], None]] = []
+        for mr, _b in self._regs.values():
+            steps.append(partial(verbs.dereg_mr, mr))
+        self._regs.clear()
         for link in self.links.values():
             steps += [partial(verbs.destroy_qp, link.qp), partial(verbs.dereg_mr, link.mr)]
         steps.append(partial(verbs.destroy_cq, self.cq))

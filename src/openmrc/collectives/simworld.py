@@ -123,6 +123,7 @@ class SimWorld:
             self.error = exc
             self.fabric.sim.halted = True
             return
+        eng.idle()  # (nothing more until its next completion: the slots it owes go back now)
         dev.pump()
         eng.cq.core.arm()
         if not was_done and sched is not None and sched.done:
