@@ -243,6 +243,7 @@ class Communicator:
         self.chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
         self._scratches: dict[tuple[int, np.dtype[Any]], np.ndarray[Any, Any]] = {}
+        self._programs: dict[Any, Program] = {}
         self._closed = False
         self.captured: list[tuple[Program, list[np.ndarray[Any, Any]], str | None]] | None = None
         """When a list: each call is planned and appended here instead of run (`SimWorld` runs them)."""
@@ -420,6 +421,21 @@ class Communicator:
             a = self._scratches[key] = np.empty(n, dtype)
         return a
 
+    def _plan(self, build: Callable[..., Program], *args: Any, **kwargs: Any) -> Program:
+        """``build(*args, **kwargs)``: the same `Program` for the same call (a program is only read once it
+        is built, and one collective runs at a time: a loop of one collective plans it once)."""
+        key = (build, args, tuple(sorted(kwargs.items())))
+        try:
+            prog = self._programs.get(key)
+        except TypeError:  # (an argument that cannot be a key: planned each time)
+            return build(*args, **kwargs)
+        if prog is None:
+            prog = build(*args, **kwargs)
+            if len(self._programs) >= 32:
+                self._programs.pop(next(iter(self._programs)))
+            self._programs[key] = prog
+        return prog
+
     def _chunk(self, dtype: np.dtype[Any]) -> int:
         return self.chunk_bytes // dtype.itemsize
 
@@ -459,7 +475,8 @@ class Communicator:
         if not inplace and np.shares_memory(s, r):
             raise ValueError("all_reduce: sendbuf and recvbuf overlap without being the same")
         a = self._pick("all_reduce", algo, r.nbytes)
-        prog = algs.all_reduce(
+        prog = self._plan(
+            algs.all_reduce,
             self.rank,
             self.size,
             r.size,
@@ -481,8 +498,8 @@ class Communicator:
             raise ValueError("reduce_scatter: recvbuf overlaps sendbuf but is not this rank's segment of it")
         ufunc_of(op)
         self._pick("reduce_scatter", algo, r.nbytes)
-        prog = algs.reduce_scatter(
-            self.rank, self.size, r.size, self._chunk(r.dtype), avg=op.lower() == "avg"
+        prog = self._plan(
+            algs.reduce_scatter, self.rank, self.size, r.size, self._chunk(r.dtype), avg=op.lower() == "avg"
         )
         self._run(prog, [s, r], op.lower())
         return recvbuf
@@ -500,7 +517,7 @@ class Communicator:
         if not inplace and np.shares_memory(s, r):
             raise ValueError("all_gather: sendbuf overlaps recvbuf but is not this rank's segment of it")
         self._pick("all_gather", algo, r.nbytes)
-        prog = algs.all_gather(self.rank, self.size, n, self._chunk(r.dtype), inplace=inplace)
+        prog = self._plan(algs.all_gather, self.rank, self.size, n, self._chunk(r.dtype), inplace=inplace)
         self._run(prog, [s, r])
         return recvbuf
 
@@ -557,7 +574,9 @@ class Communicator:
     ) -> Any:
         if np.shares_memory(s, r):
             raise ValueError("alltoall: sendbuf and recvbuf overlap")
-        prog = algs.alltoallv(self.rank, self.size, sc, sd, rc, rd, s.size, r.size, self._chunk(r.dtype))
+        prog = self._plan(
+            algs.alltoallv, self.rank, self.size, sc, sd, rc, rd, s.size, r.size, self._chunk(r.dtype)
+        )
         self._run(prog, [s, r])
         return recvbuf
 
@@ -566,7 +585,9 @@ class Communicator:
         b = _as_array(buf, "buf", writable=True)
         self._root(root)
         a = self._pick("broadcast", algo, b.nbytes)
-        prog = algs.broadcast(self.rank, self.size, b.size, self._chunk(b.dtype), root=root, algo=a)
+        prog = self._plan(
+            algs.broadcast, self.rank, self.size, b.size, self._chunk(b.dtype), root=root, algo=a
+        )
         self._run(prog, [b, b])
         return buf
 
@@ -586,7 +607,8 @@ class Communicator:
         ufunc_of(op)
         inplace = _same(s, r)
         a = self._pick("reduce", algo, s.nbytes)
-        prog = algs.reduce(
+        prog = self._plan(
+            algs.reduce,
             self.rank,
             self.size,
             s.size,
@@ -602,19 +624,19 @@ class Communicator:
     def barrier(self) -> None:
         """Return once every rank has entered the barrier."""
         e = np.empty(0, np.uint8)
-        self._run(algs.barrier(self.rank, self.size), [e, e])
+        self._run(self._plan(algs.barrier, self.rank, self.size), [e, e])
 
     def send(self, buf: Any, peer: int) -> None:
         """``buf`` to rank ``peer``, which calls `recv` with as many elements."""
         b = _as_array(buf, "buf")
         self._peer(peer)
-        self._run(algs.send(peer, b.size, self._chunk(b.dtype)), [b, b])
+        self._run(self._plan(algs.send, peer, b.size, self._chunk(b.dtype)), [b, b])
 
     def recv(self, buf: Any, peer: int) -> Any:
         """Fill ``buf`` with what rank ``peer`` sends."""
         b = _as_array(buf, "buf", writable=True)
         self._peer(peer)
-        self._run(algs.recv(peer, b.size, self._chunk(b.dtype)), [b, b])
+        self._run(self._plan(algs.recv, peer, b.size, self._chunk(b.dtype)), [b, b])
         return buf
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> Any:
@@ -624,7 +646,7 @@ class Communicator:
         self._peer(source)
         if np.shares_memory(s, r):
             raise ValueError("sendrecv: sendbuf and recvbuf overlap")
-        self._run(algs.sendrecv(dest, s.size, source, r.size, self._chunk(r.dtype)), [s, r])
+        self._run(self._plan(algs.sendrecv, dest, s.size, source, r.size, self._chunk(r.dtype)), [s, r])
         return recvbuf
 
     def _root(self, root: int) -> None:
