@@ -3,7 +3,7 @@
 Theory of operation. Each rank keeps, per peer, one RC QP (every plane of the device: MRC sprays it) and a
 ring of ``slots`` receive slots of ``chunk_bytes`` each, registered once for the communicator's life. The
 k-th piece a rank sends to a peer is an RDMA Write with Immediate into the peer's slot ``k mod slots``; the
-immediate carries ``k`` (30 bits), so the receiver checks the order MRC completes them in (message order) and
+immediate carries ``k`` (mod 2^19), so the receiver checks the order MRC completes them in (message order) and
 finds the slot. A sender holds one credit per free slot of the peer's ring: it starts with ``slots`` and
 spends one per piece; a receiver gives slots back once its `Schedule` has consumed them (reduced or copied
 them out), so a slot is never overwritten before it is read and a peer that races ahead waits instead of
