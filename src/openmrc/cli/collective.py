@@ -110,7 +110,7 @@ def run(
     fail_plane: Annotated[
         str | None, typer.Option(help="PLANE@TIME[+DURATION]: blackhole a plane on every rank, e.g. 1@2s")
     ] = None,
-    chunk: Annotated[str, typer.Option(help="pipelining unit (one Write with Immediate)")] = "256K",
+    chunk: Annotated[str, typer.Option(help="pipelining unit (one Write with Immediate)")] = "1M",
     mtu: Annotated[
         str | None,
         typer.Option(help="payload bytes per packet, 256 .. 60K (default: 32K on loopback, else 4K)"),

@@ -9,7 +9,7 @@ spends one per piece; a receiver gives slots back once its `Schedule` has consum
 them out), so a slot is never overwritten before it is read and a peer that races ahead waits instead of
 overrunning. The slots freed towards a peer ride on the next piece this rank sends it (most collectives send
 to the peers they receive from: a small all_reduce then costs one Write per peer and step, not two);
-a zero-length Write with Immediate carries them instead when a quarter of the ring is owed, and before this
+a zero-length Write with Immediate carries them instead when half of the ring is owed, and before this
 rank waits for anything (`idle`: a peer is never left waiting for slots this rank could give back).
 
 Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a ping, 11 an abort); a data piece's bits
@@ -152,7 +152,7 @@ class Engine:
             "credits_carried": 0,
             "pings": 0,
         }
-        self._credit_batch = max(1, slots // 4)
+        self._credit_batch = max(1, slots // 2)
 
     # -- links -----------------------------------------------------------------------------------------------
     def new_link(self, peer: int) -> Link:
@@ -309,7 +309,7 @@ class Engine:
 
     def _give_credits(self, consumed: list[Any]) -> None:
         """Slots the schedule consumed: owed to their peers, given back with the next piece to them, or at
-        once when a quarter of the ring is owed."""
+        once when half of the ring is owed."""
         for link in consumed:
             link.freed += 1
             if link.freed >= self._credit_batch:
