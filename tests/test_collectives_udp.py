@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from openmrc.collectives import LOOPBACK_MTU, CollectiveError, Communicator, HashStore
+from openmrc.collectives.bootstrap import store_get
+from openmrc.collectives.engine import BYE, CREDIT, PING
 from openmrc.collectives.launch import RankFailed, run_local
 from openmrc.collectives.ops import DTYPES, ufunc_of
 
@@ -118,6 +120,52 @@ def test_small_collectives_give_slots_back_on_their_pieces_and_keep_buffers_regi
         assert o["carried"] >= 195, o
         assert o["credit_writes"] <= 5, o
         assert 1 <= o["cached"] <= 3, o
+
+
+def _ahead_while_away(comm: Communicator) -> float:
+    """Rank 0 takes one piece, then waits outside the library for something rank 1 does only once its next
+    send (a ring's worth of pieces) is out; the slot rank 0 freed but has not given back yet must not hold
+    rank 1 up."""
+    comm.barrier()
+    if comm.rank == 0:
+        comm.recv(np.zeros(1024, np.float32), 1)  # one 4 KiB piece
+        store_get(comm.store, "sent")
+        b = comm.recv(np.zeros(4096, np.float32), 1)  # four pieces: the whole ring
+        return float(b.sum())
+    comm.send(np.ones(1024, np.float32), 0)
+    comm.send(np.ones(4096, np.float32), 0)
+    comm.store.set("sent", "1")
+    return 0.0
+
+
+def test_a_peer_sends_as_far_ahead_while_a_rank_is_away_from_the_library() -> None:
+    out = run_local(2, _ahead_while_away, timeout=60, comm_kwargs={"chunk_bytes": 4096, "slots": 4})
+    assert out[0] == 4096.0
+
+
+def _goodbye_log(comm: Communicator) -> list[tuple[int, int]]:
+    """The control Writes rank r posts from its last all_reduce through its goodbye."""
+    eng = comm.engine
+    log: list[tuple[int, int]] = []
+    post = eng._control
+
+    def logged(link: Any, kind: int, value: int, signaled: bool = False) -> None:
+        log.append((kind, value))
+        post(link, kind, value, signaled)
+
+    eng._control = logged  # type: ignore[method-assign]
+    comm.all_reduce(np.ones(2, np.float32))
+    eng.goodbye(5.0)
+    return log
+
+
+def test_a_rank_gives_back_what_it_owes_before_its_goodbye() -> None:
+    """A goodbye (a ping saying BYE) promises nothing more follows: the slots a rank still owes go back
+    before it, not after."""
+    for log in run_local(2, _goodbye_log, timeout=60):
+        byes = [i for i, (kind, value) in enumerate(log) if kind == PING and value == BYE]
+        assert byes, log
+        assert all(kind != CREDIT for kind, _ in log[byes[0] :]), log
 
 
 def _plane_fails(comm: Communicator, count: int) -> dict[str, Any]:

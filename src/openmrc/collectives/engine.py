@@ -9,8 +9,9 @@ spends one per piece; a receiver gives slots back once its `Schedule` has consum
 them out), so a slot is never overwritten before it is read and a peer that races ahead waits instead of
 overrunning. The slots freed towards a peer ride on the next piece this rank sends it (most collectives send
 to the peers they receive from: a small all_reduce then costs one Write per peer and step, not two);
-a zero-length Write with Immediate carries them instead when half of the ring is owed, and before this
-rank waits for anything (`idle`: a peer is never left waiting for slots this rank could give back).
+a zero-length Write with Immediate carries them instead when half of the ring is owed, before this rank
+waits for anything (`idle`), and when a collective ends owing more than `DEFERRED_SLOTS`, the slots the
+ring has beyond ``slots`` for them: a peer can always send as far ahead as if nothing were owed.
 
 Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a ping, 11 an abort); a data piece's bits
 29-19 the slots it gives back and 18-0 its piece number (mod 2^19); the others' bits 29-0 the credit
@@ -53,6 +54,10 @@ SEQ_MASK: Final = (1 << SEQ_BITS) - 1
 _CTRL_WR: Final = 0  # wr_id of credits and pings
 _ABORT_WR: Final = 1 << 62
 STEP_WCS: Final = 512  # completions one `Engine.step` takes at most
+DEFERRED_SLOTS: Final = 1
+"""Freed slots a rank may go on owing a peer after a collective ends (to give them back on its next piece to
+it): its ring has that many slots more than asked for, and the peer as many more credits, so that the peer
+can always send as far ahead as if nothing were owed (a rank outside the library gives nothing back)."""
 REG_CACHE_ENTRIES: Final = 32  # buffers a rank keeps registered between collectives, at most
 REG_CACHE_BYTES: Final = 1 << 20  # ... each at most this big (beyond, registering weighs little)
 
@@ -124,7 +129,7 @@ class Engine:
     ) -> None:
         self.rank = rank
         self.chunk_bytes = chunk_bytes
-        self.nslots = slots
+        self.nslots = slots + DEFERRED_SLOTS  # (the ring: see DEFERRED_SLOTS)
         self.ping_s = ping_s
         self.device = verbs.open_device(dev_name)
         self.ctx = verbs.create_context(self.device, verbs.API_CURRENT_VERSION)
@@ -157,7 +162,7 @@ class Engine:
     # -- links -----------------------------------------------------------------------------------------------
     def new_link(self, peer: int) -> Link:
         """A QP (in INIT, receives posted) and slots towards ``peer``; `open_link` finishes it."""
-        cap = verbs.QpCap(max_send_wr=4096, max_recv_wr=4 * self.nslots + 64)
+        cap = verbs.QpCap(max_send_wr=4096, max_recv_wr=self._receives() + 32)
         qp = verbs.create_qp(
             self.ctx, verbs.QpInitAttr(send_cq=self.cq, recv_cq=self.cq, pd=self.pd, cap=cap)
         )
@@ -172,7 +177,13 @@ class Engine:
         return {"qpn": link.qp.qp_num, "addr": link.mr.addr, "rkey": link.mr.rkey}
 
     def post_receives(self, link: Link) -> None:
-        verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(4 * self.nslots + 32)])
+        verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(self._receives())])
+
+    def _receives(self) -> int:
+        """Receives kept posted per link: the pieces a peer may have in flight, and room for the pings a
+        waiting peer sends while this rank is busy elsewhere (one per ``ping_s``: an MRC Write with
+        Immediate that finds no receive fails the QP)."""
+        return max(4 * self.nslots, 32) + 32
 
     # -- a collective ----------------------------------------------------------------------------------------
     def _region(self, b: np.ndarray[Any, Any]) -> verbs.MemoryRegion:
@@ -212,6 +223,11 @@ class Engine:
         self._post_sends()
 
     def end(self) -> None:
+        if self.failed is None:
+            with contextlib.suppress(CollectiveError):  # (a link that failed: the next step raises it)
+                for link in self.links.values():
+                    if link.freed > DEFERRED_SLOTS:
+                        self._send_credits(link)
         for mr in self._temp:
             verbs.dereg_mr(mr)
         self._temp = []
@@ -424,6 +440,7 @@ class Engine:
             return [k for k in self.links.values() if k.qp.state == verbs.QpState.RTS]
 
         try:
+            self.idle()  # (the slots it owes go back before its goodbye, which says nothing more follows)
             self.settle(lambda: self.unacked <= 0, end)
             for link in live():
                 self._control(link, PING, BYE, signaled=True)

@@ -119,11 +119,11 @@ class SimWorld:
         try:
             while eng.step() >= STEP_WCS:  # (a full poll: more may wait)
                 pass
+            eng.idle()  # (nothing more until its next completion: the slots it owes go back now)
         except CollectiveError as exc:
             self.error = exc
             self.fabric.sim.halted = True
             return
-        eng.idle()  # (nothing more until its next completion: the slots it owes go back now)
         dev.pump()
         eng.cq.core.arm()
         if not was_done and sched is not None and sched.done:

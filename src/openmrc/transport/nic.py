@@ -507,8 +507,8 @@ class Nic:
             stats.rx_packets += 1
             s = secure.get(dg[5] << 16 | dg[6] << 8 | dg[7]) if secure and len(dg) >= 8 else None
             if s is not None:
-                # Its tag covers every byte the ICRC does: the ICRC is checked only when the seal refuses
-                # the packet, to count damage (rx_bad_icrc) apart from forgery (rx_auth_*).
+                # Its tag covers every byte of the packet the ICRC does (not the addresses): the ICRC is
+                # checked only when the seal refuses it, to count damage (rx_bad_icrc) apart from forgery.
                 who = src
                 if who is None and s.qp_num == RESERVED_QP_ENDPOINT:
                     who = _ip_text(addr)
