@@ -51,7 +51,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import LocalProtocolError, SackTransmit, Transmit
-from openmrc.wire.constants import OP_WRITE_FIRST, OP_WRITE_ONLY_WITH_IMM
+from openmrc.wire.constants import is_data_opcode
 from openmrc.wire.datagram import data_header_length
 from openmrc.wire.packet import _ZERO_PAD
 from openmrc.wire.security import (
@@ -78,8 +78,6 @@ _NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips: the ICRC was check
 _BTH_SIZE: Final = 12
 _VERSION: Final = SECH_VERSION << 4  # SECH byte 0 without flags
 _WINDOW_MASK: Final = REPLAY_WINDOW - 1
-_FIRST_DATA_OP: Final = OP_WRITE_FIRST
-_LAST_DATA_OP: Final = OP_WRITE_ONLY_WITH_IMM
 # Bound methods, not the Structs: compiled, calling one skips a method lookup by name per packet.
 _SECH_READ: Final = struct.Struct("!HIIHI").unpack_from
 """SECH in five reads: version/flags << 8 | epoch, SDI, SSI, reserved << 8 | counter >> 32, counter's low
@@ -366,7 +364,7 @@ class SealState:
             hdr[8] |= BTH_SEALED
             payload = pkt.payload
             n = len(payload)
-            data = _FIRST_DATA_OP <= hdr[0] <= _LAST_DATA_OP
+            data = is_data_opcode(hdr[0])
         pad = _ZERO_PAD[-n & 3]
         htagged = data and self.header_tag  # (control packets are never trimmed: no header tag)
         flags = _VERSION | encrypt | (SECH_FLAG_HEADER_TAG if htagged else 0)
@@ -416,8 +414,7 @@ class SealState:
         dom = self.domain
         c = hi << 32 | lo
         encrypted = self.encrypt
-        op = body[0]
-        data = _FIRST_DATA_OP <= op <= _LAST_DATA_OP
+        data = is_data_opcode(body[0])
         has_htag = vf & SECH_FLAG_HEADER_TAG
         peer_ssi = self.peer_ssi
         if (
@@ -446,48 +443,35 @@ class SealState:
         w = self.window
         if windows is not None:
             w = windows.get(ssi) or ReplayWindow()
-        top = w.top
-        if c <= top and w.refuses(c):  # (a counter above the highest one verified is always new)
+        if w.refuses(c):
             self.refused = REFUSED_REPLAYED
             return None
         nonce = _NONCE_PACK(ssi, self.peer_qpn << 8 | hi, lo)
         tag_at = n - TAG_SIZE
         out: memoryview | bytes
         try:
-            if not data:
-                keys[0].decrypt(nonce, body[tag_at:n], body[:tag_at])
-                out = body[: end + 4]
-            elif not trimmed and not encrypted:  # nearly every packet: the tag over the whole packet
-                hl = data_header_length(body)
-                if hl > end - ((body[1] >> 4) & 3):
-                    self.refused = REFUSED_FAILED
-                    return None
-                keys[0].decrypt(nonce, body[tag_at:n], body[:tag_at])
-                out = body[: end + 4]  # (four bytes of the trailer stand for the ICRC `parse` skips)
-            else:
+            if data:
                 hl = data_header_length(body)
                 pad = (body[1] >> 4) & 3
                 if hl > (end if trimmed else end - pad):
                     self.refused = REFUSED_FAILED
                     return None
-                if trimmed:
-                    keys[1].decrypt(nonce, body[end:sech_at], b"".join((body[:hl], body[sech_at:tag_at])))
-                    out = b"".join((body[:hl], _NO_ICRC))
-                else:
-                    aad = b"".join((body[:hl], body[end - pad : tag_at]))
-                    pt = keys[0].decrypt(nonce, b"".join((body[hl : end - pad], body[tag_at:n])), aad)
-                    out = b"".join((body[:hl], pt, body[end - pad : end], _NO_ICRC))
+            if data and trimmed:  # its header tag
+                keys[1].decrypt(nonce, body[end:sech_at], b"".join((body[:hl], body[sech_at:tag_at])))
+                out = b"".join((body[:hl], _NO_ICRC))
+            elif data and encrypted:
+                aad = b"".join((body[:hl], body[end - pad : tag_at]))
+                pt = keys[0].decrypt(nonce, b"".join((body[hl : end - pad], body[tag_at:n])), aad)
+                out = b"".join((body[:hl], pt, body[end - pad : end], _NO_ICRC))
+            else:  # nearly every packet: the tag over the whole packet
+                keys[0].decrypt(nonce, body[tag_at:n], body[:tag_at])
+                out = body[: end + 4]  # (four bytes of the trailer stand for the ICRC `parse` skips)
         except InvalidTag:
             self.refused = REFUSED_FAILED
             return None
-        if c == top + 1 and windows is None:  # the next counter of the one peer: the window's common case
-            w.top = c
-            i = c & _WINDOW_MASK
-            w.seen[i >> 3] |= 1 << (i & 7)
-        else:
-            w.mark(c)
-            if windows is not None:
-                windows[ssi] = w
+        w.mark(c)
+        if windows is not None:
+            windows[ssi] = w
         if not peer_ssi and windows is None:
             self.peer_ssi = ssi
         return out
