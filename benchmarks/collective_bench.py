@@ -7,7 +7,9 @@ Sections:
 - ``loopback``: 4 ranks on loopback, 2 planes: all_reduce bus bandwidth (float32) at 1 MiB and 64 MiB and the
   8-byte latency (the median of three runs each, the runs beside it) for mrc (`openmrc collective run`'s
   benchmark) and for torch's gloo in the same run (4 ranks under torchrun, TCP on loopback), and their
-  ratios. Needs the torch extra for gloo.
+  ratios; all_gather bus bandwidth at 64 MiB (the gathered bytes), mrc with its large messages written
+  straight into the receiving rank's buffer (the default), mrc through slots (``direct_bytes=None``) and
+  gloo. Needs the torch extra for gloo.
 - ``faults``: mrc's bus bandwidth at ``--fault-size`` with 1 % loss on every plane both ways, and with one
   plane blackholed mid-run, as fractions of the clean figure of the same run; gloo's with 1 % of its
   packets dropped (the loopback of a network namespace, nftables: root; the median of three runs, which
@@ -43,14 +45,17 @@ dist.init_process_group("gloo")
 r, n = dist.get_rank(), dist.get_world_size()
 out = {}
 sizes = json.loads(os.environ.get("GLOO_SIZES", "[[8, 200], [1048576, 20], [67108864, 5]]"))
+gather = os.environ.get("GLOO_OP") == "all_gather"
 for nbytes, iters in sizes:
-    x = torch.ones(max(nbytes // 4, 1))
-    dist.all_reduce(x); dist.barrier()
+    x = torch.ones(max(nbytes // 4 // (n if gather else 1), 1))
+    y = torch.empty(x.numel() * n)
+    call = (lambda: dist.all_gather_into_tensor(y, x)) if gather else (lambda: dist.all_reduce(x))
+    call(); dist.barrier()
     t = time.perf_counter()
     for _ in range(iters):
-        dist.all_reduce(x)
+        call()
     dt = (time.perf_counter() - t) / iters
-    out[nbytes] = (dt * 1e6, nbytes / dt / 1e9 * 2 * (n - 1) / n)
+    out[nbytes] = (dt * 1e6, nbytes / dt / 1e9 * ((n - 1) / n if gather else 2 * (n - 1) / n))
 dist.barrier()
 if r == 0:
     print("RESULT " + json.dumps(out), flush=True)
@@ -62,12 +67,34 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _mrc_rows(ranks: int, **cfg: Any) -> list[Any]:
+def _mrc_rows(ranks: int, comm: dict[str, Any] | None = None, **cfg: Any) -> list[Any]:
     from openmrc.collectives.bench import BenchConfig, bench
     from openmrc.collectives.launch import run_local
 
     conf = BenchConfig(check=False, json=True, **cfg)
-    return list(run_local(ranks, bench, conf, timeout=900, comm_kwargs={"planes": 2})[0])
+    return list(run_local(ranks, bench, conf, timeout=900, comm_kwargs={"planes": 2, **(comm or {})})[0])
+
+
+def _gather(ranks: int) -> dict[str, Any]:
+    """all_gather of 64 MiB (gathered): mrc direct and through slots, alternating (two runs each: the
+    better), and gloo."""
+    _log(f"loopback: all_gather on {ranks} ranks, direct and through slots ...")
+    runs: dict[str, list[float]] = {"direct": [], "slots": []}
+    for _ in range(2):
+        for name, kw in (("direct", {}), ("slots", {"direct_bytes": None})):
+            row = _mrc_rows(ranks, kw, op="all_gather", minbytes=64 << 20, maxbytes=64 << 20, iters=5)[0]
+            runs[name].append(round(row.out_of_place.busbw, 4))
+    out: dict[str, Any] = {
+        "mrc_busbw_GBps_64MiB": max(runs["direct"]),
+        "mrc_slots_busbw_GBps_64MiB": max(runs["slots"]),
+        "runs": runs,
+        "ratio_direct_over_slots": round(max(runs["direct"]) / max(runs["slots"]), 3),
+    }
+    g = _gloo(ranks, [(64 << 20, 5)], op="all_gather")
+    if g is not None:
+        out["gloo_busbw_GBps_64MiB"] = round(g[64 << 20][1], 4)
+        out["ratio_mrc_over_gloo_64MiB"] = round(out["mrc_busbw_GBps_64MiB"] / g[64 << 20][1], 3)
+    return out
 
 
 def loopback(ranks: int) -> dict[str, Any]:
@@ -112,17 +139,21 @@ def loopback(ranks: int) -> dict[str, Any]:
     out["ratio_mrc_over_gloo_1MiB"] = round(mrc["busbw_GBps_1MiB"] / out["gloo"]["busbw_GBps_1MiB"], 3)
     out["ratio_mrc_over_gloo_64MiB"] = round(mrc["busbw_GBps_64MiB"] / out["gloo"]["busbw_GBps_64MiB"], 3)
     out["latency_ratio_mrc_over_gloo_8B"] = round(mrc["latency_us_8B"] / out["gloo"]["latency_us_8B"], 3)
+    out["all_gather"] = _gather(ranks)
     return out
 
 
-def _gloo(ranks: int, sizes: list[tuple[int, int]], netns: str | None = None) -> dict[int, Any] | None:
-    """gloo's all_reduce (time µs, busbw GB/s) per size, ``ranks`` ranks under torchrun (in ``netns``)."""
+def _gloo(
+    ranks: int, sizes: list[tuple[int, int]], netns: str | None = None, op: str = "all_reduce"
+) -> dict[int, Any] | None:
+    """gloo's all_reduce (or all_gather: ``op``; time µs, busbw GB/s) per size, ``ranks`` ranks under
+    torchrun (in ``netns``)."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(GLOO_SCRIPT)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", f.name]
     if netns is not None:
         cmd = ["ip", "netns", "exec", netns, *cmd]
-    env = dict(os.environ, GLOO_SIZES=json.dumps(sizes))
+    env = dict(os.environ, GLOO_SIZES=json.dumps(sizes), GLOO_OP=op)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     finally:

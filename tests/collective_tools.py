@@ -1,6 +1,8 @@
 """Run every rank's `Schedule` of a collective in one process, with an adversarial in-memory network: each
 pair's pieces arrive in order, but which rank moves next, when a send completes and when its bytes are read
-(any time between post and completion, as a NIC may) are drawn at random."""
+(any time between post and completion, as a NIC may) are drawn at random. A direct message waits for the
+receiver's advert of its region, needs no credit, and its pieces land in the receiver's buffer as soon as
+they are delivered (which may be long before the receiver's program gets to them)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def run_ranks(
     waiting: dict[tuple[int, int], deque[tuple[int, Any]]] = {k: deque() for k in credits}
     wire: dict[tuple[int, int], deque[tuple[int, int, Any, bool]]] = {k: deque() for k in credits}
     inflight: list[tuple[int, int]] = []  # (rank, op) sent, not completed
+    adverts: dict[tuple[int, int], deque[tuple[int, int, int]]] = {k: deque() for k in credits}
+    target: dict[tuple[int, int], tuple[int, int, int]] = {}  # the advert a's direct message to b uses
     for s in scheds:
         s.start()
 
@@ -38,11 +42,21 @@ def run_ranks(
             credits[link] += 1
         for i, op in s.take_sends():
             waiting[(r, op.peer)].append((i, op))
-        for (a, b), q in waiting.items():  # r's sends, and those the credits r gave back free
-            while q and credits[(a, b)] > 0:
-                i, op = q.popleft()
-                credits[(a, b)] -= 1
-                wire[(a, b)].append((i, r, op, False))
+        for peer, buf, off, count in s.take_adverts():
+            adverts[(peer, r)].append((buf, off, count))
+        for (a, b), q in waiting.items():  # r's sends, and those r's credits and adverts free
+            while q:
+                i, op = q[0]
+                if op.remote == 0:
+                    if not adverts[(a, b)]:
+                        break
+                    target[(a, b)] = adverts[(a, b)].popleft()
+                elif op.remote < 0:
+                    if credits[(a, b)] <= 0:
+                        break
+                    credits[(a, b)] -= 1
+                q.popleft()
+                wire[(a, b)].append((i, a, op, target.get((a, b))))
 
     for r in range(n):
         pump(r)
@@ -55,11 +69,18 @@ def run_ranks(
         kind, what = rng.choice(moves)
         if kind == "deliver":
             a, b = what
-            i, r, op, _ = wire[what].popleft()
+            i, r, op, where = wire[what].popleft()
             src = scheds[a].bufs[op.buf][op.off : op.off + op.n]
             data = src.tobytes()  # the NIC reads the source now; the send completes later
             inflight.append((a, i))
-            scheds[b].arrived(a, data, (a, b))  # token: the link whose slot frees
+            if op.remote >= 0:  # direct: written into the region rank b advertised
+                buf, at, count = where
+                assert op.remote + op.n <= count, "a direct piece beyond its advertised region"
+                dst = scheds[b].bufs[buf][at + op.remote : at + op.remote + op.n]
+                dst[...] = np.frombuffer(data, dst.dtype)
+                scheds[b].arrived(a, len(data))
+            else:
+                scheds[b].arrived(a, data, (a, b))  # token: the link whose slot frees
             pump(b)
         else:
             inflight.remove(what)

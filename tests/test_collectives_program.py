@@ -26,16 +26,29 @@ def _ints(rng: np.random.Generator, n: int, count: int, dtype: Any = np.int64) -
     return [rng.integers(-40, 40, count).astype(dtype) for _ in range(n)]
 
 
-@settings(max_examples=120, deadline=None)
+DIRECT_MIN = st.sampled_from([None, 1, 7])  # (elements: never, every message, the larger ones)
+
+
+@settings(max_examples=150, deadline=None)
 @given(
-    SIZES, COUNTS, CHUNKS, st.sampled_from(["ring", "rhd", "rd", "tree"]), st.booleans(), st.integers(0, 99)
+    SIZES,
+    COUNTS,
+    CHUNKS,
+    st.sampled_from(["ring", "rhd", "rd", "tree"]),
+    st.booleans(),
+    DIRECT_MIN,
+    st.integers(0, 99),
 )
-def test_all_reduce_sum_exact(n: int, count: int, chunk: int, algo: str, inplace: bool, seed: int) -> None:
+def test_all_reduce_sum_exact(
+    n: int, count: int, chunk: int, algo: str, inplace: bool, direct_min: int | None, seed: int
+) -> None:
     rng = np.random.default_rng(seed)
     xs = _ints(rng, n, count)
     expect = functools.reduce(np.add, xs)
     outs = [x.copy() if inplace else np.full(count, 7, np.int64) for x in xs]
-    progs = [A.all_reduce(r, n, count, chunk, algo=algo, inplace=inplace) for r in range(n)]
+    progs = [
+        A.all_reduce(r, n, count, chunk, algo=algo, inplace=inplace, direct_min=direct_min) for r in range(n)
+    ]
     bufs = [[outs[r] if inplace else xs[r], outs[r], np.zeros(count, np.int64)] for r in range(n)]
     run_ranks(progs, bufs, np.add, seed=seed)
     for r in range(n):
@@ -108,8 +121,8 @@ def test_reduce_scatter(n: int, count: int, chunk: int, seed: int) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(SIZES, st.integers(0, 20), CHUNKS, st.booleans(), st.integers(0, 99))
-def test_all_gather(n: int, count: int, chunk: int, inplace: bool, seed: int) -> None:
+@given(SIZES, st.integers(0, 20), CHUNKS, st.booleans(), DIRECT_MIN, st.integers(0, 99))
+def test_all_gather(n: int, count: int, chunk: int, inplace: bool, direct_min: int | None, seed: int) -> None:
     rng = np.random.default_rng(seed)
     xs = _ints(rng, n, count)
     outs = [np.full(n * count, -99, np.int64) for _ in range(n)]
@@ -120,23 +133,35 @@ def test_all_gather(n: int, count: int, chunk: int, inplace: bool, seed: int) ->
             bufs.append([outs[r][r * count : (r + 1) * count], outs[r]])
         else:
             bufs.append([xs[r], outs[r]])
-    run_ranks([A.all_gather(r, n, count, chunk, inplace=inplace) for r in range(n)], bufs, seed=seed)
+    progs = [A.all_gather(r, n, count, chunk, inplace=inplace, direct_min=direct_min) for r in range(n)]
+    run_ranks(progs, bufs, seed=seed)
     for r in range(n):
         np.testing.assert_array_equal(outs[r], np.concatenate(xs))
 
 
 @settings(max_examples=60, deadline=None)
-@given(SIZES, CHUNKS, st.integers(0, 99))
-def test_alltoallv(n: int, chunk: int, seed: int) -> None:
+@given(SIZES, CHUNKS, DIRECT_MIN, st.integers(0, 99))
+def test_alltoallv(n: int, chunk: int, direct_min: int | None, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    counts = rng.integers(0, 6, (n, n))  # counts[i][j]: rank i to rank j
+    counts = rng.integers(0, 12, (n, n))  # counts[i][j]: rank i to rank j
     send = [np.arange(counts[i].sum()) + 1000 * i for i in range(n)]
     sd = [np.concatenate([[0], np.cumsum(counts[i])[:-1]]).astype(int).tolist() for i in range(n)]
     rc = [[int(counts[j][i]) for j in range(n)] for i in range(n)]
     rd = [np.concatenate([[0], np.cumsum(rc[i])[:-1]]).astype(int).tolist() for i in range(n)]
     recv = [np.full(sum(rc[i]), -1, np.int64) for i in range(n)]
     progs = [
-        A.alltoallv(i, n, counts[i].tolist(), sd[i], rc[i], rd[i], send[i].size, recv[i].size, chunk)
+        A.alltoallv(
+            i,
+            n,
+            counts[i].tolist(),
+            sd[i],
+            rc[i],
+            rd[i],
+            send[i].size,
+            recv[i].size,
+            chunk,
+            direct_min=direct_min,
+        )
         for i in range(n)
     ]
     run_ranks(progs, [[send[i], recv[i]] for i in range(n)], seed=seed)
@@ -146,14 +171,17 @@ def test_alltoallv(n: int, chunk: int, seed: int) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(SIZES, st.integers(0, 40), CHUNKS, st.sampled_from(["chain", "tree"]), st.data())
-def test_broadcast(n: int, count: int, chunk: int, algo: str, data: st.DataObject) -> None:
+@given(SIZES, st.integers(0, 40), CHUNKS, st.sampled_from(["chain", "tree"]), DIRECT_MIN, st.data())
+def test_broadcast(
+    n: int, count: int, chunk: int, algo: str, direct_min: int | None, data: st.DataObject
+) -> None:
     root = data.draw(st.integers(0, n - 1))
     rng = np.random.default_rng(count)
     bufs = [rng.integers(0, 100, count) if r == root else np.full(count, -1, np.int64) for r in range(n)]
     want = bufs[root].copy()
     run_ranks(
-        [A.broadcast(r, n, count, chunk, root=root, algo=algo) for r in range(n)], [[b, b] for b in bufs]
+        [A.broadcast(r, n, count, chunk, root=root, algo=algo, direct_min=direct_min) for r in range(n)],
+        [[b, b] for b in bufs],
     )
     for r in range(n):
         np.testing.assert_array_equal(bufs[r], want)
@@ -200,9 +228,54 @@ def test_barrier_and_sendrecv(n: int) -> None:
     scheds = run_ranks([A.barrier(r, n) for r in range(n)], [[e, e]] * n)
     assert all(s.done for s in scheds)
     if n >= 2:
-        x, y = np.arange(33, dtype=np.int16), np.zeros(33, np.int16)
-        run_ranks([A.send(1, 33, 5), A.recv(0, 33, 5)], [[x, x], [y, y]])
-        np.testing.assert_array_equal(x, y)
+        for direct_min in (None, 1):
+            x, y = np.arange(33, dtype=np.int16), np.zeros(33, np.int16)
+            progs = [A.send(1, 33, 5, direct_min=direct_min), A.recv(0, 33, 5, direct_min=direct_min)]
+            run_ranks(progs, [[x, x], [y, y]])
+            np.testing.assert_array_equal(x, y)
+
+
+def test_a_direct_message_is_advertised_once_its_region_is_ready() -> None:
+    """A direct message (a copy, no reduction, into consecutive regions from one peer) is advertised to
+    the peer only once nothing earlier still reads or writes its region, and the peer's messages in
+    order; a piece that comes the other way (direct for a slot receive, or the reverse) is an error."""
+    with pytest.raises(ValueError, match="only a copy"):
+        Program([8, 8]).recv(1, 1, 0, 4, (0, 0), direct=0)  # a reduction
+    with pytest.raises(ValueError, match="only a copy"):
+        Program([8, 8]).recv(1, 1, 0, 4, direct=2)  # before its message's start
+    q = Program([8, 8])
+    q.recv(2, 1, 0, 2, direct=0)
+    q.recv(3, 1, 4, 2)
+    with pytest.raises(ValueError, match="not the next region"):
+        q.recv(2, 1, 4, 2, direct=0)
+    assert Program([8, 8]).recv(2, 1, 0, 0, direct=0) == 0  # an empty piece: never direct
+    # rank 0 sends its buffer 1 to rank 2 and then receives a direct message from rank 1 into it
+    p = Program([8, 8])
+    snd = p.send(2, 1, 0, 8)
+    p.recv(1, 1, 0, 4, direct=0)
+    p.recv(1, 1, 4, 4, direct=0)
+    p.recv(3, 1, 4, 2, direct=4)  # (another peer's message into rank 1's second piece: after it)
+    x = np.arange(8, dtype=np.int64)
+    sched = Schedule(p, [x, x.copy()])
+    sched.start()
+    assert sched.take_sends() == [(snd, p.ops[snd])] and sched.take_adverts() == []  # still being sent
+    sched.sent(snd)
+    assert sched.take_adverts() == [(1, 1, 0, 8)]  # one message of 8 elements from element 0
+    sched.arrived(1, 32)
+    assert sched.take_adverts() == []  # (rank 3's region is still rank 1's to write)
+    sched.arrived(1, 32)
+    assert sched.take_adverts() == [(3, 1, 4, 2)]
+    y = np.zeros(8, np.int64)
+    sched = Schedule(A.recv(0, 8, 8, direct_min=1), [y, y])
+    sched.start()
+    with pytest.raises(ScheduleError, match="a piece in a slot from rank 0 where this rank expects a direct"):
+        sched.arrived(0, x.tobytes(), "slot")
+    sched = Schedule(A.recv(0, 8, 8), [y, y])
+    sched.start()
+    with pytest.raises(
+        ScheduleError, match="a direct piece from rank 0 where this rank expects one in a slot"
+    ):
+        sched.arrived(0, 64)
 
 
 def test_barrier_waits_for_every_rank() -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from openmrc.collectives import CollectiveError
+from openmrc.collectives.engine import _ADVERT, ADVERT_BYTES, MAILBOX
 from openmrc.collectives.simworld import SimWorld
 from openmrc.sim import workloads
 from openmrc.sim.config import FabricSimConfig
@@ -47,17 +48,56 @@ def test_ring_all_reduce_takes_the_flow_models_time(routing: str) -> None:
     assert ns == pytest.approx(model, rel=0.10), (ns, model)
 
 
-def test_every_collective_on_simulated_hosts() -> None:
-    world = SimWorld(_fabric(8), chunk_bytes=4096)
+@pytest.mark.parametrize("direct_bytes", [None, 1000])
+def test_every_collective_on_simulated_hosts(direct_bytes: int | None) -> None:
+    """The collectives that place data, through slots and (over ``direct_bytes``) direct into the
+    receiver's buffer: the region a rank exposed for one takes no Write once it is over."""
+    world = SimWorld(_fabric(8), chunk_bytes=4096, direct_bytes=direct_bytes)
     n = world.size
-    outs = [np.zeros(n * 100, np.float64) for _ in range(n)]
-    world.run(lambda comm, r: comm.all_gather(np.full(100, float(r)), outs[r]))
-    assert all((o == np.repeat(np.arange(n, dtype=np.float64), 100)).all() for o in outs)
+    outs = [np.zeros(n * 1000, np.float64) for _ in range(n)]
+    world.run(lambda comm, r: comm.all_gather(np.full(1000, float(r)), outs[r]))
+    assert all((o == np.repeat(np.arange(n, dtype=np.float64), 1000)).all() for o in outs)
     bufs = [np.arange(5000, dtype=np.int16) if r == 3 else np.zeros(5000, np.int16) for r in range(n)]
     world.run(lambda comm, r: comm.broadcast(bufs[r], root=3))
     assert all((b == np.arange(5000)).all() for b in bufs)
+    sizes = [[(i * 7 + j * 3) % 5 * 200 for j in range(n)] for i in range(n)]  # (some pairs under 1000 B)
+    ins = [
+        np.concatenate([np.full(c, i * 100 + j, np.int32) for j, c in enumerate(sizes[i])]) for i in range(n)
+    ]
+    got = [np.full(sum(sizes[j][i] for j in range(n)), -1, np.int32) for i in range(n)]
+    world.run(lambda comm, r: comm.alltoallv(ins[r], sizes[r], got[r], [sizes[j][r] for j in range(n)]))
+    for i in range(n):
+        want = np.concatenate([np.full(sizes[j][i], j * 100 + i, np.int32) for j in range(n)])
+        np.testing.assert_array_equal(got[i], want)
+    xs = [np.arange(4000, dtype=np.float32) * (r + 1) for r in range(n)]
+    world.run(lambda comm, r: comm.all_reduce(xs[r], algo="ring"))  # (its gathering half direct)
+    assert all((x == np.arange(4000, dtype=np.float32) * (n * (n + 1) // 2)).all() for x in xs)
+    direct = sum(c.engine.stats["pieces_direct"] for c in world.comms)
+    assert (direct > 0) == (direct_bytes is not None)
+    nic, links = world.devices[0].nic, world.comms[0].engine.links
+    for c in world.comms:
+        link = c.engine.links.get(0)
+        if link is not None and link.adverts_in:  # what rank 0 exposed to it last: gone with the collective
+            entry = c.engine._mailbox() + ((link.adverts_in - 1) % MAILBOX) * ADVERT_BYTES
+            addr, rkey, room = _ADVERT.unpack_from(link.slots, entry)
+            pd = links[c.rank].qp.core.pd  # (the QP's own PD: its slots still take a Write, that region not)
+            assert nic.mrs.remote_write(link.remote_rkey, link.remote_addr, memoryview(b"x"), pd)
+            assert room > 0 and not nic.mrs.remote_write(rkey, addr, memoryview(b"x"), pd)
     with pytest.raises(ValueError, match="exactly one collective"):
         world.run(lambda comm, r: None)
+    world.close()
+
+
+def test_more_direct_messages_than_a_mailbox_holds() -> None:
+    """A ring all_gather of 24 ranks: 23 direct messages from the left neighbour, all ready at once; the
+    adverts beyond the peer's mailbox wait for its first pieces instead of overwriting unread ones."""
+    world = SimWorld(_fabric(24), chunk_bytes=4096, direct_bytes=1)
+    n = world.size
+    assert n - 1 > MAILBOX
+    outs = [np.zeros(n * 50, np.int32) for _ in range(n)]
+    world.run(lambda comm, r: comm.all_gather(np.full(50, r, np.int32), outs[r]))
+    assert all((o == np.repeat(np.arange(n, dtype=np.int32), 50)).all() for o in outs)
+    assert all(c.engine.links[(c.rank - 1) % n].adverts_out == n - 1 for c in world.comms)
     world.close()
 
 
@@ -99,13 +139,16 @@ def test_a_scenario_runs_the_real_communicator_through_a_link_failure() -> None:
 def test_immediates_a_peer_cannot_mean_are_refused() -> None:
     """Forged or impossible immediates on a live QP: more credits than slots, a piece out of order, an
     abort naming no rank -- each ends the collective with a CollectiveError naming the link, nothing else."""
-    from openmrc.collectives.engine import ABORT, CREDIT, KIND_SHIFT, LOW
+    from openmrc.collectives.engine import ABORT, ADVERT, CREDIT, DIRECT, FIRST, KIND_SHIFT, LOW, PING
     from openmrc.verbs import WcOpcode, WcStatus, WorkCompletion
 
     for imm, match in (
         ((CREDIT << KIND_SHIFT) | 1, "gave back 1 slot"),  # every slot is free already
         ((CREDIT << KIND_SHIFT) | 0, "gave back 0 slot"),
         (5, "piece 5 from rank 1, expected 1"),
+        (DIRECT | 1, "a direct piece from rank 1 that no receive"),
+        (DIRECT | FIRST | 1, "a direct message this rank never advertised"),
+        ((PING << KIND_SHIFT) | ADVERT, "more adverts than its mailbox"),  # (sent MAILBOX + 1 times)
         ((ABORT << KIND_SHIFT) | LOW, "a rank failed"),
     ):
         world = SimWorld(_fabric(2), chunk_bytes=4096)
@@ -114,6 +157,9 @@ def test_immediates_a_peer_cannot_mean_are_refused() -> None:
         eng = world.comms[0].engine
         link = eng.links[1]
         wc = WorkCompletion(0, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, 0, imm, link.qp.qp_num)
+        if "mailbox" in match:
+            for _ in range(MAILBOX):
+                eng._received(wc)
         with pytest.raises(CollectiveError, match=match):
             eng._received(wc)
         assert eng.failed is not None

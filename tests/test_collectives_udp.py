@@ -53,9 +53,18 @@ def _job(comm: Communicator) -> dict[str, int]:
     comm.reduce_scatter(xs[r], out, op="avg")
     want = (np.sum(xs, axis=0) / np.float32(n)).astype(np.float32)
     np.testing.assert_array_equal(out, want[r * count : (r + 1) * count])
-    gathered = np.zeros(n * count, np.int32)
-    comm.all_gather(np.full(count, r, np.int32), gathered)
-    np.testing.assert_array_equal(gathered, np.repeat(np.arange(n, dtype=np.int32), count))
+    for count in (5000, 70_000):  # through slots; direct (over direct_bytes), in place
+        gathered = np.zeros(n * count, np.int32)
+        mine = gathered[r * count : (r + 1) * count] if count > 5000 else np.zeros(count, np.int32)
+        mine[:] = r
+        comm.all_gather(mine, gathered)
+        np.testing.assert_array_equal(gathered, np.repeat(np.arange(n, dtype=np.int32), count))
+    sizes = [[70_000 if (i + j) % 2 else 10 for j in range(n)] for i in range(n)]  # direct and not, mixed
+    ins = np.concatenate([np.full(c, r * 100 + j, np.float32) for j, c in enumerate(sizes[r])])
+    got = np.zeros(sum(sizes[j][r] for j in range(n)), np.float32)
+    comm.alltoallv(ins, sizes[r], got, [sizes[j][r] for j in range(n)])
+    want = np.concatenate([np.full(sizes[j][r], j * 100 + r, np.float32) for j in range(n)])
+    np.testing.assert_array_equal(got, want)
     a2a_in = np.arange(n * 3, dtype=np.int16) + 100 * r
     a2a_out = np.zeros(n * 3, np.int16)
     comm.alltoall(a2a_in, a2a_out)
@@ -76,13 +85,14 @@ def _job(comm: Communicator) -> dict[str, int]:
     elif r == 1:
         got = comm.recv(np.zeros(100_000, np.float32), 0)
         np.testing.assert_array_equal(got, np.arange(100_000, dtype=np.float32))
-    return {"checked": checked, "pieces": comm.engine.stats["pieces_sent"]}
+    stats = comm.engine.stats
+    return {"checked": checked, "pieces": stats["pieces_sent"], "direct": stats["pieces_direct"]}
 
 
 def test_every_collective_on_four_real_ranks() -> None:
     out = run_local(4, _job, timeout=240, comm_kwargs={"chunk_bytes": 64 * 1024})
     assert [o["checked"] for o in out] == [out[0]["checked"]] * 4 and out[0]["checked"] == 120
-    assert all(o["pieces"] > 100 for o in out)
+    assert all(o["pieces"] > 100 and o["direct"] > 10 for o in out)
 
 
 def _small_and_often(comm: Communicator, calls: int) -> dict[str, Any]:
@@ -141,6 +151,19 @@ def _ahead_while_away(comm: Communicator) -> float:
 def test_a_peer_sends_as_far_ahead_while_a_rank_is_away_from_the_library() -> None:
     out = run_local(2, _ahead_while_away, timeout=60, comm_kwargs={"chunk_bytes": 4096, "slots": 4})
     assert out[0] == 4096.0
+
+
+def _both_send_first(comm: Communicator) -> float:
+    peer = 1 - comm.rank
+    x = np.full(1 << 19, comm.rank, np.float32)  # 2 MiB: over direct_bytes, within the peer's slots
+    comm.send(x, peer)
+    return float(comm.recv(np.zeros_like(x), peer)[-1])
+
+
+def test_two_ranks_that_both_send_before_they_receive_go_on() -> None:
+    """A send of what the peer's slots hold completes before the peer receives (point-to-point messages go
+    direct, waiting for the receiver, only beyond that), so the classic exchange works."""
+    assert run_local(2, _both_send_first, timeout=60) == [1.0, 0.0]
 
 
 def _goodbye_log(comm: Communicator) -> list[tuple[int, int]]:
@@ -203,6 +226,20 @@ def _dies(comm: Communicator) -> str:
     return "no error"
 
 
+def _sends_to_the_dead(comm: Communicator) -> str:
+    x = np.ones(1 << 21, np.float32)  # (8 MiB: a direct message, held until its receiver advertises it)
+    comm.all_reduce(x[:10])
+    if comm.rank == 1:
+        os._exit(3)
+    t0 = time.monotonic()
+    try:
+        for _ in range(100):
+            comm.send(x, 1)
+    except CollectiveError as exc:
+        return f"{time.monotonic() - t0:.2f} {exc.rank} {exc}"
+    return "no error"
+
+
 def test_a_dead_rank_is_named_on_every_survivor() -> None:
     with pytest.raises(RankFailed) as info:
         run_local(4, _dies, timeout=60, comm_kwargs={"ping_s": 0.5})
@@ -214,6 +251,11 @@ def test_a_dead_rank_is_named_on_every_survivor() -> None:
         seconds, rank, _ = text.split(" ", 2)
         assert rank == "2", text
         assert float(seconds) < 10.0, text
+    # a rank that only sends to the dead one (it waits for an advert or a slot, nothing in flight)
+    with pytest.raises(RankFailed) as info:
+        run_local(2, _sends_to_the_dead, timeout=60, comm_kwargs={"ping_s": 0.5})
+    kind, text = info.value.outcomes[0]
+    assert kind == "ok" and text.split(" ")[1] == "1" and float(text.split(" ")[0]) < 10.0, text
 
 
 def test_communicator_refuses_bad_calls() -> None:
@@ -250,7 +292,8 @@ def test_communicator_refuses_bad_calls() -> None:
 def test_ranks_on_loopback_send_jumbo_packets_and_all_ranks_must_agree() -> None:
     """On loopback a rank's packets carry `LOOPBACK_MTU` (a software NIC's cost is per packet; lo carries
     64 KiB datagrams); ``mtu`` chooses another, checked, and a rank whose packets are another size than
-    its peer's is told so by name instead of having its data refused at the responder."""
+    its peer's is told so by name instead of having its data refused at the responder; so is one whose
+    slots are another size (its pieces would land in the wrong places)."""
     store = HashStore(timeout=5)
     with Communicator(0, 1, store, prefix="mtu-one") as comm:
         assert comm.mtu == LOOPBACK_MTU == comm.device.config.mtu
@@ -259,18 +302,20 @@ def test_ranks_on_loopback_send_jumbo_packets_and_all_ranks_must_agree() -> None
             Communicator(0, 1, store, mtu=bad)
     with pytest.raises(ValueError, match="given device"):
         Communicator(0, 1, store, device=object(), mtu=4096)
-    errors: list[str] = []
+    for what, told in (("mtu", ("4096 B", "8192 B")), ("chunk_bytes", ("of 4096 B", "of 8192 B"))):
+        errors: list[str] = []
 
-    def rank(r: int) -> None:
-        try:
-            with Communicator(r, 2, store, prefix="mtu-two", mtu=4096 if r else 8192) as comm:
-                comm.all_reduce(np.ones(16, np.float32))
-        except CollectiveError as exc:
-            errors.append(str(exc))
+        def rank(r: int, what: str = what, errors: list[str] = errors) -> None:
+            try:
+                kw = {what: 4096 if r else 8192}
+                with Communicator(r, 2, store, prefix=f"{what}-two", **kw) as comm:
+                    comm.all_reduce(np.ones(16, np.float32))
+            except CollectiveError as exc:
+                errors.append(str(exc))
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert len(errors) == 2 and all("4096 B" in e and "8192 B" in e for e in errors), errors
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(errors) == 2 and all(told[0] in e and told[1] in e for e in errors), errors

@@ -5,6 +5,11 @@ needs one: the program's third size, which the communicator allocates). An in-pl
 Every region is cut into pieces of at most ``chunk`` elements, the unit that moves in one Write with
 Immediate, so each step is pipelined: piece i is reduced while piece i+1 is on the wire.
 
+``direct_min``: a message of at least that many elements whose receive only places it (all_gather,
+alltoall(v), broadcast, send/recv, the gathering half of an all_reduce) goes *direct*, straight into the
+receiver's buffer once the receiver has advertised its region (`Program`): no slot, and no copy out of
+one. None: never. Both ranks of a pair decide from the same count, so they agree.
+
 Reduction order (what a floating result equals, bit for bit):
 - ``ring``: the data is cut into ``size`` segments (`segments`); segment s is folded left to right in ring
   order starting at one rank: all_reduce from rank s (x_s ⊕ x_{s+1} ⊕ … ⊕ x_{s-1}), reduce_scatter from
@@ -78,9 +83,9 @@ def pieces(off: int, n: int, chunk: int) -> list[tuple[int, int]]:
     return [(o, min(chunk, off + n - o)) for o in range(off, off + n, chunk)]
 
 
-def _sends(p: Program, peer: int, buf: int, off: int, n: int, chunk: int) -> None:
+def _sends(p: Program, peer: int, buf: int, off: int, n: int, chunk: int, direct: bool = False) -> None:
     for o, c in pieces(off, n, chunk):
-        p.send(peer, buf, o, c)
+        p.send(peer, buf, o, c, remote=o - off if direct else None)
 
 
 def _recvs(
@@ -92,10 +97,16 @@ def _recvs(
     chunk: int,
     local: tuple[int, int] | None = None,
     first: bool = True,
+    direct: bool = False,
 ) -> None:
     for o, c in pieces(off, n, chunk):
         src = None if local is None else (local[0], local[1] + (o - off))
-        p.recv(peer, buf, o, c, src, first=first)
+        p.recv(peer, buf, o, c, src, first=first, direct=off if direct else None)
+
+
+def _direct(n: int, direct_min: int | None) -> bool:
+    """Whether a message of ``n`` elements goes direct."""
+    return direct_min is not None and n >= direct_min
 
 
 def _scale(p: Program, count: int, chunk: int) -> None:
@@ -114,8 +125,10 @@ def all_reduce(
     algo: str = "ring",
     inplace: bool = False,
     avg: bool = False,
+    direct_min: int | None = None,
 ) -> Program:
-    """``count`` elements of buffer 0 reduced over every rank into buffer 1."""
+    """``count`` elements of buffer 0 reduced over every rank into buffer 1; the messages of its gathering
+    half of at least ``direct_min`` elements direct."""
     sizes = [count, count, count] if algo == "rd" else [count, count]  # (rd alone needs scratch)
     p = Program(sizes, {SEND_BUF: RECV_BUF} if inplace else None)
     if size == 1 or count == 0:
@@ -127,13 +140,13 @@ def all_reduce(
         "rd": _rd_all_reduce,
         "tree": _tree_all_reduce,
     }
-    builders[algo](p, rank, size, count, chunk)
+    builders[algo](p, rank, size, count, chunk, direct_min)
     if avg:
         _scale(p, count, chunk)
     return p
 
 
-def _ring_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
+def _ring_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int, dmin: int | None) -> None:
     segs = segments(count, size)
     right, left = (rank + 1) % size, (rank - 1) % size
     for k in range(size - 1):  # reduce-scatter: rank r ends owning segment r+1
@@ -143,12 +156,14 @@ def _ring_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -
         _recvs(p, left, RECV_BUF, o, n, chunk, (SEND_BUF, o))
     for k in range(size - 1):  # all-gather
         o, n = segs[(rank + 1 - k) % size]
-        _sends(p, right, RECV_BUF, o, n, chunk)
+        _sends(p, right, RECV_BUF, o, n, chunk, _direct(n, dmin))
         o, n = segs[(rank - k) % size]
-        _recvs(p, left, RECV_BUF, o, n, chunk)
+        _recvs(p, left, RECV_BUF, o, n, chunk, direct=_direct(n, dmin))
 
 
-def _fold_in(p: Program, rank: int, size: int, count: int, chunk: int) -> tuple[int, int, int, int] | None:
+def _fold_in(
+    p: Program, rank: int, size: int, count: int, chunk: int, dmin: int | None
+) -> tuple[int, int, int, int] | None:
     """The standard fold of a world that is not a power of two (``rem`` ranks over ``pof2``): of the
     first 2·rem ranks, each even one hands its data to the odd one after it and gets the result back at
     the end (its whole program: None); the odd one folds it in and takes part as rank ``rank // 2`` of the
@@ -160,7 +175,7 @@ def _fold_in(p: Program, rank: int, size: int, count: int, chunk: int) -> tuple[
         return pof2, rem, SEND_BUF, rank - rem
     if rank % 2 == 0:
         _sends(p, rank + 1, SEND_BUF, 0, count, chunk)
-        _recvs(p, rank + 1, RECV_BUF, 0, count, chunk)
+        _recvs(p, rank + 1, RECV_BUF, 0, count, chunk, direct=_direct(count, dmin))
         return None
     _recvs(p, rank - 1, RECV_BUF, 0, count, chunk, (SEND_BUF, 0))
     return pof2, rem, RECV_BUF, rank // 2
@@ -171,14 +186,14 @@ def _fold_rank(j: int, rem: int) -> int:
     return 2 * j + 1 if j < rem else j + rem
 
 
-def _fold_out(p: Program, rank: int, rem: int, count: int, chunk: int) -> None:
+def _fold_out(p: Program, rank: int, rem: int, count: int, chunk: int, dmin: int | None) -> None:
     """The result back to the rank folded into this one (`_fold_in`)."""
     if rank < 2 * rem:
-        _sends(p, rank - 1, RECV_BUF, 0, count, chunk)
+        _sends(p, rank - 1, RECV_BUF, 0, count, chunk, _direct(count, dmin))
 
 
-def _rhd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
-    folded = _fold_in(p, rank, size, count, chunk)
+def _rhd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int, dmin: int | None) -> None:
+    folded = _fold_in(p, rank, size, count, chunk, dmin)
     if folded is None:
         return
     pof2, rem, src, me = folded
@@ -199,16 +214,16 @@ def _rhd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) ->
         lo, hi = keep
         d >>= 1
     for mate, klo, khi, glo, ghi in reversed(steps):  # doubling: the halves come back
-        _sends(p, mate, RECV_BUF, klo, khi - klo, chunk)
-        _recvs(p, mate, RECV_BUF, glo, ghi - glo, chunk)
-    _fold_out(p, rank, rem, count, chunk)
+        _sends(p, mate, RECV_BUF, klo, khi - klo, chunk, _direct(khi - klo, dmin))
+        _recvs(p, mate, RECV_BUF, glo, ghi - glo, chunk, direct=_direct(ghi - glo, dmin))
+    _fold_out(p, rank, rem, count, chunk, dmin)
 
 
-def _rd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
+def _rd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int, dmin: int | None) -> None:
     """Recursive doubling (latency: log2 p exchanges of the whole vector, after the same fold as ``rhd``).
     Step k reads one buffer and writes the other (receive buffer and scratch in turn, the last step the
     receive buffer), so a step's reduction never waits for the previous step's send to be acknowledged."""
-    folded = _fold_in(p, rank, size, count, chunk)
+    folded = _fold_in(p, rank, size, count, chunk, dmin)
     if folded is None:
         return
     pof2, rem, src, me = folded
@@ -220,12 +235,12 @@ def _rd_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> 
         _sends(p, peer, src, 0, count, chunk)
         _recvs(p, peer, dst, 0, count, chunk, (src, 0), first=me > mate)  # lower ⊕ upper on both sides
         src = dst
-    _fold_out(p, rank, rem, count, chunk)
+    _fold_out(p, rank, rem, count, chunk, dmin)
 
 
-def _tree_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int) -> None:
+def _tree_all_reduce(p: Program, rank: int, size: int, count: int, chunk: int, dmin: int | None) -> None:
     _tree_reduce(p, rank, size, 0, count, chunk, RECV_BUF)
-    _tree_broadcast(p, rank, size, 0, count, chunk, RECV_BUF)
+    _tree_broadcast(p, rank, size, 0, count, chunk, RECV_BUF, _direct(count, dmin))
 
 
 def _tree_reduce(p: Program, rank: int, size: int, root: int, count: int, chunk: int, acc: int) -> None:
@@ -244,24 +259,34 @@ def _tree_reduce(p: Program, rank: int, size: int, root: int, count: int, chunk:
     p.copy(src, 0, acc, 0, count)  # a root without children
 
 
-def _tree_broadcast(p: Program, rank: int, size: int, root: int, count: int, chunk: int, buf: int) -> None:
+def _tree_broadcast(
+    p: Program, rank: int, size: int, root: int, count: int, chunk: int, buf: int, direct: bool = False
+) -> None:
     vr = (rank - root) % size
     mask = 1
     while mask < size:
         if vr & mask:
-            _recvs(p, (rank - mask) % size, buf, 0, count, chunk)
+            _recvs(p, (rank - mask) % size, buf, 0, count, chunk, direct=direct)
             break
         mask <<= 1
     mask >>= 1
     while mask:
         if vr + mask < size:
-            _sends(p, (rank + mask) % size, buf, 0, count, chunk)
+            _sends(p, (rank + mask) % size, buf, 0, count, chunk, direct)
         mask >>= 1
 
 
 # -- broadcast / reduce -------------------------------------------------------------------------------------
 def broadcast(
-    rank: int, size: int, count: int, chunk: int, *, root: int = 0, algo: str = "chain", inplace: bool = True
+    rank: int,
+    size: int,
+    count: int,
+    chunk: int,
+    *,
+    root: int = 0,
+    algo: str = "chain",
+    inplace: bool = True,
+    direct_min: int | None = None,
 ) -> Program:
     """Buffer 0 of ``root`` into buffer 1 of every rank (in place: the same buffer)."""
     p = Program([count, count], {SEND_BUF: RECV_BUF} if inplace else None)
@@ -269,14 +294,15 @@ def broadcast(
         p.copy(SEND_BUF, 0, RECV_BUF, 0, count)
     if size == 1:
         return p
+    direct = _direct(count, direct_min)
     if algo == "tree":
-        _tree_broadcast(p, rank, size, root, count, chunk, RECV_BUF)
+        _tree_broadcast(p, rank, size, root, count, chunk, RECV_BUF, direct)
         return p
     vr = (rank - root) % size  # chain: root -> root+1 -> ... pipelined piece by piece
     if vr:
-        _recvs(p, (rank - 1) % size, RECV_BUF, 0, count, chunk)
+        _recvs(p, (rank - 1) % size, RECV_BUF, 0, count, chunk, direct=direct)
     if vr < size - 1:
-        _sends(p, (rank + 1) % size, RECV_BUF, 0, count, chunk)
+        _sends(p, (rank + 1) % size, RECV_BUF, 0, count, chunk, direct)
     return p
 
 
@@ -343,7 +369,14 @@ def reduce_scatter(
 
 
 def all_gather(
-    rank: int, size: int, count: int, chunk: int, *, algo: str = "ring", inplace: bool = False
+    rank: int,
+    size: int,
+    count: int,
+    chunk: int,
+    *,
+    algo: str = "ring",
+    inplace: bool = False,
+    direct_min: int | None = None,
 ) -> Program:
     """Buffer 0 (``count`` elements) of every rank into segment r of buffer 1 (``size`` × ``count``). In
     place: buffer 0 is segment ``rank`` of buffer 1 already."""
@@ -351,13 +384,12 @@ def all_gather(
     own = (RECV_BUF, rank * count) if inplace else (SEND_BUF, 0)
     p.copy(own[0], own[1], RECV_BUF, rank * count, count)
     right, left = (rank + 1) % size, (rank - 1) % size
+    direct = _direct(count, direct_min)
     for k in range(size - 1):
         s_out, s_in = (rank - k) % size, (rank - k - 1) % size
-        if k == 0:
-            _sends(p, right, own[0], own[1], count, chunk)
-        else:
-            _sends(p, right, RECV_BUF, s_out * count, count, chunk)
-        _recvs(p, left, RECV_BUF, s_in * count, count, chunk)
+        src = own if k == 0 else (RECV_BUF, s_out * count)
+        _sends(p, right, *src, count, chunk, direct)
+        _recvs(p, left, RECV_BUF, s_in * count, count, chunk, direct=direct)
     return p
 
 
@@ -371,6 +403,8 @@ def alltoallv(
     send_size: int,
     recv_size: int,
     chunk: int,
+    *,
+    direct_min: int | None = None,
 ) -> Program:
     """Block ``send_counts[j]`` at ``send_displs[j]`` of buffer 0 to rank j, which receives it at its
     ``recv_displs[rank]`` of buffer 1; pairwise exchange (step k: to rank+k, from rank-k)."""
@@ -378,8 +412,10 @@ def alltoallv(
     p.copy(SEND_BUF, send_displs[rank], RECV_BUF, recv_displs[rank], recv_counts[rank])
     for k in range(1, size):
         to, frm = (rank + k) % size, (rank - k) % size
-        _sends(p, to, SEND_BUF, send_displs[to], send_counts[to], chunk)
-        _recvs(p, frm, RECV_BUF, recv_displs[frm], recv_counts[frm], chunk)
+        out = _direct(send_counts[to], direct_min)
+        _sends(p, to, SEND_BUF, send_displs[to], send_counts[to], chunk, out)
+        into = _direct(recv_counts[frm], direct_min)
+        _recvs(p, frm, RECV_BUF, recv_displs[frm], recv_counts[frm], chunk, direct=into)
     return p
 
 
@@ -397,20 +433,22 @@ def barrier(rank: int, size: int) -> Program:
     return p
 
 
-def send(peer: int, count: int, chunk: int) -> Program:
+def send(peer: int, count: int, chunk: int, *, direct_min: int | None = None) -> Program:
     p = Program([count, 0])
-    _sends(p, peer, SEND_BUF, 0, count, chunk)
+    _sends(p, peer, SEND_BUF, 0, count, chunk, _direct(count, direct_min))
     return p
 
 
-def recv(peer: int, count: int, chunk: int) -> Program:
+def recv(peer: int, count: int, chunk: int, *, direct_min: int | None = None) -> Program:
     p = Program([0, count])
-    _recvs(p, peer, RECV_BUF, 0, count, chunk)
+    _recvs(p, peer, RECV_BUF, 0, count, chunk, direct=_direct(count, direct_min))
     return p
 
 
-def sendrecv(dest: int, send_count: int, source: int, recv_count: int, chunk: int) -> Program:
+def sendrecv(
+    dest: int, send_count: int, source: int, recv_count: int, chunk: int, *, direct_min: int | None = None
+) -> Program:
     p = Program([send_count, recv_count])
-    _sends(p, dest, SEND_BUF, 0, send_count, chunk)
-    _recvs(p, source, RECV_BUF, 0, recv_count, chunk)
+    _sends(p, dest, SEND_BUF, 0, send_count, chunk, _direct(send_count, direct_min))
+    _recvs(p, source, RECV_BUF, 0, recv_count, chunk, direct=_direct(recv_count, direct_min))
     return p

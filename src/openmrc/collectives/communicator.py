@@ -48,6 +48,7 @@ _KIB = 1024
 RD_MAX = 32 * _KIB
 TREE_MAX = 256 * _KIB
 RHD_MAX = 2048 * _KIB
+DIRECT_BYTES = 256 * _KIB  # (see Communicator's docstring)
 
 LOOPBACK_MTU = 32 * _KIB
 """Payload bytes per packet between ranks of one machine: the loopback interface carries 64 KiB
@@ -176,6 +177,10 @@ class Communicator:
     (the credits). 1 MiB × 4 slots (4 MiB of slots per peer it exchanges with): a 16-64 MiB all_reduce of
     4 local ranks moves 15-20 % more than with 256 KiB × 8 (each piece costs a completion, a schedule step
     and a ufunc call on top of its bytes), and a 4 MiB one as much.
+    ``direct_bytes``: a message of at least this many bytes that its receiver only places (all_gather,
+    alltoall(v), broadcast, send and recv, the gathering half of an all_reduce) is written straight into
+    the receiving rank's buffer once that rank has advertised its region (`openmrc.collectives.engine`:
+    direct messages), instead of into slots it would be copied out of; None: always through slots.
     ``ping_s``: how long a peer this rank waits for may be silent before its NIC is pinged; a dead rank
     is reported after that plus the QP's retry time (`openmrc.transport.Qp.time_to_error`, 4.4 s with
     the defaults here): within ``ping_s`` + 4.4 s. ``prefix``: store keys' prefix (several
@@ -199,6 +204,7 @@ class Communicator:
         planes: int = 2,
         chunk_bytes: int = 1024 * _KIB,
         slots: int = 4,
+        direct_bytes: int | None = DIRECT_BYTES,
         ping_s: float = 1.0,
         prefix: str = "openmrc",
         seed: int | None = None,
@@ -216,6 +222,8 @@ class Communicator:
             raise ValueError(f"chunk_bytes: {chunk_bytes!r}, a multiple of 16 in 4 KiB .. 64 MiB")
         if not 2 <= slots <= 1024:
             raise ValueError(f"slots: {slots!r} outside 2..1024")
+        if direct_bytes is not None and (isinstance(direct_bytes, bool) or not direct_bytes >= 1):
+            raise ValueError(f"direct_bytes: {direct_bytes!r}, a byte count >= 1 or None")
         if not 0.01 <= ping_s <= 3600:
             raise ValueError(f"ping_s: {ping_s!r} outside 0.01..3600 s")
         if mtu is not None and device is not None:
@@ -248,6 +256,7 @@ class Communicator:
             rank, self._dev_name, chunk_bytes=chunk_bytes, slots=slots, ping_s=ping_s, channel=blocking
         )
         self.chunk_bytes = chunk_bytes
+        self.direct_bytes = direct_bytes
         self._lock = threading.Lock()
         self._scratches: dict[tuple[int, np.dtype[Any]], np.ndarray[Any, Any]] = {}
         self._programs: dict[Any, Program] = {}
@@ -335,7 +344,16 @@ class Communicator:
                     "and encryption)",
                     link.peer,
                 )
+            eng = self.engine
+            if (info["chunk"], info["slots"]) != (eng.chunk_bytes, eng.nslots):
+                raise CollectiveError(
+                    f"rank {self.rank}: rank {link.peer} has {info['slots']} slots of {info['chunk']} B, "
+                    f"this rank {eng.nslots} of {eng.chunk_bytes} B (give every rank the same chunk_bytes "
+                    "and slots)",
+                    link.peer,
+                )
             link.remote_addr, link.remote_rkey = info["addr"], info["rkey"]
+            link.remote_mailbox = info["mailbox"]
             self._rts(link, addr, info["qpn"])
 
     def _peer_address(self, peer: int) -> Any:
@@ -446,6 +464,17 @@ class Communicator:
     def _chunk(self, dtype: np.dtype[Any]) -> int:
         return self.chunk_bytes // dtype.itemsize
 
+    def _direct_min(self, dtype: np.dtype[Any], p2p: bool = False) -> int | None:
+        """`direct_bytes` in elements (a message of at least that many goes direct). ``p2p``: for send and
+        recv, not below what the peer's slots hold, so that a send the receiver has not reached yet still
+        completes into them as it did (two ranks that both send before they receive go on working)."""
+        if self.direct_bytes is None:
+            return None
+        least = (
+            max(self.direct_bytes, self.chunk_bytes * self.engine.nslots + 1) if p2p else self.direct_bytes
+        )
+        return -(-least // dtype.itemsize)
+
     def _pick(self, collective: str, algo: str | None, nbytes: int) -> str:
         choices = algs.ALGORITHMS[collective]
         if algo is not None:
@@ -494,6 +523,7 @@ class Communicator:
             algo=a,
             inplace=inplace,
             avg=op.lower() == "avg",
+            direct_min=self._direct_min(r.dtype),
         )
         self._run(prog, [s, r], op.lower())
         return recvbuf if recvbuf is not None else sendbuf
@@ -527,7 +557,15 @@ class Communicator:
         if not inplace and np.shares_memory(s, r):
             raise ValueError("all_gather: sendbuf overlaps recvbuf but is not this rank's segment of it")
         self._pick("all_gather", algo, r.nbytes)
-        prog = self._plan(algs.all_gather, self.rank, self.size, n, self._chunk(r.dtype), inplace=inplace)
+        prog = self._plan(
+            algs.all_gather,
+            self.rank,
+            self.size,
+            n,
+            self._chunk(r.dtype),
+            inplace=inplace,
+            direct_min=self._direct_min(r.dtype),
+        )
         self._run(prog, [s, r])
         return recvbuf
 
@@ -585,7 +623,17 @@ class Communicator:
         if np.shares_memory(s, r):
             raise ValueError("alltoall: sendbuf and recvbuf overlap")
         prog = self._plan(
-            algs.alltoallv, self.rank, self.size, sc, sd, rc, rd, s.size, r.size, self._chunk(r.dtype)
+            algs.alltoallv,
+            self.rank,
+            self.size,
+            sc,
+            sd,
+            rc,
+            rd,
+            s.size,
+            r.size,
+            self._chunk(r.dtype),
+            direct_min=self._direct_min(r.dtype),
         )
         self._run(prog, [s, r])
         return recvbuf
@@ -596,7 +644,14 @@ class Communicator:
         self._root(root)
         a = self._pick("broadcast", algo, b.nbytes)
         prog = self._plan(
-            algs.broadcast, self.rank, self.size, b.size, self._chunk(b.dtype), root=root, algo=a
+            algs.broadcast,
+            self.rank,
+            self.size,
+            b.size,
+            self._chunk(b.dtype),
+            root=root,
+            algo=a,
+            direct_min=self._direct_min(b.dtype),
         )
         self._run(prog, [b, b])
         return buf
@@ -640,13 +695,15 @@ class Communicator:
         """``buf`` to rank ``peer``, which calls `recv` with as many elements."""
         b = _as_array(buf, "buf")
         self._peer(peer)
-        self._run(self._plan(algs.send, peer, b.size, self._chunk(b.dtype)), [b, b])
+        d = self._direct_min(b.dtype, p2p=True)
+        self._run(self._plan(algs.send, peer, b.size, self._chunk(b.dtype), direct_min=d), [b, b])
 
     def recv(self, buf: Any, peer: int) -> Any:
         """Fill ``buf`` with what rank ``peer`` sends."""
         b = _as_array(buf, "buf", writable=True)
         self._peer(peer)
-        self._run(self._plan(algs.recv, peer, b.size, self._chunk(b.dtype)), [b, b])
+        d = self._direct_min(b.dtype, p2p=True)
+        self._run(self._plan(algs.recv, peer, b.size, self._chunk(b.dtype), direct_min=d), [b, b])
         return buf
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> Any:
@@ -656,7 +713,16 @@ class Communicator:
         self._peer(source)
         if np.shares_memory(s, r):
             raise ValueError("sendrecv: sendbuf and recvbuf overlap")
-        self._run(self._plan(algs.sendrecv, dest, s.size, source, r.size, self._chunk(r.dtype)), [s, r])
+        prog = self._plan(
+            algs.sendrecv,
+            dest,
+            s.size,
+            source,
+            r.size,
+            self._chunk(r.dtype),
+            direct_min=self._direct_min(r.dtype, p2p=True),
+        )
+        self._run(prog, [s, r])
         return recvbuf
 
     def _root(self, root: int) -> None:

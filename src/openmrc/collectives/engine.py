@@ -13,9 +13,19 @@ a zero-length Write with Immediate carries them instead when half of the ring is
 waits for anything (`idle`), and when a collective ends owing more than `DEFERRED_SLOTS`, the slots the
 ring has beyond ``slots`` for them: a peer can always send as far ahead as if nothing were owed.
 
+Direct messages. A message the program marks direct (`openmrc.collectives.program.Program`: a large one
+whose receive only places it -- all_gather, alltoall, broadcast, send, an all_reduce's gathering half) goes
+straight into the receiver's buffer: no slot, no credit, no copy. The receiver registers the buffer for
+remote writes for the collective and, once the message's region is ready (its `Schedule` says so),
+*advertises* it to the peer: a 24-byte Write with Immediate (address, R_Key, bytes) into a mailbox of
+`MAILBOX` entries after the peer's slots. The peer takes the adverts in order, one per direct message,
+and holds a message's pieces until its advert is there. The first piece of a message tells the receiver
+that its advert was taken: a rank has at most `MAILBOX` adverts untaken towards a peer (it holds the rest).
+
 Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a ping, 11 an abort); a data piece's bits
-29-19 the slots it gives back and 18-0 its piece number (mod 2^19); the others' bits 29-0 the credit
-count, or (abort) the rank that failed.
+29-19 the slots it gives back, bit 18 set for a direct piece, bit 17 for a direct message's first, and
+16-0 its piece number (mod 2^17); a ping's bits 29-0 0, or BYE (the peer is closing), or ADVERT (an
+advert is in the mailbox); the others' bits 29-0 the credit count, or (abort) the rank that failed.
 
 Failures. A send to a dead peer ends with RETRY_EXC_ERR once the QP's retries run out (the QP attributes
 give the time, `openmrc.transport.Qp.time_to_error`); a rank that only waits for a dead peer learns it by
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import struct
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -45,12 +56,18 @@ __all__ = ["CollectiveError", "Engine", "Link"]
 KIND_SHIFT: Final = 30
 DATA: Final = 0
 CREDIT: Final = 1
-PING: Final = 2  # (low bits BYE: the peer is closing)
+PING: Final = 2  # (low bits BYE: the peer is closing; ADVERT: an advert is in the mailbox)
 BYE: Final = 1
+ADVERT: Final = 2
 ABORT: Final = 3
 LOW: Final = (1 << KIND_SHIFT) - 1
-SEQ_BITS: Final = 19  # a data piece's number, mod 2^19 (in order, with at most 1,024 slots outstanding)
-SEQ_MASK: Final = (1 << SEQ_BITS) - 1
+CREDIT_SHIFT: Final = 19  # a data piece's bits 29-19: the slots it gives back
+DIRECT: Final = 1 << 18  # a data piece written into the receiver's buffer, not a slot
+FIRST: Final = 1 << 17  # ... the first of its message
+SEQ_MASK: Final = FIRST - 1  # a data piece's number, mod 2^17 (they complete in order)
+_ADVERT: Final = struct.Struct("<QQQ")  # address, R_Key, bytes from there
+ADVERT_BYTES: Final = 32  # a mailbox entry
+MAILBOX: Final = 16  # entries for adverts received, after a link's slots (and as many for those sent)
 _CTRL_WR: Final = 0  # wr_id of credits and pings
 _ABORT_WR: Final = 1 << 62
 STEP_WCS: Final = 512  # completions one `Engine.step` takes at most
@@ -83,20 +100,29 @@ class Link:
     """This rank's QP towards one peer, its receive slots, and the credit and piece counters."""
 
     __slots__ = (
+        "adverts",
+        "adverts_in",
+        "adverts_out",
         "backlog",
+        "begun",
         "bye",
         "credits",
         "freed",
+        "held",
         "mr",
         "peer",
         "pending",
         "ping_at",
         "qp",
         "recv_seq",
+        "recv_slot",
         "remote_addr",
+        "remote_mailbox",
         "remote_rkey",
         "send_seq",
+        "send_slot",
         "slots",
+        "target",
     )
 
     def __init__(
@@ -108,11 +134,20 @@ class Link:
         self.mr = mr
         self.remote_addr = 0
         self.remote_rkey = 0
+        self.remote_mailbox = 0
         self.credits = credits
-        self.send_seq = 0
+        self.send_seq = 0  # pieces sent (slots and direct)
         self.recv_seq = 0
+        self.send_slot = 0  # pieces sent into a slot
+        self.recv_slot = 0
+        self.adverts: deque[tuple[int, int, int]] = deque()  # the peer's adverts not taken yet
+        self.target: tuple[int, int, int] | None = None  # the one the direct message being sent uses
+        self.held: deque[tuple[int, int, int]] = deque()  # this rank's adverts waiting for mailbox room
+        self.adverts_in = 0  # adverts received
+        self.adverts_out = 0  # adverts sent
+        self.begun = 0  # direct messages the peer began (it took their adverts)
         self.freed = 0
-        self.pending: deque[tuple[int, Any]] = deque()  # (op index, op) waiting for a credit
+        self.pending: deque[tuple[int, Any]] = deque()  # (op index, op) waiting for a credit or an advert
         self.backlog: deque[memoryview] = deque()  # pieces of a collective this rank has not begun
         self.bye = False  # the peer is closing and has nothing of its own left unacknowledged
         self.ping_at = 0.0
@@ -152,6 +187,7 @@ class Engine:
         self.clock: Callable[[], float] = time.monotonic
         self.stats = {
             "pieces_sent": 0,
+            "pieces_direct": 0,
             "pieces_received": 0,
             "credits_sent": 0,
             "credits_carried": 0,
@@ -166,7 +202,7 @@ class Engine:
         qp = verbs.create_qp(
             self.ctx, verbs.QpInitAttr(send_cq=self.cq, recv_cq=self.cq, pd=self.pd, cap=cap)
         )
-        slots = bytearray(self.nslots * self.chunk_bytes)
+        slots = bytearray(self.nslots * self.chunk_bytes + 2 * MAILBOX * ADVERT_BYTES)  # (and mailboxes)
         mr = verbs.reg_mr(self.pd, slots, verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
         link = Link(peer, qp, slots, mr, self.nslots)
         self.links[peer] = link
@@ -174,7 +210,19 @@ class Engine:
         return link
 
     def link_info(self, link: Link) -> dict[str, int]:
-        return {"qpn": link.qp.qp_num, "addr": link.mr.addr, "rkey": link.mr.rkey}
+        mailbox = link.mr.addr + self._mailbox()
+        return {
+            "qpn": link.qp.qp_num,
+            "addr": link.mr.addr,
+            "rkey": link.mr.rkey,
+            "mailbox": mailbox,
+            "chunk": self.chunk_bytes,
+            "slots": self.nslots,
+        }
+
+    def _mailbox(self) -> int:
+        """Where the adverts received start in a link's slot memory (those sent: `MAILBOX` entries on)."""
+        return self.nslots * self.chunk_bytes
 
     def post_receives(self, link: Link) -> None:
         verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(self._receives())])
@@ -186,12 +234,15 @@ class Engine:
         return max(4 * self.nslots, 32) + 32
 
     # -- a collective ----------------------------------------------------------------------------------------
-    def _region(self, b: np.ndarray[Any, Any]) -> verbs.MemoryRegion:
+    def _region(self, b: np.ndarray[Any, Any], exposed: bool = False) -> verbs.MemoryRegion:
         """``b`` registered: from the registration cache when numpy owns its memory (it cannot move or be
         freed while the cache holds it) and it is small enough for registering to weigh, else anew (and
-        deregistered by `end`)."""
+        deregistered by `end`). ``exposed``: peers write into it (never cached: no peer can write it
+        between collectives)."""
         access = verbs.Access.LOCAL_WRITE if b.flags.writeable else verbs.Access(0)
-        small = b.nbytes <= REG_CACHE_BYTES and _numpy_owned(b)
+        if exposed:
+            access |= verbs.Access.REMOTE_WRITE
+        small = not exposed and b.nbytes <= REG_CACHE_BYTES and _numpy_owned(b)
         key = (b.__array_interface__["data"][0], b.nbytes, int(access)) if small else None
         if key is not None:
             hit = self._regs.get(key)
@@ -211,15 +262,18 @@ class Engine:
         """Register the collective's buffers and start ``schedule`` (its links must exist)."""
         self.schedule = schedule
         self.itemsize = schedule.dtype.itemsize
-        self.mrs = [self._region(b) if b.nbytes else None for b in buffers]
+        exposed = schedule.exposed
+        self.mrs = [self._region(b, i in exposed) if b.nbytes else None for i, b in enumerate(buffers)]
         ping_at = self.clock() + self.ping_s
         for link in self.links.values():
             link.ping_at = ping_at
+            link.target = None
         schedule.start()
         for link in self.links.values():
             while link.backlog and schedule.wants(link.peer):
-                self._arrive(schedule, link, link.backlog.popleft())
+                self._arrive(schedule, link, link.backlog.popleft(), link)
         self._give_credits(schedule.take_consumed())
+        self._post_adverts(schedule)
         self._post_sends()
 
     def end(self) -> None:
@@ -230,6 +284,8 @@ class Engine:
                         self._send_credits(link)
         for mr in self._temp:
             verbs.dereg_mr(mr)
+        for link in self.links.values():
+            link.target = None
         self._temp = []
         self.mrs = []
         self.schedule = None
@@ -258,6 +314,7 @@ class Engine:
                     sched.sent(wc.wr_id - 1)
         if sched is not None:
             self._give_credits(sched.take_consumed())
+            self._post_adverts(sched)
             self._post_sends()
         return len(wcs)
 
@@ -277,14 +334,26 @@ class Engine:
             self._credit(link, low)
             return
         if kind == PING:
+            if low == ADVERT:
+                if len(link.adverts) >= MAILBOX:  # (it may not have more untaken than the mailbox holds)
+                    self._fail(
+                        CollectiveError(
+                            f"rank {self.rank}: rank {link.peer} sent more adverts than its mailbox here "
+                            "holds (a protocol violation)",
+                            link.peer,
+                        )
+                    )
+                at = self._mailbox() + (link.adverts_in % MAILBOX) * ADVERT_BYTES
+                link.adverts_in += 1
+                link.adverts.append(_ADVERT.unpack_from(link.slots, at))
             link.bye = link.bye or low == BYE
             return
         if kind == ABORT:
             who = low if low < LOW else None  # (LOW: the peer did not know which rank failed)
             named = f"rank {who} failed" if who is not None else "a rank failed"
             self._fail(CollectiveError(f"{named} (reported to rank {self.rank} by rank {link.peer})", who))
-        if low >> SEQ_BITS:
-            self._credit(link, low >> SEQ_BITS)  # slots it gives back, riding on the piece
+        if low >> CREDIT_SHIFT:
+            self._credit(link, low >> CREDIT_SHIFT)  # slots it gives back, riding on the piece
         if low & SEQ_MASK != link.recv_seq & SEQ_MASK:
             self._fail(
                 CollectiveError(
@@ -293,20 +362,46 @@ class Engine:
                     link.peer,
                 )
             )
-        slot = link.recv_seq % self.nslots
         link.recv_seq += 1
         self.stats["pieces_received"] += 1
+        sched = self.schedule
+        early = link.backlog or sched is None or not sched.wants(link.peer)
+        if low & DIRECT:
+            if low & FIRST:  # (the peer took an advert: room for one more in its mailbox)
+                if link.begun >= link.adverts_out:
+                    self._fail(
+                        CollectiveError(
+                            f"rank {self.rank}: rank {link.peer} began a direct message this rank never "
+                            "advertised (a protocol violation)",
+                            link.peer,
+                        )
+                    )
+                link.begun += 1
+                self._flush_adverts(link)
+            if early:  # (it had this rank's advert: it cannot be a collective ahead)
+                self._fail(
+                    CollectiveError(
+                        f"rank {self.rank}: a direct piece from rank {link.peer} that no receive of this "
+                        "collective expects (the ranks are not running the same collective)",
+                        link.peer,
+                    )
+                )
+            assert sched is not None
+            self._arrive(sched, link, wc.byte_len, None)
+            return
+        slot = link.recv_slot % self.nslots
+        link.recv_slot += 1
         start = slot * self.chunk_bytes
         view = memoryview(link.slots)[start : start + wc.byte_len]
-        sched = self.schedule
-        if link.backlog or sched is None or not sched.wants(link.peer):
+        if early:
             link.backlog.append(view)  # the peer is a collective ahead: keep it (and its slot) for the next
             return
-        self._arrive(sched, link, view)
+        assert sched is not None
+        self._arrive(sched, link, view, link)
 
-    def _arrive(self, sched: Schedule, link: Link, view: memoryview) -> None:
+    def _arrive(self, sched: Schedule, link: Link, data: Any, token: Any) -> None:
         try:
-            sched.arrived(link.peer, view, link)
+            sched.arrived(link.peer, data, token)
         except ScheduleError as exc:
             self._fail(CollectiveError(f"rank {self.rank}: {exc}", link.peer))
 
@@ -350,34 +445,80 @@ class Engine:
         for i, op in sched.take_sends():
             self.links[op.peer].pending.append((i, op))
         for link in self.links.values():
-            while link.pending and link.credits > 0:
-                i, op = link.pending.popleft()
+            pending = link.pending
+            while pending:
+                i, op = pending[0]
+                if op.remote == 0:  # a direct message: once the peer's advert for it is here
+                    if not link.adverts:
+                        break
+                    link.target = link.adverts.popleft()
+                elif op.remote < 0 and link.credits <= 0:  # (a piece into a slot: once one is free)
+                    break
+                pending.popleft()
                 self._write(link, i, op)
 
     def _write(self, link: Link, i: int, op: Any) -> None:
         nbytes = op.n * self.itemsize
-        if nbytes > self.chunk_bytes:
-            raise AssertionError(f"a piece of {nbytes} B exceeds the {self.chunk_bytes} B slot")
+        if op.remote >= 0:
+            addr, rkey, room = link.target or (0, 0, 0)
+            at = op.remote * self.itemsize
+            if at + nbytes > room:
+                self._fail(
+                    CollectiveError(
+                        f"rank {self.rank}: rank {link.peer} advertised {room} B, a direct piece goes to "
+                        f"[{at}, {at + nbytes}) (the ranks are not running the same collective)",
+                        link.peer,
+                    )
+                )
+            remote, flag = addr + at, DIRECT if op.remote else DIRECT | FIRST
+            self.stats["pieces_direct"] += 1
+        else:
+            if nbytes > self.chunk_bytes:
+                raise AssertionError(f"a piece of {nbytes} B exceeds the {self.chunk_bytes} B slot")
+            slot = link.send_slot % self.nslots
+            remote, rkey, flag = link.remote_addr + slot * self.chunk_bytes, link.remote_rkey, 0
+            link.send_slot += 1
+            link.credits -= 1
         mr = self.mrs[op.buf]
         sge = (
             [] if not nbytes or mr is None else [verbs.Sge(mr.addr + op.off * self.itemsize, nbytes, mr.lkey)]
         )
-        slot = link.send_seq % self.nslots
-        wr = verbs.SendWR(
-            i + 1,
-            verbs.WrOpcode.RDMA_WRITE_WITH_IMM,
-            sge,
-            link.remote_addr + slot * self.chunk_bytes,
-            link.remote_rkey,
-            (DATA << KIND_SHIFT) | (link.freed << SEQ_BITS) | (link.send_seq & SEQ_MASK),
-        )
+        imm = (DATA << KIND_SHIFT) | (link.freed << CREDIT_SHIFT) | flag | (link.send_seq & SEQ_MASK)
+        wr = verbs.SendWR(i + 1, verbs.WrOpcode.RDMA_WRITE_WITH_IMM, sge, remote, rkey, imm)
         if link.freed:
             self.stats["credits_carried"] += 1
             link.freed = 0
         link.send_seq += 1
-        link.credits -= 1
         self.stats["pieces_sent"] += 1
         self._post(link, wr)
+
+    def _post_adverts(self, sched: Schedule) -> None:
+        """Advertise the direct messages whose regions became ready."""
+        for peer, buf, off, n in sched.take_adverts():
+            mr = self.mrs[buf]
+            assert mr is not None  # (a direct message is never empty)
+            link = self.links[peer]
+            link.held.append((mr.addr + off * self.itemsize, mr.rkey, n * self.itemsize))
+            self._flush_adverts(link)
+
+    def _flush_adverts(self, link: Link) -> None:
+        """Send the held adverts the peer's mailbox has room for (it takes them in order)."""
+        while link.held and link.adverts_out - link.begun < MAILBOX:
+            self._advertise(link, *link.held.popleft())
+
+    def _advertise(self, link: Link, addr: int, rkey: int, room: int) -> None:
+        """Tell ``link``'s peer where its next direct message goes: from ``addr``, ``room`` bytes (the
+        sent advert stays in place until its entry comes round again: the NIC reads it again if it
+        resends)."""
+        k = link.adverts_out % MAILBOX
+        link.adverts_out += 1
+        at = self._mailbox() + (MAILBOX + k) * ADVERT_BYTES
+        _ADVERT.pack_into(link.slots, at, addr, rkey, room)
+        sge = [verbs.Sge(link.mr.addr + at, _ADVERT.size, link.mr.lkey)]
+        remote = link.remote_mailbox + k * ADVERT_BYTES
+        imm = (PING << KIND_SHIFT) | ADVERT
+        op, flags = verbs.WrOpcode.RDMA_WRITE_WITH_IMM, verbs.SendFlags.NONE
+        self._post(link, verbs.SendWR(_CTRL_WR, op, sge, remote, link.remote_rkey, imm, flags))
 
     def _control_wr(
         self, link: Link, kind: int, value: int, wr_id: int = _CTRL_WR, signaled: bool = True
@@ -403,12 +544,16 @@ class Engine:
 
     # -- liveness --------------------------------------------------------------------------------------------
     def check_peers(self) -> None:
-        """Ping the peers the schedule waits for that have been silent for ``ping_s``."""
+        """Ping the peers the schedule waits for that have been silent for ``ping_s``: those it expects
+        pieces from, and those its sends wait for (a slot, or the advert of a direct message: nothing in
+        flight to them would fail)."""
         sched = self.schedule
         if sched is None:
             return
         now = self.clock()
-        for p in sched.expects_from():
+        waits = set(sched.expects_from())
+        waits.update(p for p, link in self.links.items() if link.pending)
+        for p in waits:
             link = self.links.get(p)
             if link is not None and now >= link.ping_at:
                 link.ping_at = now + self.ping_s

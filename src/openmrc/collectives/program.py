@@ -48,14 +48,25 @@ class Op:
     """One step. SEND: ``buf[off:off+n]`` to ``peer``. RECV: the next piece from ``peer`` (``n`` elements)
     into ``buf[off:off+n]``, copied (``src_buf`` -1) or reduced with ``src_buf[src_off:src_off+n]``
     (``first``: the incoming piece is the left operand). COPY: ``src_buf[src_off:]`` to ``buf[off:]``.
-    SCALE: divide ``buf[off:off+n]`` by the world size (``avg``)."""
+    SCALE: divide ``buf[off:off+n]`` by the world size (``avg``). ``remote`` >= 0: a piece of a direct
+    message (see `Program`), at that element offset from the message's start (0: its first piece)."""
 
-    __slots__ = ("after", "buf", "deps", "first", "kind", "n", "off", "peer", "src_buf", "src_off")
+    __slots__ = ("after", "buf", "deps", "first", "kind", "n", "off", "peer", "remote", "src_buf", "src_off")
 
     def __init__(
-        self, kind: int, peer: int, buf: int, off: int, n: int, src_buf: int, src_off: int, first: bool
+        self,
+        kind: int,
+        peer: int,
+        buf: int,
+        off: int,
+        n: int,
+        src_buf: int,
+        src_off: int,
+        first: bool,
+        remote: int = -1,
     ) -> None:
         self.kind = kind
+        self.remote = remote
         self.peer = peer
         self.buf = buf
         self.off = off
@@ -70,7 +81,8 @@ class Op:
         where = f"{self.buf}[{self.off}:{self.off + self.n}]"
         src = f" with {self.src_buf}[{self.src_off}:]" if self.src_buf >= 0 else ""
         peer = f" peer {self.peer}" if self.kind in (SEND, RECV) else ""
-        return f"<{_KIND_NAMES[self.kind]}{peer} {where}{src}>"
+        direct = "" if self.remote < 0 else f" direct+{self.remote}"
+        return f"<{_KIND_NAMES[self.kind]}{peer} {where}{src}{direct}>"
 
 
 class _Track:
@@ -118,7 +130,16 @@ class _Track:
 class Program:
     """The steps of one collective on one rank (see the module's docstring). ``sizes``: elements of each
     buffer the steps name by index; ``alias``: buffer indices that are the same memory as another (an
-    in-place call: ``{0: 1}`` makes buffer 0 buffer 1)."""
+    in-place call: ``{0: 1}`` makes buffer 0 buffer 1).
+
+    Direct messages. The pieces of a message a receive only places (no reduction) may go *direct*: the
+    peer writes them straight into their region, no slot and no copy. Such a message is a run of
+    receives from one peer into consecutive regions of one buffer (`recv`'s ``direct``: where the
+    message starts); once every one of them is ready -- nothing earlier still reads or writes its region --
+    the `Schedule` hands out an advert of the region for the driver to send the peer, which holds the
+    message's pieces until it has it (a rendezvous, as MPI's for large messages). The peer's sends name
+    each piece's offset from the message's start (`send`'s ``remote``). An algorithm gives both sides of
+    a pair the same messages, direct or not."""
 
     def __init__(self, sizes: Sequence[int], alias: dict[int, int] | None = None) -> None:
         self.sizes = list(sizes)
@@ -126,6 +147,7 @@ class Program:
         self.ops: list[Op] = []
         self._tracks = [_Track(s) for s in self.sizes]
         self.peers: set[int] = set()
+        self._last_direct: dict[int, tuple[int, int]] = {}  # per peer: where its direct message goes on
 
     def _buf(self, b: int) -> int:
         b = self.alias.get(b, b)
@@ -147,7 +169,11 @@ class Program:
         self.ops.append(op)
         return i
 
-    def send(self, peer: int, buf: int, off: int, n: int, after: Iterable[int] = ()) -> int:
+    def send(
+        self, peer: int, buf: int, off: int, n: int, after: Iterable[int] = (), *, remote: int | None = None
+    ) -> int:
+        """``remote``: a piece of a direct message, written at that element offset from the start of the
+        region ``peer`` advertises for it (0: the message's first piece; an empty piece is never direct)."""
         b = self._buf(buf)
         self._check(b, off, n)
         deps: set[int] = set()
@@ -155,7 +181,11 @@ class Program:
         if n:
             self._tracks[b].read(off, n, i, deps)
         self.peers.add(peer)
-        return self._add(Op(SEND, peer, b, off, n, -1, 0, False), deps, after)
+        if remote is not None and remote < 0:
+            raise ValueError(f"remote: {remote}, an element offset >= 0")
+        if remote is None or not n:
+            remote = -1
+        return self._add(Op(SEND, peer, b, off, n, -1, 0, False, remote), deps, after)
 
     def recv(
         self,
@@ -167,7 +197,10 @@ class Program:
         *,
         first: bool = True,
         after: Iterable[int] = (),
+        direct: int | None = None,
     ) -> int:
+        """``direct``: a piece of a direct message (see the class's docstring) that starts at element
+        ``direct`` of ``buf`` (``off``: its first piece; an empty piece is never direct)."""
         b = self._buf(buf)
         self._check(b, off, n)
         sb, so = (-1, 0) if local is None else (self._buf(local[0]), local[1])
@@ -179,7 +212,23 @@ class Program:
                 self._tracks[sb].read(so, n, i, deps)
             self._tracks[b].write(off, n, i, deps)
         self.peers.add(peer)
-        return self._add(Op(RECV, peer, b, off, n, sb, so, first), deps, after)
+        remote = -1
+        if direct is not None and n:
+            if sb >= 0 or not 0 <= direct <= off:
+                raise ValueError(
+                    f"a direct receive from rank {peer} into {b}[{off}:{off + n}] of a message from "
+                    f"{direct}: only a copy (no reduction), at or after its message's start, can be direct"
+                )
+            if direct < off and self._last_direct.get(peer) != (b, off):
+                raise ValueError(
+                    f"a direct receive from rank {peer} into {b}[{off}:{off + n}]: not the next region of "
+                    f"the message from {direct} (a message is a run of receives into consecutive regions)"
+                )
+            self._last_direct[peer] = (b, off + n)
+            remote = off - direct
+        else:
+            self._last_direct.pop(peer, None)
+        return self._add(Op(RECV, peer, b, off, n, sb, so, first, remote), deps, after)
 
     def copy(self, src_buf: int, src_off: int, buf: int, off: int, n: int, after: Iterable[int] = ()) -> int:
         """Copy a local region; nothing (-1) when source and destination are the same elements."""
@@ -221,6 +270,7 @@ class Schedule:
         if len(buffers) < len(program.sizes):
             raise ValueError(f"{len(buffers)} buffers for a program of {len(program.sizes)}")
         self.ops = program.ops
+        self.program = program
         self.bufs = list(buffers)
         self.dtype = self.bufs[1].dtype if len(self.bufs) > 1 else self.bufs[0].dtype
         self.ufunc = ufunc
@@ -235,6 +285,26 @@ class Schedule:
             elif op.kind == RECV:
                 self._recvq.setdefault(op.peer, deque()).append(i)
         self._arrived: dict[int, deque[tuple[Any, Any]]] = {p: deque() for p in self._recvq}
+        # direct messages: [peer, buffer, first element, elements, receives not ready], in order per peer
+        self._messages: list[list[int]] = []
+        self._message_of: dict[int, int] = {}
+        self._next_advert: dict[int, int] = {}  # per peer: its first message not advertised yet
+        self._peer_messages: dict[int, list[int]] = {}
+        for p, q in self._recvq.items():
+            for i in q:
+                op = self.ops[i]
+                if op.remote < 0:
+                    continue
+                if op.remote == 0:
+                    self._peer_messages.setdefault(p, []).append(len(self._messages))
+                    self._messages.append([p, op.buf, op.off, 0, 0])
+                m = self._peer_messages[p][-1]
+                self._messages[m][3] = op.off + op.n - self._messages[m][2]
+                self._messages[m][4] += 1
+                self._message_of[i] = m
+        self.exposed = {self._messages[m][1] for m in range(len(self._messages))}
+        """Buffers peers write direct messages into (the driver registers them for remote writes)."""
+        self._adverts: list[tuple[int, int, int, int]] = []
         self._ready: set[int] = set()  # sends with no unmet dependency, not yet handed out
         self._sends: list[Op] = []
         self._send_ids: list[int] = []
@@ -274,6 +344,12 @@ class Schedule:
         self._dirty_peers.clear()
         return out
 
+    def take_adverts(self) -> list[tuple[int, int, int, int]]:
+        """Direct messages whose regions are ready, each peer's in program order: ``(peer, buffer, first
+        element, elements)`` for the driver to advertise (the peer holds their pieces until then)."""
+        out, self._adverts = self._adverts, []
+        return out
+
     def take_consumed(self) -> list[Any]:
         """The tokens of arrivals this schedule has finished with, in the order they were consumed."""
         out, self._consumed = self._consumed, []
@@ -285,7 +361,8 @@ class Schedule:
 
     def arrived(self, peer: int, data: Any, token: Any = None) -> None:
         """The next piece from ``peer``: ``data`` a buffer-protocol object of its bytes (kept until the
-        arrival is consumed: ``token`` is handed back by `take_consumed` then)."""
+        arrival is consumed: ``token``, unless None, is handed back by `take_consumed` then), or for a
+        direct piece the number of bytes the peer wrote in place."""
         q = self._arrived.get(peer)
         if q is None or len(q) >= len(self._recvq[peer]):
             raise ScheduleError(f"a piece from rank {peer} that no receive of this collective expects")
@@ -300,19 +377,27 @@ class Schedule:
             i = rq.popleft()
             data, token = aq.popleft()
             self._place(self.ops[i], data)
-            self._consumed.append(token)
+            if token is not None:
+                self._consumed.append(token)
             freed += self._complete(i)
         return freed
 
     def _place(self, op: Op, data: Any) -> None:
         size = op.n * self.dtype.itemsize
-        got = memoryview(data).nbytes
+        direct = isinstance(data, int)
+        if direct != (op.remote >= 0):
+            raise ScheduleError(
+                f"{'a direct piece' if direct else 'a piece in a slot'} from rank {op.peer} where this rank "
+                f"expects {'one in a slot' if direct else 'a direct one'} "
+                "(the ranks are not running the same collective)"
+            )
+        got = data if direct else memoryview(data).nbytes
         if got != size:
             raise ScheduleError(
                 f"a piece of {got} B from rank {op.peer}: expected {size} B "
                 "(the ranks are not running the same collective)"
             )
-        if not op.n:
+        if not op.n or direct:
             return
         incoming = np.frombuffer(data, dtype=self.dtype, count=op.n)
         dst = self.bufs[op.buf][op.off : op.off + op.n]
@@ -325,6 +410,20 @@ class Schedule:
             self.ufunc(incoming, local, out=dst)
         else:
             self.ufunc(local, incoming, out=dst)
+
+    def _ready_direct(self, i: int) -> None:
+        """Receive ``i`` of a direct message is ready: advertise its message once all of it is, and the
+        peer's messages in order."""
+        msg = self._messages[self._message_of[i]]
+        msg[4] -= 1
+        peer = msg[0]
+        order = self._peer_messages[peer]
+        k = self._next_advert.get(peer, 0)
+        while k < len(order) and self._messages[order[k]][4] == 0:
+            _p, buf, off, n, _ = self._messages[order[k]]
+            self._adverts.append((peer, buf, off, n))
+            k += 1
+        self._next_advert[peer] = k
 
     def _complete(self, i: int) -> list[int]:
         """Mark ``i`` done; the ops it freed."""
@@ -346,6 +445,8 @@ class Schedule:
                 self._ready.add(i)
                 self._dirty_peers.add(op.peer)
             elif op.kind == RECV:
+                if op.remote >= 0:
+                    self._ready_direct(i)
                 q = self._recvq[op.peer]
                 if q and q[0] == i:
                     work += self._match(op.peer)

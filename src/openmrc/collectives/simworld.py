@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from openmrc.collectives.bootstrap import HashStore
-from openmrc.collectives.communicator import Communicator
+from openmrc.collectives.communicator import DIRECT_BYTES, Communicator
 from openmrc.collectives.engine import STEP_WCS, CollectiveError
 from openmrc.collectives.ops import ufunc_of
 from openmrc.collectives.program import Schedule
@@ -30,8 +30,8 @@ __all__ = ["SimWorld"]
 
 
 class SimWorld:
-    """Ranks 0..n-1 on hosts ``hosts`` (default: every host, in order) of ``fabric``; ``chunk_bytes`` and
-    ``slots`` as `Communicator`'s."""
+    """Ranks 0..n-1 on hosts ``hosts`` (default: every host, in order) of ``fabric``; ``chunk_bytes``,
+    ``slots`` and ``direct_bytes`` as `Communicator`'s."""
 
     def __init__(
         self,
@@ -40,6 +40,7 @@ class SimWorld:
         *,
         chunk_bytes: int = 256 * 1024,
         slots: int = 8,
+        direct_bytes: int | None = DIRECT_BYTES,
     ) -> None:
         self.fabric = fabric
         self.hosts = list(range(fabric.topo.num_hosts)) if hosts is None else list(hosts)
@@ -52,7 +53,15 @@ class SimWorld:
             d.driven = True  # polling a CQ must not run the simulator: `run` does
         self.comms = [
             Communicator(
-                r, n, store, device=d, chunk_bytes=chunk_bytes, slots=slots, prefix="sim", blocking=False
+                r,
+                n,
+                store,
+                device=d,
+                chunk_bytes=chunk_bytes,
+                slots=slots,
+                direct_bytes=direct_bytes,
+                prefix="sim",
+                blocking=False,
             )
             for r, d in enumerate(self.devices)
         ]
