@@ -145,6 +145,7 @@ def test_immediates_a_peer_cannot_mean_are_refused() -> None:
     for imm, match in (
         ((CREDIT << KIND_SHIFT) | 1, "gave back 1 slot"),  # every slot is free already
         ((CREDIT << KIND_SHIFT) | 0, "gave back 0 slot"),
+        ((CREDIT << KIND_SHIFT) | 1 << 15, "1 direct credit"),  # every direct credit is back already
         (5, "piece 5 from rank 1, expected 1"),
         (DIRECT | 1, "a direct piece from rank 1 that no receive"),
         (DIRECT | FIRST | 1, "a direct message this rank never advertised"),

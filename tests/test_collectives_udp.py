@@ -166,6 +166,46 @@ def test_two_ranks_that_both_send_before_they_receive_go_on() -> None:
     assert run_local(2, _both_send_first, timeout=60) == [1.0, 0.0]
 
 
+def _late_and_away(comm: Communicator) -> int:
+    """Rank 1 takes its first completion 1 s late (a training thread holding the GIL, a pause) in a direct
+    all_gather of 256 pieces, then stays away from the library for 1.5 s while rank 0 first sends it a
+    direct message and then waits for it in an all_reduce."""
+    eng = comm.engine
+    if comm.rank == 1:
+        took = eng._received
+        late = [True]
+
+        def slow(wc: Any) -> None:
+            if late[0]:
+                late[0] = False
+                time.sleep(1.0)
+            took(wc)
+
+        eng._received = slow  # type: ignore[method-assign]
+    n = 1 << 20
+    out = np.zeros(2 * n, np.int32)
+    comm.all_gather(np.full(n, comm.rank, np.int32), out)
+    assert (out == np.repeat(np.arange(2, dtype=np.int32), n)).all()
+    big = np.ones(1 << 21, np.float32)  # (8 MiB: beyond the slots, a direct message)
+    for _ in range(2):
+        if comm.rank == 1:
+            time.sleep(1.5)
+        if comm.rank == 0:
+            comm.send(big, 1)
+        else:
+            comm.recv(big, 0)
+        comm.all_reduce(big[:10])
+    return int(eng.stats["pings"])
+
+
+def test_a_receiver_that_polls_late_or_is_away_loses_nothing() -> None:
+    """Direct pieces spend credits as slot pieces do (each takes one of the receiver's posted receives,
+    and MRC fails a QP whose Write with Immediate finds none), and pings take no receive: a rank that
+    polls late, or is away from the library for a while, is waited for, not failed."""
+    out = run_local(2, _late_and_away, timeout=60, comm_kwargs={"chunk_bytes": 16 << 10, "ping_s": 0.02})
+    assert out[0] > 64, out  # (more pings than the away rank has receives posted)
+
+
 def _goodbye_log(comm: Communicator) -> list[tuple[int, int]]:
     """The control Writes rank r posts from its last all_reduce through its goodbye."""
     eng = comm.engine
@@ -302,7 +342,11 @@ def test_ranks_on_loopback_send_jumbo_packets_and_all_ranks_must_agree() -> None
             Communicator(0, 1, store, mtu=bad)
     with pytest.raises(ValueError, match="given device"):
         Communicator(0, 1, store, device=object(), mtu=4096)
-    for what, told in (("mtu", ("4096 B", "8192 B")), ("chunk_bytes", ("of 4096 B", "of 8192 B"))):
+    for what, told in (
+        ("mtu", ("4096 B", "8192 B")),
+        ("chunk_bytes", ("of 4096 B", "of 8192 B")),
+        ("direct_bytes", ("direct_bytes=", "8192")),
+    ):
         errors: list[str] = []
 
         def rank(r: int, what: str = what, errors: list[str] = errors) -> None:

@@ -315,7 +315,12 @@ class Communicator:
             link = eng.new_link(p)
             self._init_qp(link, self._peer_address(p))
             eng.post_receives(link)
-            info: dict[str, Any] = {**eng.link_info(link), "mtu": self.mtu, "secure": self._secure_info()}
+            info: dict[str, Any] = {
+                **eng.link_info(link),
+                "mtu": self.mtu,
+                "direct": self.direct_bytes,
+                "secure": self._secure_info(),
+            }
             self.store.set(f"{self.prefix}/qp/{self.rank}/{p}", json.dumps(info))
             made.append(link)
         return made
@@ -350,6 +355,13 @@ class Communicator:
                     f"rank {self.rank}: rank {link.peer} has {info['slots']} slots of {info['chunk']} B, "
                     f"this rank {eng.nslots} of {eng.chunk_bytes} B (give every rank the same chunk_bytes "
                     "and slots)",
+                    link.peer,
+                )
+            if info["direct"] != self.direct_bytes:
+                raise CollectiveError(
+                    f"rank {self.rank}: rank {link.peer} has direct_bytes={info['direct']}, this rank "
+                    f"{self.direct_bytes} (every rank needs the same: a message goes direct on both sides "
+                    "of a pair or on neither)",
                     link.peer,
                 )
             link.remote_addr, link.remote_rkey = info["addr"], info["rkey"]

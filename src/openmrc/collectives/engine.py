@@ -15,24 +15,32 @@ ring has beyond ``slots`` for them: a peer can always send as far ahead as if no
 
 Direct messages. A message the program marks direct (`openmrc.collectives.program.Program`: a large one
 whose receive only places it -- all_gather, alltoall, broadcast, send, an all_reduce's gathering half) goes
-straight into the receiver's buffer: no slot, no credit, no copy. The receiver registers the buffer for
+straight into the receiver's buffer: no slot and no copy. The receiver registers the buffer for
 remote writes for the collective and, once the message's region is ready (its `Schedule` says so),
 *advertises* it to the peer: a 24-byte Write with Immediate (address, R_Key, bytes) into a mailbox of
 `MAILBOX` entries after the peer's slots. The peer takes the adverts in order, one per direct message,
 and holds a message's pieces until its advert is there. The first piece of a message tells the receiver
 that its advert was taken: a rank has at most `MAILBOX` adverts untaken towards a peer (it holds the rest).
+A direct piece spends a *direct credit* (`DIRECT_CREDITS` per peer, apart from the slots' credits), which
+the receiver gives back once it has taken the piece's completion: each piece is a Write with Immediate,
+which needs a posted receive (MRC has no "receiver not ready": one that finds none fails the QP), and the
+credits keep a peer from having more of those in flight than the receiver has posted, however late the
+receiver polls or however many a loss holds back.
 
-Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a ping, 11 an abort); a data piece's bits
-29-19 the slots it gives back, bit 18 set for a direct piece, bit 17 for a direct message's first, and
-16-0 its piece number (mod 2^17); a ping's bits 29-0 0, or BYE (the peer is closing), or ADVERT (an
-advert is in the mailbox); the others' bits 29-0 the credit count, or (abort) the rank that failed.
+Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a notice, 11 an abort); a data piece's
+bits 29-19 the slots it gives back, bit 18 set for a direct piece, bit 17 for a direct message's first,
+and 16-0 its piece number (mod 2^17); credits' bits 29-15 the direct credits and 14-0 the slots given
+back; a notice's bits 29-0 BYE (the peer is closing) or ADVERT (an advert is in the mailbox); an abort's
+bits 29-0 the rank that failed.
 
 Failures. A send to a dead peer ends with RETRY_EXC_ERR once the QP's retries run out (the QP attributes
 give the time, `openmrc.transport.Qp.time_to_error`); a rank that only waits for a dead peer learns it by
 pinging the peers it waits for when they have been silent for ``ping_s`` -- a live peer's NIC acknowledges
-the ping whatever its program is doing, a dead one's does not. The rank that finds a dead peer tells every
-peer it has a QP with (an abort naming that rank), and they tell theirs, so every surviving rank stops with
-the same `CollectiveError` however far it is from the dead one.
+the ping whatever its program is doing, a dead one's does not. A ping is a zero-length RDMA Write without
+an immediate: it takes none of the peer's posted receives, so a peer away from the library for long
+(a checkpoint, an evaluation) is pinged as long as it takes, not failed. The rank that finds a dead peer
+tells every peer it has a QP with (an abort naming that rank), and they tell theirs, so every surviving
+rank stops with the same `CollectiveError` however far it is from the dead one.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ import errno
 import struct
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Final
 
@@ -56,7 +64,7 @@ __all__ = ["CollectiveError", "Engine", "Link"]
 KIND_SHIFT: Final = 30
 DATA: Final = 0
 CREDIT: Final = 1
-PING: Final = 2  # (low bits BYE: the peer is closing; ADVERT: an advert is in the mailbox)
+PING: Final = 2  # a notice (low bits BYE: the peer is closing; ADVERT: an advert is in the mailbox)
 BYE: Final = 1
 ADVERT: Final = 2
 ABORT: Final = 3
@@ -68,6 +76,9 @@ SEQ_MASK: Final = FIRST - 1  # a data piece's number, mod 2^17 (they complete in
 _ADVERT: Final = struct.Struct("<QQQ")  # address, R_Key, bytes from there
 ADVERT_BYTES: Final = 32  # a mailbox entry
 MAILBOX: Final = 16  # entries for adverts received, after a link's slots (and as many for those sent)
+DIRECT_CREDITS: Final = 32  # direct pieces a rank may have in flight to a peer
+_DCREDIT_SHIFT: Final = 15  # credits: bits 29-15 direct credits, 14-0 slots
+_SLOT_CREDITS: Final = (1 << _DCREDIT_SHIFT) - 1
 _CTRL_WR: Final = 0  # wr_id of credits and pings
 _ABORT_WR: Final = 1 << 62
 STEP_WCS: Final = 512  # completions one `Engine.step` takes at most
@@ -107,6 +118,8 @@ class Link:
         "begun",
         "bye",
         "credits",
+        "dcredits",
+        "dfreed",
         "freed",
         "held",
         "mr",
@@ -147,6 +160,8 @@ class Link:
         self.adverts_out = 0  # adverts sent
         self.begun = 0  # direct messages the peer began (it took their adverts)
         self.freed = 0
+        self.dcredits = DIRECT_CREDITS
+        self.dfreed = 0  # direct credits owed to the peer
         self.pending: deque[tuple[int, Any]] = deque()  # (op index, op) waiting for a credit or an advert
         self.backlog: deque[memoryview] = deque()  # pieces of a collective this rank has not begun
         self.bye = False  # the peer is closing and has nothing of its own left unacknowledged
@@ -228,10 +243,10 @@ class Engine:
         verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(self._receives())])
 
     def _receives(self) -> int:
-        """Receives kept posted per link: the pieces a peer may have in flight, and room for the pings a
-        waiting peer sends while this rank is busy elsewhere (one per ``ping_s``: an MRC Write with
-        Immediate that finds no receive fails the QP)."""
-        return max(4 * self.nslots, 32) + 32
+        """Receives kept posted per link: the pieces a peer may have in flight (its credits, slots and
+        direct), with room to spare for its credit Writes (at most one per piece it took), its adverts and
+        its goodbye (an MRC Write with Immediate that finds no receive fails the QP; pings take none)."""
+        return max(4 * self.nslots, 32) + 2 * DIRECT_CREDITS + MAILBOX + 32
 
     # -- a collective ----------------------------------------------------------------------------------------
     def _region(self, b: np.ndarray[Any, Any], exposed: bool = False) -> verbs.MemoryRegion:
@@ -280,7 +295,7 @@ class Engine:
         if self.failed is None:
             with contextlib.suppress(CollectiveError):  # (a link that failed: the next step raises it)
                 for link in self.links.values():
-                    if link.freed > DEFERRED_SLOTS:
+                    if link.freed > DEFERRED_SLOTS or link.dfreed:
                         self._send_credits(link)
         for mr in self._temp:
             verbs.dereg_mr(mr)
@@ -322,7 +337,10 @@ class Engine:
         link = self.by_qpn.get(wc.qp_num)
         if link is None:
             return
-        verbs.post_recv(link.qp, verbs.RecvWR(0))
+        try:
+            verbs.post_recv(link.qp, verbs.RecvWR(0))
+        except verbs.VerbsError as exc:  # (a QP that failed: its error completions follow)
+            self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
         if wc.status != verbs.WcStatus.SUCCESS:
             self._fail(
                 CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {wc.status.name}", link.peer)
@@ -331,7 +349,7 @@ class Engine:
         kind, low = imm >> KIND_SHIFT, imm & LOW
         link.ping_at = self.clock() + self.ping_s
         if kind == CREDIT:
-            self._credit(link, low)
+            self._credit(link, low & _SLOT_CREDITS, low >> _DCREDIT_SHIFT)
             return
         if kind == PING:
             if low == ADVERT:
@@ -353,7 +371,7 @@ class Engine:
             named = f"rank {who} failed" if who is not None else "a rank failed"
             self._fail(CollectiveError(f"{named} (reported to rank {self.rank} by rank {link.peer})", who))
         if low >> CREDIT_SHIFT:
-            self._credit(link, low >> CREDIT_SHIFT)  # slots it gives back, riding on the piece
+            self._credit(link, low >> CREDIT_SHIFT, 0)  # slots it gives back, riding on the piece
         if low & SEQ_MASK != link.recv_seq & SEQ_MASK:
             self._fail(
                 CollectiveError(
@@ -387,6 +405,9 @@ class Engine:
                     )
                 )
             assert sched is not None
+            link.dfreed += 1  # (its receive is posted again: the credit it spent goes back)
+            if link.dfreed >= DIRECT_CREDITS // 2:
+                self._send_credits(link)
             self._arrive(sched, link, wc.byte_len, None)
             return
         slot = link.recv_slot % self.nslots
@@ -405,20 +426,22 @@ class Engine:
         except ScheduleError as exc:
             self._fail(CollectiveError(f"rank {self.rank}: {exc}", link.peer))
 
-    def _credit(self, link: Link, n: int) -> None:
-        """``n`` slots of the peer's ring given back."""
+    def _credit(self, link: Link, n: int, d: int) -> None:
+        """``n`` slots of the peer's ring and ``d`` direct credits given back."""
         # a peer can only give back slots this rank has filled: more would let it overwrite unread ones
-        if n == 0 or link.credits + n > self.nslots:
+        if (n == 0 and d == 0) or link.credits + n > self.nslots or link.dcredits + d > DIRECT_CREDITS:
             self._fail(
                 CollectiveError(
                     f"rank {self.rank}: rank {link.peer} gave back {n} slot(s) with {link.credits} of "
-                    f"{self.nslots} free (the ranks disagree: a protocol violation)",
+                    f"{self.nslots} free and {d} direct credit(s) with {link.dcredits} of {DIRECT_CREDITS} "
+                    "(the ranks disagree: a protocol violation)",
                     link.peer,
                 )
             )
         link.credits += n
+        link.dcredits += d
 
-    def _give_credits(self, consumed: list[Any]) -> None:
+    def _give_credits(self, consumed: Iterable[Any]) -> None:
         """Slots the schedule consumed: owed to their peers, given back with the next piece to them, or at
         once when half of the ring is owed."""
         for link in consumed:
@@ -427,15 +450,15 @@ class Engine:
                 self._send_credits(link)
 
     def _send_credits(self, link: Link) -> None:
-        self._control(link, CREDIT, link.freed)
+        self._control(link, CREDIT, link.dfreed << _DCREDIT_SHIFT | link.freed)
         self.stats["credits_sent"] += 1
-        link.freed = 0
+        link.freed = link.dfreed = 0
 
     def idle(self) -> None:
         """This rank is about to wait (or, driven by an event loop, has nothing left to do until its next
         completion): give back every slot it owes, so that no peer waits for one."""
         for link in self.links.values():
-            if link.freed:
+            if link.freed or link.dfreed:
                 self._send_credits(link)
 
     def _post_sends(self) -> None:
@@ -448,12 +471,15 @@ class Engine:
             pending = link.pending
             while pending:
                 i, op = pending[0]
-                if op.remote == 0:  # a direct message: once the peer's advert for it is here
+                if op.remote < 0:
+                    if link.credits <= 0:  # (a piece into a slot: once one is free)
+                        break
+                elif link.dcredits <= 0:
+                    break
+                elif op.remote == 0:  # a direct message: once the peer's advert for it is here
                     if not link.adverts:
                         break
                     link.target = link.adverts.popleft()
-                elif op.remote < 0 and link.credits <= 0:  # (a piece into a slot: once one is free)
-                    break
                 pending.popleft()
                 self._write(link, i, op)
 
@@ -472,6 +498,7 @@ class Engine:
                 )
             remote, flag = addr + at, DIRECT if op.remote else DIRECT | FIRST
             self.stats["pieces_direct"] += 1
+            link.dcredits -= 1
         else:
             if nbytes > self.chunk_bytes:
                 raise AssertionError(f"a piece of {nbytes} B exceeds the {self.chunk_bytes} B slot")
@@ -558,7 +585,13 @@ class Engine:
             if link is not None and now >= link.ping_at:
                 link.ping_at = now + self.ping_s
                 self.stats["pings"] += 1
-                self._control(link, PING, 0)
+                self._ping(link)
+
+    def _ping(self, link: Link) -> None:
+        """A zero-length RDMA Write without an immediate: the peer's NIC acknowledges it (or, dead, does
+        not: the Write fails), and it takes none of the peer's posted receives."""
+        op, flags = verbs.WrOpcode.RDMA_WRITE, verbs.SendFlags.NONE
+        self._post(link, verbs.SendWR(_CTRL_WR, op, [], link.remote_addr, link.remote_rkey, None, flags))
 
     def _fail(self, err: CollectiveError) -> None:
         """Stop: tell every other peer (once) which rank failed, then raise ``err``."""
