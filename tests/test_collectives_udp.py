@@ -155,7 +155,7 @@ def test_a_peer_sends_as_far_ahead_while_a_rank_is_away_from_the_library() -> No
 
 def _both_send_first(comm: Communicator) -> float:
     peer = 1 - comm.rank
-    x = np.full(1 << 19, comm.rank, np.float32)  # 2 MiB: over direct_bytes, within the peer's slots
+    x = np.full(1 << 19, comm.rank, np.float32)  # 2 MiB: a direct message's size, within the peer's slots
     comm.send(x, peer)
     return float(comm.recv(np.zeros_like(x), peer)[-1])
 
@@ -327,6 +327,9 @@ def test_communicator_refuses_bad_calls() -> None:
         comm.all_reduce(x)
     with pytest.raises(ValueError, match="rank"):
         Communicator(2, 2, store)
+    for bad in (0, -5, True, "fast", 1.5):
+        with pytest.raises(ValueError, match="direct_bytes"):
+            Communicator(0, 1, store, direct_bytes=bad)
 
 
 def test_ranks_on_loopback_send_jumbo_packets_and_all_ranks_must_agree() -> None:

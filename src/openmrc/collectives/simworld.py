@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from openmrc.collectives.bootstrap import HashStore
-from openmrc.collectives.communicator import DIRECT_BYTES, Communicator
+from openmrc.collectives.communicator import Communicator
 from openmrc.collectives.engine import STEP_WCS, CollectiveError
 from openmrc.collectives.ops import ufunc_of
 from openmrc.collectives.program import Schedule
@@ -40,7 +40,7 @@ class SimWorld:
         *,
         chunk_bytes: int = 256 * 1024,
         slots: int = 8,
-        direct_bytes: int | None = DIRECT_BYTES,
+        direct_bytes: int | str | None = "auto",
     ) -> None:
         self.fabric = fabric
         self.hosts = list(range(fabric.topo.num_hosts)) if hosts is None else list(hosts)
