@@ -79,7 +79,7 @@ def test_every_collective_on_simulated_hosts(direct_bytes: int | None) -> None:
         link = c.engine.links.get(0)
         if link is not None and link.adverts_in:  # what rank 0 exposed to it last: gone with the collective
             entry = c.engine._mailbox() + ((link.adverts_in - 1) % MAILBOX) * ADVERT_BYTES
-            addr, rkey, room = _ADVERT.unpack_from(link.slots, entry)
+            addr, rkey, room, _granted = _ADVERT.unpack_from(link.slots, entry)
             pd = links[c.rank].qp.core.pd  # (the QP's own PD: its slots still take a Write, that region not)
             assert nic.mrs.remote_write(link.remote_rkey, link.remote_addr, memoryview(b"x"), pd)
             assert room > 0 and not nic.mrs.remote_write(rkey, addr, memoryview(b"x"), pd)

@@ -1,31 +1,33 @@
 """How a rank moves a collective's pieces with `openmrc.verbs`: a QP per peer, slots registered once, credits.
 
 Theory of operation. Each rank keeps, per peer, one RC QP (every plane of the device: MRC sprays it) and a
-ring of ``slots`` receive slots of ``chunk_bytes`` each, registered once for the communicator's life. The
-k-th piece a rank sends to a peer is an RDMA Write with Immediate into the peer's slot ``k mod slots``; the
-immediate carries ``k`` (mod 2^19), so the receiver checks the order MRC completes them in (message order) and
-finds the slot. A sender holds one credit per free slot of the peer's ring: it starts with ``slots`` and
+ring of ``slots`` receive slots of ``chunk_bytes`` each, registered once for the communicator's life. The k-th
+piece a rank sends to a peer into a slot is an RDMA Write with Immediate into the peer's slot ``k mod slots``;
+the immediate carries the piece's number (mod 2^17), so the receiver checks the order MRC completes them in
+(message order). A sender holds one credit per free slot of the peer's ring: it starts with ``slots`` and
 spends one per piece; a receiver gives slots back once its `Schedule` has consumed them (reduced or copied
 them out), so a slot is never overwritten before it is read and a peer that races ahead waits instead of
 overrunning. The slots freed towards a peer ride on the next piece this rank sends it (most collectives send
-to the peers they receive from: a small all_reduce then costs one Write per peer and step, not two);
-a zero-length Write with Immediate carries them instead when half of the ring is owed, before this rank
-waits for anything (`idle`), and when a collective ends owing more than `DEFERRED_SLOTS`, the slots the
-ring has beyond ``slots`` for them: a peer can always send as far ahead as if nothing were owed.
+to the peers they receive from: a small all_reduce then costs one Write per peer and step, not two); a
+zero-length Write with Immediate carries them instead when half of the ring is owed, before this rank waits
+for anything (`idle`), and when a collective ends owing more than `DEFERRED_SLOTS`, the slots the ring has
+beyond ``slots`` for them: a peer can always send as far ahead as if nothing were owed.
 
-Direct messages. A message the program marks direct (`openmrc.collectives.program.Program`: a large one
-whose receive only places it -- all_gather, alltoall, broadcast, send, an all_reduce's gathering half) goes
-straight into the receiver's buffer: no slot and no copy. The receiver registers the buffer for
-remote writes for the collective and, once the message's region is ready (its `Schedule` says so),
-*advertises* it to the peer: a 24-byte Write with Immediate (address, R_Key, bytes) into a mailbox of
-`MAILBOX` entries after the peer's slots. The peer takes the adverts in order, one per direct message,
-and holds a message's pieces until its advert is there. The first piece of a message tells the receiver
-that its advert was taken: a rank has at most `MAILBOX` adverts untaken towards a peer (it holds the rest).
-A direct piece spends a *direct credit* (`DIRECT_CREDITS` per peer, apart from the slots' credits), which
-the receiver gives back once it has taken the piece's completion: each piece is a Write with Immediate,
-which needs a posted receive (MRC has no "receiver not ready": one that finds none fails the QP), and the
-credits keep a peer from having more of those in flight than the receiver has posted, however late the
-receiver polls or however many a loss holds back.
+Direct messages. A message the program marks direct (`openmrc.collectives.program.Program`: a large one whose
+receive only places it -- all_gather, alltoall, broadcast, send, an all_reduce's gathering half) goes straight
+into the receiver's buffer: no slot and no copy. The receiver registers the buffer for remote writes for the
+collective and, once the message's region is ready (its `Schedule` says so), *advertises* it to the peer: a
+32-byte Write with Immediate (address, R_Key, bytes, direct credits granted) into a mailbox of `MAILBOX`
+entries after the peer's slots. The peer takes the adverts in order, one per direct message, and holds a
+message's pieces until its advert is there. The first piece of a message tells the receiver that its advert
+was taken: a rank has at most `MAILBOX` adverts untaken towards a peer (it holds the rest). A direct piece
+spends a *direct credit* (apart from the slots' credits), which the receiver gives back once it has taken the
+piece's completion: each piece is a Write with Immediate, which needs a posted receive (MRC has no "receiver
+not ready": one that finds none fails the QP), and the credits keep a peer from having more of those in flight
+than the receiver has posted, however late the receiver polls or however many a loss holds back. A link has
+none until its first advert, which grants them (`DIRECT_WINDOW` bytes' worth of pieces, 32 to 1,024) once the
+receiver has posted the receives they need: a link that never carries a direct message posts none of them (a
+simulated rank of 1,024 has many links).
 
 Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a notice, 11 an abort); a data piece's
 bits 29-19 the slots it gives back, bit 18 set for a direct piece, bit 17 for a direct message's first,
@@ -73,10 +75,11 @@ CREDIT_SHIFT: Final = 19  # a data piece's bits 29-19: the slots it gives back
 DIRECT: Final = 1 << 18  # a data piece written into the receiver's buffer, not a slot
 FIRST: Final = 1 << 17  # ... the first of its message
 SEQ_MASK: Final = FIRST - 1  # a data piece's number, mod 2^17 (they complete in order)
-_ADVERT: Final = struct.Struct("<QQQ")  # address, R_Key, bytes from there
+_ADVERT: Final = struct.Struct("<QQQQ")  # address, R_Key, bytes from there; direct credits granted
 ADVERT_BYTES: Final = 32  # a mailbox entry
 MAILBOX: Final = 16  # entries for adverts received, after a link's slots (and as many for those sent)
-DIRECT_CREDITS: Final = 32  # direct pieces a rank may have in flight to a peer
+DIRECT_WINDOW: Final = 256 << 20  # the direct pieces a peer may have in flight: this many bytes' worth ...
+DIRECT_CREDITS: Final = (32, 1024)  # ... but this many pieces at least and at most
 _DCREDIT_SHIFT: Final = 15  # credits: bits 29-15 direct credits, 14-0 slots
 _SLOT_CREDITS: Final = (1 << _DCREDIT_SHIFT) - 1
 _CTRL_WR: Final = 0  # wr_id of credits and pings
@@ -120,7 +123,9 @@ class Link:
         "credits",
         "dcredits",
         "dfreed",
+        "dlimit",
         "freed",
+        "granted",
         "held",
         "mr",
         "peer",
@@ -160,7 +165,9 @@ class Link:
         self.adverts_out = 0  # adverts sent
         self.begun = 0  # direct messages the peer began (it took their adverts)
         self.freed = 0
-        self.dcredits = DIRECT_CREDITS
+        self.dcredits = 0  # direct credits: none until the peer's first advert grants them
+        self.dlimit = 0  # ... how many it granted
+        self.granted = False  # whether this rank has granted the peer its direct credits
         self.dfreed = 0  # direct credits owed to the peer
         self.pending: deque[tuple[int, Any]] = deque()  # (op index, op) waiting for a credit or an advert
         self.backlog: deque[memoryview] = deque()  # pieces of a collective this rank has not begun
@@ -209,11 +216,14 @@ class Engine:
             "pings": 0,
         }
         self._credit_batch = max(1, slots // 2)
+        lo, hi = DIRECT_CREDITS
+        self.direct_credits = min(hi, max(lo, DIRECT_WINDOW // chunk_bytes))
+        """Direct credits this rank grants each peer it advertises to."""
 
     # -- links -----------------------------------------------------------------------------------------------
     def new_link(self, peer: int) -> Link:
         """A QP (in INIT, receives posted) and slots towards ``peer``; `open_link` finishes it."""
-        cap = verbs.QpCap(max_send_wr=4096, max_recv_wr=self._receives() + 32)
+        cap = verbs.QpCap(max_send_wr=4096, max_recv_wr=self._receives() + 2 * self.direct_credits + 32)
         qp = verbs.create_qp(
             self.ctx, verbs.QpInitAttr(send_cq=self.cq, recv_cq=self.cq, pd=self.pd, cap=cap)
         )
@@ -243,10 +253,11 @@ class Engine:
         verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(self._receives())])
 
     def _receives(self) -> int:
-        """Receives kept posted per link: the pieces a peer may have in flight (its credits, slots and
-        direct), with room to spare for its credit Writes (at most one per piece it took), its adverts and
-        its goodbye (an MRC Write with Immediate that finds no receive fails the QP; pings take none)."""
-        return max(4 * self.nslots, 32) + 2 * DIRECT_CREDITS + MAILBOX + 32
+        """Receives kept posted per link: the pieces a peer may have in flight into slots (its credits),
+        with room to spare for its credit Writes (at most one per piece it took), its adverts and its
+        goodbye (an MRC Write with Immediate that finds no receive fails the QP; pings take none). Granting
+        direct credits posts twice as many more (`_advertise`)."""
+        return max(4 * self.nslots, 32) + MAILBOX + 32  # (and twice the direct credits, once granted)
 
     # -- a collective ----------------------------------------------------------------------------------------
     def _region(self, b: np.ndarray[Any, Any], exposed: bool = False) -> verbs.MemoryRegion:
@@ -337,14 +348,13 @@ class Engine:
         link = self.by_qpn.get(wc.qp_num)
         if link is None:
             return
+        if wc.status != verbs.WcStatus.SUCCESS:  # (its QP failed: why, as the transport tells it)
+            why = link.qp.core.error_detail or wc.status.name
+            self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {why}", link.peer))
         try:
             verbs.post_recv(link.qp, verbs.RecvWR(0))
-        except verbs.VerbsError as exc:  # (a QP that failed: its error completions follow)
+        except verbs.VerbsError as exc:
             self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
-        if wc.status != verbs.WcStatus.SUCCESS:
-            self._fail(
-                CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {wc.status.name}", link.peer)
-            )
         imm = wc.imm_data or 0
         kind, low = imm >> KIND_SHIFT, imm & LOW
         link.ping_at = self.clock() + self.ping_s
@@ -363,7 +373,18 @@ class Engine:
                     )
                 at = self._mailbox() + (link.adverts_in % MAILBOX) * ADVERT_BYTES
                 link.adverts_in += 1
-                link.adverts.append(_ADVERT.unpack_from(link.slots, at))
+                addr, rkey, room, grant = _ADVERT.unpack_from(link.slots, at)
+                if grant:
+                    if link.dlimit or grant > DIRECT_CREDITS[1]:
+                        self._fail(
+                            CollectiveError(
+                                f"rank {self.rank}: rank {link.peer} granted {grant} direct credit(s) "
+                                f"after {link.dlimit} (a protocol violation)",
+                                link.peer,
+                            )
+                        )
+                    link.dcredits = link.dlimit = grant
+                link.adverts.append((addr, rkey, room))
             link.bye = link.bye or low == BYE
             return
         if kind == ABORT:
@@ -406,7 +427,7 @@ class Engine:
                 )
             assert sched is not None
             link.dfreed += 1  # (its receive is posted again: the credit it spent goes back)
-            if link.dfreed >= DIRECT_CREDITS // 2:
+            if link.dfreed >= self.direct_credits // 2:
                 self._send_credits(link)
             self._arrive(sched, link, wc.byte_len, None)
             return
@@ -429,11 +450,11 @@ class Engine:
     def _credit(self, link: Link, n: int, d: int) -> None:
         """``n`` slots of the peer's ring and ``d`` direct credits given back."""
         # a peer can only give back slots this rank has filled: more would let it overwrite unread ones
-        if (n == 0 and d == 0) or link.credits + n > self.nslots or link.dcredits + d > DIRECT_CREDITS:
+        if (n == 0 and d == 0) or link.credits + n > self.nslots or link.dcredits + d > link.dlimit:
             self._fail(
                 CollectiveError(
                     f"rank {self.rank}: rank {link.peer} gave back {n} slot(s) with {link.credits} of "
-                    f"{self.nslots} free and {d} direct credit(s) with {link.dcredits} of {DIRECT_CREDITS} "
+                    f"{self.nslots} free and {d} direct credit(s) with {link.dcredits} of {link.dlimit} "
                     "(the ranks disagree: a protocol violation)",
                     link.peer,
                 )
@@ -540,7 +561,15 @@ class Engine:
         k = link.adverts_out % MAILBOX
         link.adverts_out += 1
         at = self._mailbox() + (MAILBOX + k) * ADVERT_BYTES
-        _ADVERT.pack_into(link.slots, at, addr, rkey, room)
+        grant = 0
+        if not link.granted:  # its first: the receives its direct pieces and their credits need, posted
+            link.granted = True
+            grant = self.direct_credits
+            try:
+                verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(2 * grant)])
+            except verbs.VerbsError as exc:
+                self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
+        _ADVERT.pack_into(link.slots, at, addr, rkey, room, grant)
         sge = [verbs.Sge(link.mr.addr + at, _ADVERT.size, link.mr.lkey)]
         remote = link.remote_mailbox + k * ADVERT_BYTES
         imm = (PING << KIND_SHIFT) | ADVERT
@@ -550,15 +579,15 @@ class Engine:
     def _control_wr(
         self, link: Link, kind: int, value: int, wr_id: int = _CTRL_WR, signaled: bool = True
     ) -> verbs.SendWR:
-        """A zero-length Write with Immediate: credits, a ping, a goodbye or an abort."""
+        """A zero-length Write with Immediate: credits, a goodbye or an abort."""
         imm = (kind << KIND_SHIFT) | (value & LOW)
         op = verbs.WrOpcode.RDMA_WRITE_WITH_IMM
         flags = verbs.SendFlags.SIGNALED if signaled else verbs.SendFlags.NONE
         return verbs.SendWR(wr_id, op, [], link.remote_addr, link.remote_rkey, imm, flags)
 
     def _control(self, link: Link, kind: int, value: int, signaled: bool = False) -> None:
-        """Credits and pings complete unsignaled (a failure still completes, with an error): one
-        completion fewer per piece; a goodbye is signaled (`goodbye` waits for it)."""
+        """Credits complete unsignaled (a failure still completes, with an error): one completion fewer
+        per piece; a goodbye is signaled (`goodbye` waits for it)."""
         self._post(link, self._control_wr(link, kind, value, signaled=signaled))
 
     def _post(self, link: Link, wr: verbs.SendWR) -> None:
