@@ -13,8 +13,9 @@ is on the wire, sending to one peer while receiving from another.
 
 `Schedule` runs a program sans-IO, in the shape of the transport core: it is told that a send completed
 (`sent`) or that the next piece from a peer arrived (`arrived`, with the bytes, in the order the peer sent
-them), and hands back the sends that became ready (`take_sends`) and the arrivals it has finished with
-(`take_consumed`, so the driver can give their buffer slots back). Local work (reductions, copies) happens
+them), and hands back the sends that became ready (`take_sends`), the arrivals it has finished with
+(`take_consumed`, so the driver can give their buffer slots back) and the regions of direct messages that
+are ready for their peers to write (`take_adverts`, see `Program`). Local work (reductions, copies) happens
 inside those calls, with numpy ufuncs writing ``out=`` the destination. Pieces between two ranks match by
 order: the k-th send of rank a to rank b is the k-th receive of rank b from rank a, so a driver must post each
 peer's sends in the order `take_sends` hands them out (it does so per peer) and deliver arrivals in order.
