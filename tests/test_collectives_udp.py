@@ -206,6 +206,37 @@ def test_a_receiver_that_polls_late_or_is_away_loses_nothing() -> None:
     assert out[0] > 64, out  # (more pings than the away rank has receives posted)
 
 
+def _credits_back_one_by_one(comm: Communicator) -> int:
+    """Rank 0 only sends direct pieces (a broadcast's root: it never grants credits, it is granted 1,024);
+    rank 1 takes one completion at a time and gives back what it owes after each (as `SimWorld` does after
+    every event): a credit Write per piece, each needing a receive posted at rank 0."""
+    eng = comm.engine
+    if comm.rank == 1:
+        import openmrc.collectives.engine as engine_module
+
+        engine_module.STEP_WCS = 1  # type: ignore[misc]
+        step = eng.step
+
+        def step_then_idle() -> int:
+            k = step()
+            eng.idle()
+            return k
+
+        eng.step = step_then_idle  # type: ignore[method-assign]
+    b = np.full(1 << 20, 3.0 if comm.rank == 0 else 0.0, np.float32)  # 4 MiB: 1,024 pieces of 4 KiB
+    for _ in range(2):
+        comm.broadcast(b, root=0)
+    assert (b == 3.0).all()
+    return int(eng.stats["credits_sent"])
+
+
+def test_direct_credits_given_back_one_by_one_find_receives_posted() -> None:
+    """The rank granted direct credits posts a receive for each credit Write that may give one back."""
+    kw = {"planes": 1, "chunk_bytes": 4096, "direct_bytes": 8192}
+    out = run_local(2, _credits_back_one_by_one, timeout=60, comm_kwargs=kw)
+    assert out[1] > 1024, out  # (more credit Writes than rank 0 has receives posted without the grant's)
+
+
 def _goodbye_log(comm: Communicator) -> list[tuple[int, int]]:
     """The control Writes rank r posts from its last all_reduce through its goodbye."""
     eng = comm.engine

@@ -26,8 +26,9 @@ piece's completion: each piece is a Write with Immediate, which needs a posted r
 not ready": one that finds none fails the QP), and the credits keep a peer from having more of those in flight
 than the receiver has posted, however late the receiver polls or however many a loss holds back. A link has
 none until its first advert, which grants them (`DIRECT_WINDOW` bytes' worth of pieces, 32 to 1,024) once the
-receiver has posted the receives they need: a link that never carries a direct message posts none of them (a
-simulated rank of 1,024 has many links).
+receiver has posted a receive for each; the rank they are granted to posts as many for the credit Writes that
+give them back (each gives back one at least). A link that never carries a direct message posts none of them
+(a simulated rank of 1,024 has many links).
 
 Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a notice, 11 an abort); a data piece's
 bits 29-19 the slots it gives back, bit 18 set for a direct piece, bit 17 for a direct message's first,
@@ -250,14 +251,15 @@ class Engine:
         return self.nslots * self.chunk_bytes
 
     def post_receives(self, link: Link) -> None:
-        verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(self._receives())])
+        self._post_receives(link, self._receives())
 
     def _receives(self) -> int:
         """Receives kept posted per link: the pieces a peer may have in flight into slots (its credits),
         with room to spare for its credit Writes (at most one per piece it took), its adverts and its
-        goodbye (an MRC Write with Immediate that finds no receive fails the QP; pings take none). Granting
-        direct credits posts twice as many more (`_advertise`)."""
-        return max(4 * self.nslots, 32) + MAILBOX + 32  # (and twice the direct credits, once granted)
+        goodbye (an MRC Write with Immediate that finds no receive fails the QP; pings take none). Direct
+        credits post more: the rank that grants them as many (for the direct pieces, `_advertise`), the
+        rank they are granted to as many (for the credit Writes that give them back, `_received`)."""
+        return max(4 * self.nslots, 32) + MAILBOX + 32
 
     # -- a collective ----------------------------------------------------------------------------------------
     def _region(self, b: np.ndarray[Any, Any], exposed: bool = False) -> verbs.MemoryRegion:
@@ -351,10 +353,7 @@ class Engine:
         if wc.status != verbs.WcStatus.SUCCESS:  # (its QP failed: why, as the transport tells it)
             why = link.qp.core.error_detail or wc.status.name
             self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {why}", link.peer))
-        try:
-            verbs.post_recv(link.qp, verbs.RecvWR(0))
-        except verbs.VerbsError as exc:
-            self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
+        self._post_receives(link, 1)
         imm = wc.imm_data or 0
         kind, low = imm >> KIND_SHIFT, imm & LOW
         link.ping_at = self.clock() + self.ping_s
@@ -384,6 +383,7 @@ class Engine:
                             )
                         )
                     link.dcredits = link.dlimit = grant
+                    self._post_receives(link, grant)  # (for the credit Writes that give them back)
                 link.adverts.append((addr, rkey, room))
             link.bye = link.bye or low == BYE
             return
@@ -562,13 +562,10 @@ class Engine:
         link.adverts_out += 1
         at = self._mailbox() + (MAILBOX + k) * ADVERT_BYTES
         grant = 0
-        if not link.granted:  # its first: the receives its direct pieces and their credits need, posted
+        if not link.granted:  # its first: the receives the direct pieces it grants take, posted
             link.granted = True
             grant = self.direct_credits
-            try:
-                verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(2 * grant)])
-            except verbs.VerbsError as exc:
-                self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
+            self._post_receives(link, grant)
         _ADVERT.pack_into(link.slots, at, addr, rkey, room, grant)
         sge = [verbs.Sge(link.mr.addr + at, _ADVERT.size, link.mr.lkey)]
         remote = link.remote_mailbox + k * ADVERT_BYTES
@@ -596,7 +593,19 @@ class Engine:
             if wr.send_flags & verbs.SendFlags.SIGNALED:
                 self.unacked += 1
         except verbs.VerbsError as exc:
-            self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {exc}", link.peer))
+            self._link_failed(link, exc)
+
+    def _post_receives(self, link: Link, n: int) -> None:
+        try:
+            verbs.post_recv(link.qp, [verbs.RecvWR(0) for _ in range(n)])
+        except verbs.VerbsError as exc:
+            self._link_failed(link, exc)
+
+    def _link_failed(self, link: Link, exc: verbs.VerbsError) -> None:
+        """A post to ``link`` refused: its QP failed (why, as the transport tells it, beside the refusal)."""
+        why = link.qp.core.error_detail
+        err = f"{exc} ({why})" if why else str(exc)
+        self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {err}", link.peer))
 
     # -- liveness --------------------------------------------------------------------------------------------
     def check_peers(self) -> None:
