@@ -165,6 +165,32 @@ def _secure_text(info: Any) -> str:
     return f"in security domain {info.get('sdi')} ({'encrypted' if info.get('encrypt') else 'authenticated'})"
 
 
+_MUST_AGREE: tuple[tuple[tuple[str, ...], Callable[..., str], str], ...] = (
+    (
+        ("mtu",),
+        lambda mtu: f"sends packets of {mtu} B",
+        "a QP's path MTU is one: give every rank the same mtu, or the same kind of binds",
+    ),
+    (
+        ("secure",),
+        lambda sec: f"is {_secure_text(sec)}",
+        "every rank needs the same security domain key and encryption",
+    ),
+    (
+        ("slots", "chunk"),
+        lambda slots, chunk: f"has {slots} slots of {chunk} B",
+        "give every rank the same chunk_bytes and slots",
+    ),
+    (
+        ("direct",),
+        lambda direct: f"has direct_bytes={direct}",
+        "every rank needs the same: a message goes direct on both sides of a pair or on neither",
+    ),
+)
+"""What the two ranks of a link must agree on (`Communicator._settings`): the keys, how a rank's values read,
+and what to do about a difference."""
+
+
 class Communicator:
     """Rank ``rank`` of ``size``, meeting the others through ``store``.
 
@@ -323,12 +349,7 @@ class Communicator:
             link = eng.new_link(p)
             self._init_qp(link, self._peer_address(p))
             eng.post_receives(link)
-            info: dict[str, Any] = {
-                **eng.link_info(link),
-                "mtu": self.mtu,
-                "direct": self.direct_bytes,
-                "secure": self._secure_info(),
-            }
+            info: dict[str, Any] = {**eng.link_info(link), **self._settings()}
             self.store.set(f"{self.prefix}/qp/{self.rank}/{p}", json.dumps(info))
             made.append(link)
         return made
@@ -343,35 +364,14 @@ class Communicator:
                 raise CollectiveError(
                     f"rank {self.rank}: rank {link.peer} never connected ({exc})", link.peer
                 ) from None
-            theirs = info.get("mtu", self.mtu)
-            if theirs != self.mtu:
-                raise CollectiveError(
-                    f"rank {self.rank}: rank {link.peer} sends packets of {theirs} B, this rank {self.mtu} B "
-                    "(a QP's path MTU is one: give every rank the same mtu, or the same kind of binds)",
-                    link.peer,
-                )
-            if info.get("secure") != self._secure_info():
-                raise CollectiveError(
-                    f"rank {self.rank}: rank {link.peer} is {_secure_text(info.get('secure'))}, this rank "
-                    f"{_secure_text(self._secure_info())} (every rank needs the same security domain key "
-                    "and encryption)",
-                    link.peer,
-                )
-            eng = self.engine
-            if (info["chunk"], info["slots"]) != (eng.chunk_bytes, eng.nslots):
-                raise CollectiveError(
-                    f"rank {self.rank}: rank {link.peer} has {info['slots']} slots of {info['chunk']} B, "
-                    f"this rank {eng.nslots} of {eng.chunk_bytes} B (give every rank the same chunk_bytes "
-                    "and slots)",
-                    link.peer,
-                )
-            if info["direct"] != self.direct_bytes:
-                raise CollectiveError(
-                    f"rank {self.rank}: rank {link.peer} has direct_bytes={info['direct']}, this rank "
-                    f"{self.direct_bytes} (every rank needs the same: a message goes direct on both sides "
-                    "of a pair or on neither)",
-                    link.peer,
-                )
+            mine = self._settings()
+            for keys, say, fix in _MUST_AGREE:
+                theirs, ours = [info.get(k) for k in keys], [mine[k] for k in keys]
+                if theirs != ours:
+                    raise CollectiveError(
+                        f"rank {self.rank}: rank {link.peer} {say(*theirs)}, this rank {say(*ours)} ({fix})",
+                        link.peer,
+                    )
             link.remote_addr, link.remote_rkey = info["addr"], info["rkey"]
             link.remote_mailbox = info["mailbox"]
             self._rts(link, addr, info["qpn"])
@@ -381,6 +381,17 @@ class Communicator:
             return json.loads(store_get(self.store, f"{self.prefix}/dev/{peer}"))
         except (TimeoutError, OSError) as exc:
             raise CollectiveError(f"rank {self.rank}: rank {peer} never came ({exc})", peer) from None
+
+    def _settings(self) -> dict[str, Any]:
+        """What this rank publishes with each link for its peer to compare (`_MUST_AGREE`)."""
+        eng = self.engine
+        return {
+            "mtu": self.mtu,
+            "secure": self._secure_info(),
+            "slots": eng.nslots,
+            "chunk": eng.chunk_bytes,
+            "direct": self.direct_bytes,
+        }
 
     def _secure_info(self) -> dict[str, Any] | None:
         """What the ranks compare of their security settings (never the key: its fingerprint)."""

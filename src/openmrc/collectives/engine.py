@@ -242,8 +242,6 @@ class Engine:
             "addr": link.mr.addr,
             "rkey": link.mr.rkey,
             "mailbox": mailbox,
-            "chunk": self.chunk_bytes,
-            "slots": self.nslots,
         }
 
     def _mailbox(self) -> int:
@@ -295,7 +293,6 @@ class Engine:
         ping_at = self.clock() + self.ping_s
         for link in self.links.values():
             link.ping_at = ping_at
-            link.target = None
         schedule.start()
         for link in self.links.values():
             while link.backlog and schedule.wants(link.peer):
@@ -350,9 +347,8 @@ class Engine:
         link = self.by_qpn.get(wc.qp_num)
         if link is None:
             return
-        if wc.status != verbs.WcStatus.SUCCESS:  # (its QP failed: why, as the transport tells it)
-            why = link.qp.core.error_detail or wc.status.name
-            self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {why}", link.peer))
+        if wc.status != verbs.WcStatus.SUCCESS:  # (its QP failed)
+            self._link_failed(link, wc.status.name)
         self._post_receives(link, 1)
         imm = wc.imm_data or 0
         kind, low = imm >> KIND_SHIFT, imm & LOW
@@ -601,10 +597,11 @@ class Engine:
         except verbs.VerbsError as exc:
             self._link_failed(link, exc)
 
-    def _link_failed(self, link: Link, exc: verbs.VerbsError) -> None:
-        """A post to ``link`` refused: its QP failed (why, as the transport tells it, beside the refusal)."""
+    def _link_failed(self, link: Link, what: object) -> None:
+        """``link``'s QP failed (``what``: a refused post, a receive's status), and why, as the transport
+        tells it."""
         why = link.qp.core.error_detail
-        err = f"{exc} ({why})" if why else str(exc)
+        err = f"{what} ({why})" if why else str(what)
         self._fail(CollectiveError(f"rank {self.rank}: link to rank {link.peer}: {err}", link.peer))
 
     # -- liveness --------------------------------------------------------------------------------------------

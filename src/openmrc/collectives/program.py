@@ -32,7 +32,7 @@ import numpy as np
 
 from openmrc.collectives.ops import finish_avg
 
-__all__ = ["COPY", "RECV", "SCALE", "SEND", "Op", "Program", "Schedule", "ScheduleError"]
+__all__ = ["COPY", "RECV", "SCALE", "SEND", "Messages", "Op", "Program", "Schedule", "ScheduleError"]
 
 SEND: Final = 0
 RECV: Final = 1
@@ -149,6 +149,7 @@ class Program:
         self._tracks = [_Track(s) for s in self.sizes]
         self.peers: set[int] = set()
         self._last_direct: dict[int, tuple[int, int]] = {}  # per peer: where its direct message goes on
+        self._messages: Messages | None = None  # (`messages`, once the program is built)
 
     def _buf(self, b: int) -> int:
         b = self.alias.get(b, b)
@@ -161,6 +162,7 @@ class Program:
             raise ValueError(f"region [{off}, {off + n}) outside buffer {b} of {self.sizes[b]} elements")
 
     def _add(self, op: Op, deps: set[int], after: Iterable[int]) -> int:
+        self._messages = None
         i = len(self.ops)
         deps.update(after)
         deps.discard(i)
@@ -256,6 +258,39 @@ class Program:
     def __len__(self) -> int:
         return len(self.ops)
 
+    def messages(self) -> Messages:
+        """The direct messages this rank receives (worked out once for a program run many times)."""
+        if self._messages is None:
+            self._messages = Messages(self.ops)
+        return self._messages
+
+
+class Messages:
+    """A program's direct messages, each peer's in order: ``regions[m]`` (peer, buffer, first element,
+    elements) and ``receives[m]`` (how many receives it is), ``of[i]`` the message of receive ``i``,
+    ``order[peer]`` that peer's messages; ``exposed``: the buffers peers write them into."""
+
+    __slots__ = ("exposed", "of", "order", "receives", "regions")
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        self.regions: list[tuple[int, int, int, int]] = []
+        self.receives: list[int] = []
+        self.of: dict[int, int] = {}
+        self.order: dict[int, list[int]] = {}
+        for i, op in enumerate(ops):
+            if op.kind != RECV or op.remote < 0:
+                continue
+            if op.remote == 0:
+                self.order.setdefault(op.peer, []).append(len(self.regions))
+                self.regions.append((op.peer, op.buf, op.off, 0))
+                self.receives.append(0)
+            m = self.order[op.peer][-1]
+            peer, buf, off, _ = self.regions[m]
+            self.regions[m] = (peer, buf, off, op.off + op.n - off)
+            self.receives[m] += 1
+            self.of[i] = m
+        self.exposed = {r[1] for r in self.regions}
+
 
 class Schedule:
     """Runs a `Program` over ``buffers`` (1-D numpy arrays, one per program buffer, of its dtype) for a
@@ -286,24 +321,10 @@ class Schedule:
             elif op.kind == RECV:
                 self._recvq.setdefault(op.peer, deque()).append(i)
         self._arrived: dict[int, deque[tuple[Any, Any]]] = {p: deque() for p in self._recvq}
-        # direct messages: [peer, buffer, first element, elements, receives not ready], in order per peer
-        self._messages: list[list[int]] = []
-        self._message_of: dict[int, int] = {}
+        self._msgs = program.messages()
+        self._unready = list(self._msgs.receives)  # per direct message: its receives not ready yet
         self._next_advert: dict[int, int] = {}  # per peer: its first message not advertised yet
-        self._peer_messages: dict[int, list[int]] = {}
-        for p, q in self._recvq.items():
-            for i in q:
-                op = self.ops[i]
-                if op.remote < 0:
-                    continue
-                if op.remote == 0:
-                    self._peer_messages.setdefault(p, []).append(len(self._messages))
-                    self._messages.append([p, op.buf, op.off, 0, 0])
-                m = self._peer_messages[p][-1]
-                self._messages[m][3] = op.off + op.n - self._messages[m][2]
-                self._messages[m][4] += 1
-                self._message_of[i] = m
-        self.exposed = {self._messages[m][1] for m in range(len(self._messages))}
+        self.exposed = self._msgs.exposed
         """Buffers peers write direct messages into (the driver registers them for remote writes)."""
         self._adverts: list[tuple[int, int, int, int]] = []
         self._ready: set[int] = set()  # sends with no unmet dependency, not yet handed out
@@ -415,14 +436,14 @@ class Schedule:
     def _ready_direct(self, i: int) -> None:
         """Receive ``i`` of a direct message is ready: advertise its message once all of it is, and the
         peer's messages in order."""
-        msg = self._messages[self._message_of[i]]
-        msg[4] -= 1
-        peer = msg[0]
-        order = self._peer_messages[peer]
+        msgs, unready = self._msgs, self._unready
+        m = msgs.of[i]
+        unready[m] -= 1
+        peer = self.ops[i].peer
+        order = msgs.order[peer]
         k = self._next_advert.get(peer, 0)
-        while k < len(order) and self._messages[order[k]][4] == 0:
-            _p, buf, off, n, _ = self._messages[order[k]]
-            self._adverts.append((peer, buf, off, n))
+        while k < len(order) and unready[order[k]] == 0:
+            self._adverts.append(msgs.regions[order[k]])
             k += 1
         self._next_advert[peer] = k
 
