@@ -10,6 +10,8 @@ Sections:
   ratios; all_gather bus bandwidth at 64 MiB (the gathered bytes), mrc with its large messages written
   straight into the receiving rank's buffer (the default), mrc through slots (``direct_bytes=None``) and
   gloo. Needs the torch extra for gloo.
+- ``contended``: the loopback section's all_reduce figures (1 MiB, 64 MiB, 8 bytes; one run each) for mrc
+  and gloo with one busy-looping process beside them, as on a host that is never idle, and their ratios.
 - ``faults``: mrc's bus bandwidth at ``--fault-size`` with 1 % loss on every plane both ways, and with one
   plane blackholed mid-run, as fractions of the clean figure of the same run; gloo's with 1 % of its
   packets dropped (the loopback of a network namespace, nftables: root; the median of three runs, which
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("loopback", "faults", "testbed", "sim")
+SECTIONS = ("loopback", "contended", "faults", "testbed", "sim")
 
 GLOO_SCRIPT = """
 import json, os, sys, time, torch, torch.distributed as dist
@@ -140,6 +142,42 @@ def loopback(ranks: int) -> dict[str, Any]:
     out["ratio_mrc_over_gloo_64MiB"] = round(mrc["busbw_GBps_64MiB"] / out["gloo"]["busbw_GBps_64MiB"], 3)
     out["latency_ratio_mrc_over_gloo_8B"] = round(mrc["latency_us_8B"] / out["gloo"]["latency_us_8B"], 3)
     out["all_gather"] = _gather(ranks)
+    return out
+
+
+def contended(ranks: int) -> dict[str, Any]:
+    """mrc's and gloo's all_reduce (1 MiB, 64 MiB, 8 bytes) beside one busy-looping process."""
+    from _busy import busy_process
+
+    out: dict[str, Any] = {"ranks": ranks, "planes": 2, "dtype": "float32", "beside": "one busy process"}
+    with busy_process():
+        _log(f"contended: mrc all_reduce on {ranks} ranks beside a busy process ...")
+        big = _mrc_rows(ranks, minbytes=1 << 20, maxbytes=64 << 20, stepfactor=64, iters=5, warmup=1)
+        lat = _mrc_rows(ranks, minbytes=8, maxbytes=8, iters=200, warmup=5)[0]
+        out["mrc"] = {
+            "busbw_GBps_1MiB": round(big[0].out_of_place.busbw, 4),
+            "busbw_GBps_64MiB": round(big[1].out_of_place.busbw, 4),
+            "latency_us_8B": round(lat.out_of_place.time_us, 1),
+        }
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            out["gloo"] = None
+            return out
+        _log(f"contended: gloo all_reduce on {ranks} ranks beside a busy process ...")
+        g = _gloo(ranks, [(8, 200), (1 << 20, 20), (64 << 20, 5)])
+    if g is None:
+        out["gloo"] = None
+        return out
+    out["gloo"] = {
+        "busbw_GBps_1MiB": round(g[1 << 20][1], 4),
+        "busbw_GBps_64MiB": round(g[64 << 20][1], 4),
+        "latency_us_8B": round(g[8][0], 1),
+    }
+    m, o = out["mrc"], out["gloo"]
+    out["ratio_mrc_over_gloo_1MiB"] = round(m["busbw_GBps_1MiB"] / o["busbw_GBps_1MiB"], 3)
+    out["ratio_mrc_over_gloo_64MiB"] = round(m["busbw_GBps_64MiB"] / o["busbw_GBps_64MiB"], 3)
+    out["latency_ratio_mrc_over_gloo_8B"] = round(m["latency_us_8B"] / o["latency_us_8B"], 3)
     return out
 
 
@@ -360,6 +398,8 @@ def main() -> int:
     results: dict[str, Any] = {}
     if "loopback" in only:
         results["loopback"] = loopback(args.ranks)
+    if "contended" in only:
+        results["contended"] = contended(args.ranks)
     if "faults" in only:
         results["faults"] = faults(args.ranks, fault_size)
     if "testbed" in only:

@@ -78,9 +78,9 @@ import multiprocessing as mp
 import os
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
+from _busy import busy_process
 from openmrc import _native
 from openmrc.provider import Peer, UdpDevice
 from openmrc.provider.perf import PerfError, run_client, serve
@@ -149,23 +149,6 @@ def perf_goodput(planes: int, mib: int, base: int, iters: int = 1, **kw: Any) ->
         "fault_dropped": rep.device.get("fault_dropped", 0),
         "ok": rep.hash_ok,
     }
-
-
-def _spin() -> None:
-    while True:
-        pass
-
-
-@contextlib.contextmanager
-def busy_process() -> Iterator[None]:
-    """One process busy-looping beside what runs inside (another tenant of a shared machine)."""
-    p = mp.get_context("spawn").Process(target=_spin, daemon=True)
-    p.start()
-    try:
-        yield
-    finally:
-        p.terminate()
-        p.join(10)
 
 
 def goodput_runs(a: argparse.Namespace, base: int, run4: dict[str, Any] | None = None) -> dict[str, Any]:

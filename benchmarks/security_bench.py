@@ -41,6 +41,7 @@ import threading
 import time
 from typing import Any
 
+from _busy import busy_process
 from openmrc import _native
 from openmrc.provider.loopback import Impairments, Pair, port_address
 from openmrc.provider.perf import PerfError, run_client, serve
@@ -182,11 +183,6 @@ def _server(binds: list[str], q: Any, spec: str) -> None:
     serve(binds, oob=("127.0.0.1", 0), log=lambda s: None, ready=q.put, security=dom)
 
 
-def _spin() -> None:
-    while True:
-        pass
-
-
 def goodput(spec: str, mib: int, iters: int, base: int, mode: str) -> float:
     binds_s = [f"127.{base}.1.{p}" for p in range(1, 5)]
     binds_c = [f"127.{base}.2.{p}" for p in range(1, 5)]
@@ -222,21 +218,13 @@ def goodputs(mib: int, iters: int, pairs: int, busy: bool, base: int) -> dict[st
     """``pairs`` rounds of plain, auth, encrypt: the medians and the median ratios."""
     # (a secure server takes secure clients only: the plain runs use a plain server)
     spec = SecurityDomain.generate(9).spec()
-    spinner = None
-    if busy:
-        spinner = mp.get_context("spawn").Process(target=_spin, daemon=True)
-        spinner.start()
     rows: dict[str, list[float]] = {"plain": [], "auth": [], "auth_no_htag": [], "encrypt": []}
-    try:
+    with busy_process(busy):
         for r in range(pairs):
             for i, mode in enumerate(rows):
                 rows[mode].append(
                     goodput(spec if mode != "plain" else "", mib, iters, base + 4 * r + i, mode)
                 )
-    finally:
-        if spinner is not None:
-            spinner.terminate()
-            spinner.join(10)
     sfx = "_contended" if busy else ""
     ratio = {
         m: statistics.median(x / max(p, 1e-9) for x, p in zip(rows[m], rows["plain"], strict=True))

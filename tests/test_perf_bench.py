@@ -16,6 +16,8 @@ BENCH = ROOT / "benchmarks" / "perf_bench.py"
 
 
 def _bench() -> ModuleType:
+    if str(BENCH.parent) not in sys.path:  # (as running the script puts its directory first: its helpers)
+        sys.path.insert(0, str(BENCH.parent))
     spec = importlib.util.spec_from_file_location("perf_bench", BENCH)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
