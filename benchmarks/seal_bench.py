@@ -3,8 +3,9 @@
 Where `security_bench.py` measures what `openmrc perf --secure` loses in goodput between two processes, this
 takes the sockets and the scheduler out and asks what is left: a Write of ``--mib`` MiB between the pair
 harness's two NICs (`openmrc.provider.loopback`, 4 planes, MPR 64, no loss) as bytes, driven tick by tick,
-once plain (MRC 1.0) and once in each authenticated mode (``auth``: header tags on data packets, what
-``perf --secure`` does; ``auth_no_htag``; ``encrypt``). Per data packet:
+once plain (MRC 1.0) and once in each authenticated mode (``auth``: what ``perf --secure`` does, header
+tags "auto", none where nothing trims; ``auth_htag``: a header tag on every data packet, what a fabric that
+trims costs; ``encrypt``). Per data packet:
 
 * ``send_us``: the sender's work: `Nic.datagrams_to_send` (sealing included) and what its driver does with
   each packet (encoding a plain packet, the RoCEv2 ICRC for either), and the SACKs it takes in;
@@ -40,7 +41,7 @@ from openmrc.transport.types import Transmit
 from openmrc.wire import Addressing
 from openmrc.wire.datagram import seal_into, seal_parts
 
-MODES = ("plain", "auth", "auth_no_htag", "encrypt")
+MODES = ("plain", "auth", "auth_htag", "encrypt")
 _EMPTY = memoryview(b"")
 _ROUTES: dict[tuple[str, int, int], Addressing] = {}
 
@@ -84,7 +85,7 @@ def transfer(mode: str, mib: int) -> tuple[float, float, int]:
     sec = None
     if mode != "plain":
         dom = SecurityDomain.generate(7)
-        one = QpSecurity(dom, encrypt=mode == "encrypt", header_tag=mode != "auth_no_htag")
+        one = QpSecurity(dom, encrypt=mode == "encrypt", header_tag=True if mode == "auth_htag" else "auto")
         sec = (one, one)
     size = mib << 20
     p = Pair(seed=3, wire=True, buf_size=size, mpr=64, security=sec)

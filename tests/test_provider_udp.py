@@ -31,6 +31,7 @@ from openmrc.transport import (
     NicConfig,
     QpSecurity,
     RecvWR,
+    SecurityDomain,
     SendWR,
     Sge,
     WcStatus,
@@ -195,17 +196,28 @@ def test_a_mode_the_addresses_cannot_carry_is_refused_when_the_qp_connects() -> 
         assert qa.state.name == "RESET"  # nothing half-done
 
 
-def test_ecn_marks_and_trimmed_packets_reach_the_transport() -> None:
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "authenticated"])
+def test_ecn_marks_and_trimmed_packets_reach_the_transport(secure: bool) -> None:
+    """Trimmed packets (the DSCP mark) are NACKed. Authenticated with header tags "auto": the first ones
+    (no header tag: unverifiable) are recovered as losses, the receiver asks for header tags, and the
+    sender's data packets carry them from then on; every trimmed packet is one or the other."""
+    security = QpSecurity(SecurityDomain.generate(4)) if secure else None
     with devices(4) as (a, b):
-        link = Link(a, b, 1 << 20)
+        link = Link(a, b, 4 << 20, security=security)
         a.impair(ecn=0.1, trim=0.05)
         link.write()
         link.run()
         assert link.dst == link.src
-        assert a.stats.fault_trimmed > 0 and a.stats.fault_ecn > 0
-        assert b.nic.stats.trims_seen == a.stats.fault_trimmed  # the DSCP mark said "trimmed"
-        assert a.nic.stats.trims_received == a.stats.fault_trimmed  # each one NACKed
-        assert a.nic.stats.retransmits >= a.stats.fault_trimmed
+        trimmed = a.stats.fault_trimmed
+        assert trimmed > 0 and a.stats.fault_ecn > 0
+        unverified = b.nic.stats.rx_auth_unsealed
+        assert b.nic.stats.trims_seen + unverified == trimmed  # the DSCP mark said "trimmed"
+        assert a.nic.stats.trims_received == trimmed - unverified  # each one NACKed
+        assert a.nic.stats.retransmits >= trimmed
+        if secure:
+            assert unverified > 0 and a.nic.secure[link.qa.qp_num].header_tag
+        else:
+            assert unverified == 0
 
 
 @pytest.mark.parametrize("seed", [1, 2])

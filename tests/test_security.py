@@ -31,8 +31,10 @@ from openmrc.wire import Addressing, WireError, parse, seal
 from openmrc.wire.constants import OP_WRITE_ONLY, OP_WRITE_ONLY_WITH_IMM
 from openmrc.wire.security import (
     BTH_SEALED,
+    DATA_SEAL_OVERHEAD,
     SEAL_OVERHEAD,
     SECH_SIZE,
+    TAG_SIZE,
     pack_sech,
     trailer_length,
     unpack_sech,
@@ -45,14 +47,21 @@ SIZE = 300_000
 
 
 def secure_pair(
-    *, encrypt: bool = False, seed: int = 3, imp: Impairments | None = None, wire: bool = True, **kw: object
+    *,
+    encrypt: bool = False,
+    seed: int = 3,
+    imp: Impairments | None = None,
+    wire: bool = True,
+    header_tag: bool | str = "auto",
+    **kw: object,
 ) -> tuple[Pair, SecurityDomain]:
     dom = SecurityDomain.generate(7)
+    sec = QpSecurity(dom, encrypt=encrypt, header_tag=header_tag)
     p = Pair(
         seed=seed,
         wire=wire,
         imp=imp,
-        security=(QpSecurity(dom, encrypt=encrypt), QpSecurity(dom, encrypt=encrypt)),
+        security=(sec, sec),
         **kw,  # type: ignore[arg-type]
     )
     return p, dom
@@ -85,9 +94,10 @@ def auth_counts(p: Pair) -> dict[str, int]:
 )
 def test_sech_round_trips(encrypted: bool, epoch: int, sdi: int, ssi: int, counter: int) -> None:
     for htag in (False, True):
-        raw = pack_sech(encrypted, epoch, sdi, ssi, counter, htag)
-        assert len(raw) == SECH_SIZE
-        assert tuple(unpack_sech(raw)) == (encrypted, epoch, sdi, ssi, counter, htag)
+        for wants in (False, True):
+            raw = pack_sech(encrypted, epoch, sdi, ssi, counter, htag, wants)
+            assert len(raw) == SECH_SIZE
+            assert tuple(unpack_sech(raw)) == (encrypted, epoch, sdi, ssi, counter, htag, wants)
 
 
 @given(st.binary(min_size=SECH_SIZE, max_size=SECH_SIZE))
@@ -104,7 +114,7 @@ def test_any_sixteen_bytes_decode_or_raise_wire_error(raw: bytes) -> None:
     [
         pack_sech(False, 0, 1, 1, 1)[:15],
         bytes([0x20]) + pack_sech(False, 0, 1, 1, 1)[1:],  # version 2
-        bytes([0x14]) + pack_sech(False, 0, 1, 1, 1)[1:],  # an unknown flag
+        bytes([0x18]) + pack_sech(False, 0, 1, 1, 1)[1:],  # an unknown flag
         pack_sech(False, 0, 1, 1, 1)[:10] + b"\x01" + pack_sech(False, 0, 1, 1, 1)[11:],  # reserved
         pack_sech(False, 0, 1, 1, 1)[:11] + bytes(5),  # counter 0
     ],
@@ -134,7 +144,7 @@ def test_epoch_keys_differ_by_epoch_and_domain_and_the_key_never_prints() -> Non
     "imp", [None, Impairments(loss=0.03, dup=0.02, reorder_ns=20_000), Impairments(trim=0.05)], ids=str
 )
 def test_an_authenticated_transfer_is_bit_exact(encrypt: bool, imp: Impairments | None) -> None:
-    p, _ = secure_pair(encrypt=encrypt, imp=imp)
+    p, _ = secure_pair(encrypt=encrypt, imp=imp, header_tag=True)
     on_wire: list[bytes] = []
     p.fabric.observers.append(lambda dst, obj, port, now, kw: on_wire.append(bytes(obj)))  # type: ignore[arg-type]
     transfer(p)
@@ -167,6 +177,75 @@ def test_without_header_tags_a_trimmed_packet_is_recovered_as_a_loss() -> None:
     assert [c.status for c in p.completions()] == [S.SUCCESS] and p.dst[:SIZE] == p.src[:SIZE]
     assert set(sizes) == {12 + 4 + 16 + 4096 + SEAL_OVERHEAD + 4}  # WRITE_MIDDLE: BTH METH RETH, payload
     assert p.b.stats.rx_auth_unsealed == p.fabric.trimmed > 0 and p.b.stats.trims_seen == 0
+
+
+def test_auto_header_tags_start_at_the_first_trimmed_packet_the_receiver_could_not_verify() -> None:
+    """``header_tag="auto"`` (the default): no header tags while nothing is trimmed; the receiver of a
+    trimmed packet without one (unverifiable: recovered as a loss) sets W in what it seals, and the
+    sender's data packets carry header tags from the first of those it verifies: later trimmed packets
+    are verified and NACKed at once. A QP with ``header_tag=False`` does not follow W."""
+    BIG = 2 << 20  # (the first window leaves before the first W comes back)
+    htag = 12 + 4 + 16 + 4096 + DATA_SEAL_OVERHEAD + 4  # WRITE_MIDDLE: BTH METH RETH, payload
+    plain = htag - TAG_SIZE
+    for imp, mode in ((None, "auto"), (Impairments(trim=0.05), "auto"), (Impairments(trim=0.05), False)):
+        p, _ = secure_pair(imp=imp, header_tag=mode, buf_size=BIG)
+        sizes: list[int] = []
+        wants: list[bool] = []
+
+        def seen(dst, obj, port, now, kw, sizes=sizes, wants=wants) -> None:  # type: ignore[no-untyped-def]
+            if not kw["trim"] and obj[0] == 0xC7:
+                sizes.append(len(obj))
+            if kw["src"] == "b":
+                wants.append(unpack_sech(obj[-4 - SEAL_OVERHEAD : -4 - TAG_SIZE]).wants_header_tag)
+
+        p.fabric.observers.append(seen)
+        transfer(p, BIG)
+        assert [c.status for c in p.completions()] == [S.SUCCESS] and p.dst[:BIG] == p.src[:BIG]
+        b = p.b.stats
+        if imp is None:  # nothing trimmed: no header tag, none asked for
+            assert set(sizes) == {plain} and wants and not any(wants)
+            assert auth_counts(p) == {}
+            continue
+        assert any(wants) and not wants[0]  # asked for once a trimmed packet came in
+        assert b.rx_auth_unsealed + b.trims_seen == p.fabric.trimmed and b.rx_auth_unsealed > 0
+        if mode == "auto":
+            assert sizes[0] == plain and sizes[-1] == htag and set(sizes) == {plain, htag}
+            assert b.trims_seen > b.rx_auth_unsealed  # most trimmed packets verified by their header tag
+        else:
+            assert set(sizes) == {plain} and b.trims_seen == 0
+
+
+def test_a_forged_request_for_header_tags_is_not_followed() -> None:
+    """W in a packet whose tag does not verify (a genuine SACK sealed again under an attacker's key, live QP
+    numbers, the peer's SSI, a new counter, a correct ICRC) is dropped with the packet: the sender's header
+    tags stay off. The same SACK sealed with W under the domain's key turns them on."""
+    p, dom = secure_pair()
+    from_b: list[tuple[bytes, int, dict[str, object]]] = []
+    p.fabric.observers.append(
+        lambda dst, obj, port, now, kw: (
+            from_b.append((bytes(obj), port, dict(kw))) if kw["src"] == "b" else None
+        )  # type: ignore[arg-type]
+    )
+    transfer(p, 4 * 4096)
+    raw, port, kw = from_b[-1]
+    inner = raw[: -4 - trailer(raw)]
+    a_state, b_state = p.a.secure[p.qp_a.qp_num], p.b.secure[p.qp_b.qp_num]
+    assert not a_state.header_tag
+    for key in (bytes(32), None):  # the attacker's, then the domain's
+        state = SealState(
+            p.qp_b.qp_num, QpSecurity(dom if key is None else SecurityDomain(dom.sdi, key), ssi=b_state.ssi)
+        )
+        state.sent = b_state.sent + 100
+        state.wants_header_tag = True
+        t = Transmit(1, None, bytes(32), 0, parse(inner + bytes(4)), p.qp_b.qp_num)
+        assert state.seal(t, 0)
+        failed = p.a.stats.rx_auth_failed
+        addr = addressing(kw, port)
+        p.a.receive_datagram(seal(bytes(t.body) + bytes(4), addr), port, p.now, addr, src="b")
+        if key is not None:
+            assert p.a.stats.rx_auth_failed == failed + 1 and not a_state.header_tag
+        else:
+            assert p.a.stats.rx_auth_failed == failed and a_state.header_tag
 
 
 def trailer(raw: bytes | bytearray) -> int:
@@ -637,7 +716,7 @@ def test_perf_keygen_writes_a_secret_domain_and_perf_checks_its_options(tmp_path
     key.chmod(0o644)
     assert runner.invoke(app, ["perf", "keygen", str(key), "--force"]).exit_code == 0
     assert key.stat().st_mode & 0o777 == 0o600 and SecurityDomain.from_spec(key.read_text()).sdi == 1
-    for args in (["--encrypt"], ["--no-header-tag"], ["--secure", str(tmp_path / "none")]):
+    for args in (["--encrypt"], ["--no-header-tag"], ["--header-tag"], ["--secure", str(tmp_path / "none")]):
         assert runner.invoke(app, ["perf", "client", "127.0.0.1", *args]).exit_code == 2, args
 
 

@@ -314,7 +314,9 @@ def test_sealed_packets_show_their_security_trailer(tshark_env: dict[str, str], 
     from openmrc.wire.security import unpack_sech
 
     dom = SecurityDomain(77, bytes(range(32)), epoch=5)
-    p = Pair(seed=2, wire=True, security=(QpSecurity(dom, encrypt=True), QpSecurity(dom, encrypt=True)))
+    sec = QpSecurity(dom, encrypt=True, header_tag=True)
+    p = Pair(seed=2, wire=True, security=(sec, sec))
+    p.b.secure[p.qp_b.qp_num].wants_header_tag = True  # (as after a trimmed packet without a header tag)
     sent: list[bytes] = []
     p.fabric.observers.append(lambda dst, obj, port, now, kw: sent.append(bytes(obj)))  # type: ignore[arg-type]
     p.write(0, 3 * 4096 + 100)
@@ -333,6 +335,7 @@ def test_sealed_packets_show_their_security_trailer(tshark_env: dict[str, str], 
         "mrc.sech.sdi",
         "mrc.sech.counter",
         "mrc.sech.header_tag",
+        "mrc.sech.wants_header_tag",
         "mrc.payload",
         "mrc.icrc.status",
         "_ws.expert.message",
@@ -347,6 +350,7 @@ def test_sealed_packets_show_their_security_trailer(tshark_env: dict[str, str], 
         assert (as_int(row["mrc.sech.epoch"]), as_int(row["mrc.sech.sdi"])) == (5, 77)
         assert as_int(row["mrc.sech.counter"]) == h.counter
         assert bool(row["mrc.sech.header_tag"]) == is_data
+        assert h.wants_header_tag == (raw[0] == 0xDC) == (as_int(row["mrc.sech.wants_header_tag"]) == 1), row
         assert "internal error" not in row["_ws.expert.message"]
     for raw, row in zip(data, rows, strict=False):
         n = len(raw) - 4 - 48 - 32  # BTH, METH and RETH before the payload (no pad: whole words)

@@ -116,6 +116,7 @@ def unseal(raw: bytes, domain: object | None, src_qpn: int | None) -> tuple[byte
         f"sealed [openmrc]: SDI {h.sdi}, epoch {h.epoch}, SSI 0x{h.ssi:08x}, counter {h.counter}"
         + (", payload encrypted" if h.encrypted else "")
         + (", header tag" if h.header_tag else "")
+        + (", wants header tags" if h.wants_header_tag else "")
     ]
     data = is_data_opcode(raw[0])
     trimmed = data and h.header_tag and end == data_header_length(body)  # headers and trailer only

@@ -236,12 +236,14 @@ def client(
     secure: SecureOpt = None,
     encrypt: Annotated[bool, typer.Option(help="with --secure: encrypt payloads too (AES-GCM)")] = False,
     header_tag: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            help="with --secure: header tags, so that a trimmed packet is verified (--no-header-tag: "
-            "one AES-GCM call less per packet, for fabrics that never trim)"
+            help="with --secure: header tags on every data packet, so that a trimmed packet is verified "
+            "(--no-header-tag: never; default: from the first trimmed packet the server could not "
+            "verify, so only a fabric that trims pays their AES-GCM call per packet)",
+            show_default=False,
         ),
-    ] = True,
+    ] = None,
 ) -> None:
     """Measure RDMA Write bandwidth to a perf server. Default: 4 planes on 127.0.2.1-4."""
     _check_rate(link_gbps)
@@ -266,8 +268,8 @@ def client(
         raise typer.BadParameter(f"--tx-depth {tx_depth}: 1..4096")
     loss_rate = parse_percent(loss)
     fail = parse_fail(fail_port) if fail_port else None
-    if (encrypt or not header_tag) and secure is None:
-        raise typer.BadParameter("--encrypt and --no-header-tag need --secure KEYFILE")
+    if (encrypt or header_tag is not None) and secure is None:
+        raise typer.BadParameter("--encrypt and --[no-]header-tag need --secure KEYFILE")
     domain = _domain(secure)
 
     header_due = True  # the table's header, printed with its first row (not above a connection error)
@@ -337,7 +339,7 @@ def client(
             on_interval=tick if duration is not None else None,
             security=domain,
             encrypt=encrypt,
-            header_tag=header_tag,
+            header_tag="auto" if header_tag is None else header_tag,
             on_connect=connected,
         )
     except (PerfError, LocalProtocolError, OSError) as exc:

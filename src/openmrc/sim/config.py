@@ -74,7 +74,8 @@ class FabricSimConfig:
     security: str = "none"
     """MRC hosts only: "none" (MRC 1.0), "auth" (every QP authenticated in one security domain, each packet
     carrying the 32-byte security trailer, `openmrc.transport.security`) or "encrypt" (payloads encrypted
-    too). A trimmed packet loses its trailer: an authenticated QP recovers it as a loss."""
+    too). Data packets carry header tags when the switches trim (``trimming``): a trimmed packet keeps its
+    trailer, is verified and NACKed at once."""
     ordered: bool = False
     """Partition-independent event order and one random stream per port, so that a run split across
     processes (`openmrc.sim.partition`, ``--ranks``) gives the same results as in one: ties and random draws

@@ -60,6 +60,7 @@ from openmrc.wire.security import (
     NONCE_LAYOUT,
     SEAL_OVERHEAD,
     SECH_FLAG_HEADER_TAG,
+    SECH_FLAG_WANTS_HEADER_TAG,
     SECH_LAYOUT,
     SECH_VERSION,
     TAG_SIZE,
@@ -78,6 +79,7 @@ _NO_ICRC: Final = b"\x00\x00\x00\x00"  # (what `parse` skips: the ICRC was check
 _BTH_SIZE: Final = 12
 _VERSION: Final = SECH_VERSION << 4  # SECH byte 0 without flags
 _WINDOW_MASK: Final = REPLAY_WINDOW - 1
+_TAG_FLAGS: Final = SECH_FLAG_HEADER_TAG | SECH_FLAG_WANTS_HEADER_TAG  # (what a packet may say beside E)
 # Bound methods, not the Structs: compiled, calling one skips a method lookup by name per packet.
 _SECH_READ: Final = struct.Struct("!HIIHI").unpack_from
 """SECH in five reads: version/flags << 8 | epoch, SDI, SSI, reserved << 8 | counter >> 32, counter's low
@@ -225,10 +227,12 @@ class SecurityDomain:
 class QpSecurity:
     """The QP attribute ``security`` (**[openmrc]**, set in INIT; both ends of a QP set the same): the
     ``domain`` it belongs to, and whether payloads are ``encrypt``-ed as well as authenticated.
-    ``header_tag``: the data packets this QP sends carry a header tag, so that a trimmed one is verified
-    and NACKed at once (False: one AES-GCM call less per packet, for fabrics that never trim; a trimmed
-    packet is then recovered as a loss). ``ssi``: the QP's secure source identifier, random when not
-    given (a test that needs it fixed gives it)."""
+    ``header_tag``: whether the data packets this QP sends carry a header tag, so that a trimmed one is
+    verified and NACKed at once. ``"auto"`` (the default): from the first packet in which the peer QP asks
+    for them (it received a trimmed packet without one, which it could not verify and recovered as a
+    loss), so that a QP pays for header tags (one AES-GCM call per packet) only on a fabric that trims;
+    True: always; False: never (a trimmed packet is always recovered as a loss). ``ssi``: the QP's secure
+    source identifier, random when not given (a test that needs it fixed gives it)."""
 
     __slots__ = ("domain", "encrypt", "header_tag", "ssi")
 
@@ -237,18 +241,20 @@ class QpSecurity:
         domain: SecurityDomain,
         *,
         encrypt: bool = False,
-        header_tag: bool = True,
+        header_tag: bool | str = "auto",
         ssi: int | None = None,
     ) -> None:
         if not isinstance(domain, SecurityDomain):
             raise LocalProtocolError(errno.EINVAL, f"domain: expected a SecurityDomain, got {domain!r}")
+        if header_tag not in (True, False, "auto") or type(header_tag) not in (bool, str):
+            raise LocalProtocolError(errno.EINVAL, f"header_tag: True, False or 'auto', not {header_tag!r}")
         self.domain = domain
         self.encrypt = bool(encrypt)
-        self.header_tag = bool(header_tag)
+        self.header_tag: bool | str = header_tag
         self.ssi = None if ssi is None else _uint32("ssi", ssi)
 
     def __repr__(self) -> str:
-        return f"QpSecurity({self.domain!r}, encrypt={self.encrypt})"
+        return f"QpSecurity({self.domain!r}, encrypt={self.encrypt}, header_tag={self.header_tag!r})"
 
 
 class ReplayWindow:
@@ -297,6 +303,7 @@ class SealState:
     peer NIC: a replay window per sender SSI instead of one pinned peer."""
 
     __slots__ = (
+        "auto_header_tag",
         "domain",
         "encrypt",
         "header_tag",
@@ -306,6 +313,7 @@ class SealState:
         "refused",
         "sent",
         "ssi",
+        "wants_header_tag",
         "window",
         "windows",
     )
@@ -319,7 +327,12 @@ class SealState:
         """The peer QP's number (in the nonce of what it opens; its QP sets it in RTR)."""
         self.domain = security.domain
         self.encrypt = security.encrypt
-        self.header_tag = security.header_tag
+        self.auto_header_tag = security.header_tag == "auto"
+        """Header tags from the first verified packet whose SECH says W (`QpSecurity`'s ``"auto"``)."""
+        self.header_tag = security.header_tag is True
+        """Whether the data packets sealed now carry a header tag."""
+        self.wants_header_tag = False
+        """Whether this QP received a trimmed packet without a header tag: it sets W in what it seals."""
         ssi = security.ssi
         while not ssi:
             ssi = secrets.randbits(32)
@@ -367,7 +380,12 @@ class SealState:
             data = is_data_opcode(hdr[0])
         pad = _ZERO_PAD[-n & 3]
         htagged = data and self.header_tag  # (control packets are never trimmed: no header tag)
-        flags = _VERSION | encrypt | (SECH_FLAG_HEADER_TAG if htagged else 0)
+        flags = (
+            _VERSION
+            | encrypt
+            | (SECH_FLAG_HEADER_TAG if htagged else 0)
+            | (SECH_FLAG_WANTS_HEADER_TAG if self.wants_header_tag else 0)
+        )
         sech = _SECH_PACK(flags, epoch, dom.sdi, ssi, 0, hi, lo)
         htag = keys[1].encrypt(nonce, b"", b"".join((hdr, sech))) if htagged else b""
         if encrypt and data:
@@ -418,7 +436,7 @@ class SealState:
         has_htag = vf & SECH_FLAG_HEADER_TAG
         peer_ssi = self.peer_ssi
         if (
-            vf & ~SECH_FLAG_HEADER_TAG != _VERSION | encrypted
+            vf & ~_TAG_FLAGS != _VERSION | encrypted
             or (has_htag and not data)
             or rsvd
             or sdi != dom.sdi
@@ -429,7 +447,11 @@ class SealState:
             self.refused = REFUSED_FAILED
             return None
         if trimmed and not has_htag:
-            self.refused = REFUSED_UNSEALED  # (no header tag: a trimmed packet cannot be verified)
+            # (no header tag: a trimmed packet cannot be verified; what this QP seals asks for them, which
+            # costs the peer an AES-GCM call per packet at worst, whoever trimmed or forged this one)
+            if self.windows is None:  # (a QP's; an endpoint's packets are never trimmed)
+                self.wants_header_tag = True
+            self.refused = REFUSED_UNSEALED
             return None
         end = sech_at - TAG_SIZE if has_htag else sech_at  # the end of the pad
         if end < _BTH_SIZE:
@@ -470,6 +492,8 @@ class SealState:
             self.refused = REFUSED_FAILED
             return None
         w.mark(c)
+        if vf & SECH_FLAG_WANTS_HEADER_TAG and self.auto_header_tag:
+            self.header_tag = True  # (the peer received a trimmed packet it could not verify)
         if windows is not None:
             windows[ssi] = w
         if not peer_ssi and windows is None:

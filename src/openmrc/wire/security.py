@@ -23,8 +23,8 @@ network byte order:
     byte   bits   field
     ====== ====== ===================================================================================
     0      7..4   version: 1
-    0      3..0   flags: bit 0 E (the payload is encrypted), bit 1 H (a header tag precedes SECH);
-                  the others 0
+    0      3..0   flags: bit 0 E (the payload is encrypted), bit 1 H (a header tag precedes SECH),
+                  bit 2 W (the sender wants header tags on the data packets it receives); bit 3 0
     1      7..0   key epoch (mod 256): which of the domain's keys sealed the packet
     2..5          SDI, the security domain identifier (1 .. 2^32-1)
     6..9          SSI, the sending QP's secure source identifier (random per QP, never 0)
@@ -46,6 +46,10 @@ random; QP numbers are unique on a NIC).
   any trimmed packet (a fast NACK), and takes nothing else from it. A sender on a fabric that never
   trims may leave header tags out (one AES-GCM call less per packet); a trimmed packet without one is
   unverifiable, and recovered as a loss.
+- W asks for header tags: a QP that received a trimmed packet without one (which it could not verify)
+  sets W on every packet it seals from then on, and a peer QP whose header tags are ``"auto"`` (the
+  default) puts them on its data packets from the first packet with W that verifies. So a QP pays for
+  header tags only on a fabric that trims, from its first trimmed packet on (recovered as a loss).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ __all__ = [
     "SEAL_OVERHEAD",
     "SECH_FLAG_ENCRYPTED",
     "SECH_FLAG_HEADER_TAG",
+    "SECH_FLAG_WANTS_HEADER_TAG",
     "SECH_LAYOUT",
     "SECH_SIZE",
     "SECH_VERSION",
@@ -85,6 +90,7 @@ BTH_SEALED: Final = 0x40
 SECH_VERSION: Final = 1
 SECH_FLAG_ENCRYPTED: Final = 0x1
 SECH_FLAG_HEADER_TAG: Final = 0x2
+SECH_FLAG_WANTS_HEADER_TAG: Final = 0x4
 COUNTER_MAX: Final = (1 << 40) - 1
 
 SECH_LAYOUT: Final = struct.Struct("!BBIIBBI")
@@ -103,17 +109,28 @@ class SecurityHeader(NamedTuple):
     ssi: int
     counter: int
     header_tag: bool = False
+    wants_header_tag: bool = False
 
 
 def pack_sech(
-    encrypted: bool, epoch: int, sdi: int, ssi: int, counter: int, header_tag: bool = False
+    encrypted: bool,
+    epoch: int,
+    sdi: int,
+    ssi: int,
+    counter: int,
+    header_tag: bool = False,
+    wants_header_tag: bool = False,
 ) -> bytes:
     """The 16 bytes of SECH."""
     if not 0 <= epoch <= 0xFF or not 0 < sdi <= 0xFFFFFFFF or not 0 < ssi <= 0xFFFFFFFF:
         raise WireError("SECH", "field", 0, f"epoch {epoch}, SDI {sdi}, SSI {ssi} out of range")
     if not 0 < counter <= COUNTER_MAX:
         raise WireError("SECH", "counter", counter, "the counter is 40 bits, from 1")
-    flags = (SECH_FLAG_ENCRYPTED if encrypted else 0) | (SECH_FLAG_HEADER_TAG if header_tag else 0)
+    flags = (
+        (SECH_FLAG_ENCRYPTED if encrypted else 0)
+        | (SECH_FLAG_HEADER_TAG if header_tag else 0)
+        | (SECH_FLAG_WANTS_HEADER_TAG if wants_header_tag else 0)
+    )
     return SECH_LAYOUT.pack(
         SECH_VERSION << 4 | flags, epoch, sdi, ssi, 0, counter >> 32, counter & 0xFFFFFFFF
     )
@@ -126,7 +143,7 @@ def unpack_sech(data: bytes | bytearray | memoryview) -> SecurityHeader:
     vf, epoch, sdi, ssi, rsvd, hi, lo = SECH_LAYOUT.unpack(data)
     if vf >> 4 != SECH_VERSION:
         raise WireError("SECH", "version", vf >> 4, f"only version {SECH_VERSION} is known")
-    if vf & 0xF & ~(SECH_FLAG_ENCRYPTED | SECH_FLAG_HEADER_TAG) or rsvd:
+    if vf & 0xF & ~(SECH_FLAG_ENCRYPTED | SECH_FLAG_HEADER_TAG | SECH_FLAG_WANTS_HEADER_TAG) or rsvd:
         raise WireError("SECH", "flags", vf & 0xF, "unknown flags or reserved bits set")
     if not sdi or not ssi:
         raise WireError("SECH", "sdi", sdi, "SDI and SSI are never 0")
@@ -134,7 +151,13 @@ def unpack_sech(data: bytes | bytearray | memoryview) -> SecurityHeader:
     if not counter:
         raise WireError("SECH", "counter", 0, "the counter starts at 1")
     return SecurityHeader(
-        bool(vf & SECH_FLAG_ENCRYPTED), epoch, sdi, ssi, counter, bool(vf & SECH_FLAG_HEADER_TAG)
+        bool(vf & SECH_FLAG_ENCRYPTED),
+        epoch,
+        sdi,
+        ssi,
+        counter,
+        bool(vf & SECH_FLAG_HEADER_TAG),
+        bool(vf & SECH_FLAG_WANTS_HEADER_TAG),
     )
 
 

@@ -178,6 +178,7 @@ local HEADERS = {
         { "version", "Version", 0, 1, mask = 0xF0 },
         { "encrypted", "Payload encrypted (E)", 0, 1, mask = 0x01, bool = true },
         { "has_header_tag", "Header tag present (H)", 0, 1, mask = 0x02, bool = true },
+        { "wants_header_tag", "Wants header tags (W)", 0, 1, mask = 0x04, bool = true },
         { "epoch", "Key epoch", 1, 1 },
         { "sdi", "Security domain (SDI)", 2, 4 },
         { "ssi", "Secure source identifier (SSI)", 6, 4, base = base.HEX },

@@ -79,17 +79,17 @@ def run_client(
     on_interval: Callable[[IntervalReport], None] | None = None,
     security: SecurityDomain | None = None,
     encrypt: bool = False,
-    header_tag: bool = True,
+    header_tag: bool | str = "auto",
     on_connect: Callable[[Connection], None] | None = None,
     rng: random.Random | None = None,
 ) -> ClientReport:
     """Measure ``sizes`` against the server at ``server`` (its TCP address) from a device on ``binds``.
     With ``duration`` (seconds), write the single size in ``sizes`` for that long and report every
     ``interval`` seconds. ``security``: authenticate the QPs in this security domain (the server's),
-    ``encrypt``: and encrypt their payloads; ``header_tag``: False leaves the data packets' header tags out
-    (one AES-GCM call less per packet; a trimmed packet is then recovered as a loss). ``on_connect`` is
-    told the connection once the QPs are connected; ``rng`` picks their first PSNs. Ctrl-C while
-    measuring raises `PerfInterrupted` with what ran so far."""
+    ``encrypt``: and encrypt their payloads; ``header_tag``: the data packets' header tags
+    (`QpSecurity`'s: "auto", from the first trimmed packet the server could not verify; True: always;
+    False: never). ``on_connect`` is told the connection once the QPs are connected; ``rng`` picks their
+    first PSNs. Ctrl-C while measuring raises `PerfInterrupted` with what ran so far."""
     if encrypt and security is None:
         raise PerfError("encryption needs a security domain (--secure KEYFILE)")
     if not sizes or any(not 1 <= s <= MAX_SIZE for s in sizes):
@@ -163,7 +163,7 @@ class _Run:
     interval: float
     security: SecurityDomain | None = None
     encrypt: bool = False
-    header_tag: bool = True
+    header_tag: bool | str = "auto"
     rng: random.Random = field(default_factory=random.Random)
 
 
