@@ -139,7 +139,18 @@ def test_a_scenario_runs_the_real_communicator_through_a_link_failure() -> None:
 def test_immediates_a_peer_cannot_mean_are_refused() -> None:
     """Forged or impossible immediates on a live QP: more credits than slots, a piece out of order, an
     abort naming no rank -- each ends the collective with a CollectiveError naming the link, nothing else."""
-    from openmrc.collectives.engine import ABORT, ADVERT, CREDIT, DIRECT, FIRST, KIND_SHIFT, LOW, PING
+    from openmrc.collectives.engine import (
+        ABORT,
+        ADVERT,
+        CREDIT,
+        DIRECT,
+        DISAGREED,
+        FIRST,
+        KIND_SHIFT,
+        PING,
+        WHO,
+        WHY_SHIFT,
+    )
     from openmrc.verbs import WcOpcode, WcStatus, WorkCompletion
 
     for imm, match in (
@@ -150,7 +161,8 @@ def test_immediates_a_peer_cannot_mean_are_refused() -> None:
         (DIRECT | 1, "a direct piece from rank 1 that no receive"),
         (DIRECT | FIRST | 1, "a direct message this rank never advertised"),
         ((PING << KIND_SHIFT) | ADVERT, "more adverts than its mailbox"),  # (sent MAILBOX + 1 times)
-        ((ABORT << KIND_SHIFT) | LOW, "a rank failed"),
+        ((ABORT << KIND_SHIFT) | WHO, "a rank failed"),
+        ((ABORT << KIND_SHIFT) | DISAGREED << WHY_SHIFT | 1, "rank 1 found that the ranks are not running"),
     ):
         world = SimWorld(_fabric(2), chunk_bytes=4096)
         bufs = [(np.zeros(4, np.float32), np.zeros(4, np.float32)) for _ in range(2)]

@@ -3,9 +3,14 @@ on loopback), results checked against numpy; a plane failing mid-collective; a r
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -330,6 +335,103 @@ def test_a_dead_rank_is_named_on_every_survivor() -> None:
     assert kind == "ok" and text.split(" ")[1] == "1" and float(text.split(" ")[0]) < 10.0, text
 
 
+def _stops(comm: Communicator, case: str) -> str:
+    """Each rank's first error of ``case`` and how long it took ("<seconds> <message>"), or "no error"."""
+    x = np.ones(1000, np.float32)
+    comm.all_reduce(x)  # (the QPs are made)
+    t0 = time.monotonic()
+    try:
+        if case == "disagree":  # rank 1 all-reduces float64: pieces twice the size rank 0 expects
+            comm.all_reduce(x if comm.rank == 0 else np.ones(1000, np.float64))
+        elif case == "timeout":  # rank 1 away for 2 s, rank 0 gives up after 0.5
+            if comm.rank == 0:
+                comm.timeout = 0.5
+            else:
+                time.sleep(2.0)
+            comm.all_reduce(x)
+        elif case == "closed" and comm.rank == 0:  # rank 1 leaves (its goodbye) while rank 0 waits for it
+            comm.all_reduce(x)
+    except CollectiveError as exc:
+        return f"{time.monotonic() - t0:.2f} {exc}"
+    return f"{time.monotonic() - t0:.2f} no error"
+
+
+@pytest.mark.parametrize("case", ["disagree", "timeout", "closed"])
+def test_a_rank_that_stops_a_collective_tells_its_live_peers(case: str) -> None:
+    """A rank that finds its peer running another collective, that gives up waiting (``timeout``), or
+    that waits for a peer that closed its communicator stops with an error saying so, and tells the peer,
+    which is alive: the peer stops at once with the reason, instead of failing seconds later on a rank it
+    takes for dead (RETRY_EXC_ERR), or waiting out its goodbye."""
+    t0 = time.monotonic()
+    out = run_local(2, _stops, case, timeout=60)
+    took = [float(o.split(" ", 1)[0]) for o in out]
+    texts = [o.split(" ", 1)[1] for o in out]
+    if case == "disagree":
+        assert all(t < 3.0 for t in took), out
+        assert "not running the same collective" in texts[0], out  # whichever finds it first says so
+        assert "not running the same collective" in texts[1], out
+    elif case == "timeout":
+        assert "did not complete within 0.5 s, waiting for rank 1" in texts[0] and took[0] < 1.5, out
+        assert "rank 0 gave up waiting for this collective" in texts[1] and took[1] < 3.5, out
+    else:
+        assert "rank 1 closed its communicator while this rank waits for it" in texts[0], out
+        assert took[0] < 3.0 and texts[1] == "no error", out
+    assert time.monotonic() - t0 < 15.0  # (the closing rank did not wait out its 10-s goodbye)
+
+
+def _ranks_of(pid: int) -> list[int]:
+    """The live processes ``pid`` started (its children, as /proc tells them)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_launcher_stopped_by_a_signal_leaves_no_rank_running(sig: signal.Signals) -> None:
+    """`openmrc collective run` stopped by SIGTERM (a scheduler's cancel, ``timeout``) stops its ranks and
+    exits with 143; killed outright, its ranks die with it (the parent-death signal), not run on."""
+    cmd = [
+        str(Path(sys.executable).parent / "openmrc"),
+        "collective",
+        "run",
+        "-n",
+        "2",
+        "-b",
+        "4M",
+        "-e",
+        "4M",
+    ]
+    p = subprocess.Popen([*cmd, "--iters", "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        end = time.monotonic() + 30
+        while len(ranks := _ranks_of(p.pid)) < 2 and time.monotonic() < end:
+            time.sleep(0.1)
+        assert len(ranks) == 2 and p.poll() is None
+        time.sleep(1.0)  # (in their collectives)
+        p.send_signal(sig)
+        assert p.wait(timeout=15) == (143 if sig == signal.SIGTERM else -signal.SIGKILL)
+        end = time.monotonic() + 5
+        while any(_alive(r) for r in ranks) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(r) for r in ranks)
+    finally:
+        for r in _ranks_of(p.pid):
+            with contextlib.suppress(OSError):
+                os.kill(r, signal.SIGKILL)
+        p.kill()
+        assert p.stderr is not None
+        p.stderr.close()
+
+
 def test_communicator_refuses_bad_calls() -> None:
     store = HashStore(timeout=5)
     with Communicator(0, 1, store) as comm:
@@ -352,6 +454,16 @@ def test_communicator_refuses_bad_calls() -> None:
             comm.all_reduce(ro)
         with pytest.raises(ValueError, match="root"):
             comm.broadcast(x, root=1)
+        comm.broadcast(x, root=np.int64(0))  # (numpy's integers are ranks too)
+        for bad_peer in (1, -1, np.int64(5), 0.0):
+            with pytest.raises(ValueError, match=r"^peer: .* outside 0\.\.0"):
+                comm.send(x, bad_peer)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"^dest: "):
+            comm.sendrecv(x, 3, np.zeros(10, np.float32), 0)
+        with pytest.raises(ValueError, match=r"^send_counts: 20 elements in all, the buffer holds 10"):
+            comm.alltoallv(x, [20], np.zeros(10, np.float32), [10])
+        with pytest.raises(ValueError, match=r"^recv_displs: "):
+            comm.alltoallv(x, [10], np.zeros(10, np.float32), [10], recv_displs=[5])
         with pytest.raises(ValueError, match="overlap"):
             comm.all_reduce(x[:8], x[2:])
         comm.all_reduce(bytearray(b"\x01\x02"))  # any buffer-protocol object
@@ -362,6 +474,9 @@ def test_communicator_refuses_bad_calls() -> None:
     for bad in (0, -5, True, "fast", 1.5):
         with pytest.raises(ValueError, match="direct_bytes"):
             Communicator(0, 1, store, direct_bytes=bad)
+    for bad in (0, -1, True, "1", float("nan")):
+        with pytest.raises(ValueError, match="timeout"):
+            Communicator(0, 1, store, timeout=bad)  # type: ignore[arg-type]
 
 
 def test_ranks_on_loopback_send_jumbo_packets_and_all_ranks_must_agree() -> None:

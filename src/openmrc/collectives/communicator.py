@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import itertools
 import json
+import operator
 import os
 import random
 import threading
@@ -217,6 +218,9 @@ class Communicator:
     communicators on one store). ``ev_profile(peer_address)``: the EV profile id (installed on the device)
     for the QP towards the rank with that device address (`openmrc.collectives.fabric`: the fabric's
     paths); default 0, the device's UDP source ports (a simulated host: its fabric's routes).
+    ``timeout``: seconds a collective may take before this rank gives up with a `CollectiveError` and
+    tells the other ranks, which stop too (ranks that call different collectives, or one away from the
+    library for longer); None (the default): as long as it takes (a dead rank is found all the same).
     ``blocking``: False for a rank an event loop drives (`SimWorld`): no completion channel.
     ``security``: **[openmrc]** authenticate every packet between the ranks in this security domain (a
     `openmrc.transport.SecurityDomain`, or its spec as a key file holds it; `docs/security.md`), and with
@@ -243,6 +247,7 @@ class Communicator:
         mtu: int | None = None,
         security: SecurityDomain | str | None = None,
         encrypt: bool = False,
+        timeout: float | None = None,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size: {size!r}, expected an integer >= 1")
@@ -260,6 +265,11 @@ class Communicator:
             raise ValueError(f'direct_bytes: {direct_bytes!r}, a byte count >= 1, "auto" or None')
         if not 0.01 <= ping_s <= 3600:
             raise ValueError(f"ping_s: {ping_s!r} outside 0.01..3600 s")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0.01 <= timeout <= 1e6
+        ):
+            raise ValueError(f"timeout: {timeout!r} outside 0.01..1e6 s (or None: no limit)")
+        self.timeout: float | None = None if timeout is None else float(timeout)
         if mtu is not None and device is not None:
             raise ValueError("mtu: for the device the communicator makes (a given device has its own)")
         if isinstance(security, str):
@@ -456,7 +466,11 @@ class Communicator:
             sched = Schedule(prog, bufs, ufunc_of(op) if op else None, self.size if op == "avg" else 1)
             eng.begin(sched, bufs)
             try:
-                eng.settle(lambda: sched.done)
+                limit = self.timeout
+                eng.settle(lambda: sched.done, None if limit is None else eng.clock() + limit)
+                if not sched.done:
+                    assert limit is not None
+                    eng.give_up("the collective", limit)
             except CollectiveError:
                 eng.flush_aborts(1.0)  # the other ranks learn who failed before this one's QPs go
                 raise
@@ -636,7 +650,12 @@ class Communicator:
         return out
 
     def _displs(self, what: str, d: Sequence[int] | None, counts: list[int], total: int) -> list[int]:
-        out = [int(x) for x in d] if d is not None else list(itertools.accumulate([0, *counts[:-1]]))
+        if d is None:  # (packed blocks: only the counts can be wrong)
+            if sum(counts) > total:
+                which = what.replace("displs", "counts")
+                raise ValueError(f"{which}: {sum(counts)} elements in all, the buffer holds {total}")
+            return list(itertools.accumulate([0, *counts[:-1]]))
+        out = [int(x) for x in d]
         if len(out) != self.size or any(o < 0 or o + c > total for o, c in zip(out, counts, strict=True)):
             raise ValueError(f"{what}: {self.size} offsets whose blocks fit in the {total}-element buffer")
         return out
@@ -672,7 +691,7 @@ class Communicator:
     def broadcast(self, buf: Any, root: int = 0, *, algo: str | None = None) -> Any:
         """``buf`` of ``root`` into ``buf`` of every rank."""
         b = _as_array(buf, "buf", writable=True)
-        self._root(root)
+        root = self._root(root)
         a = self._pick("broadcast", algo, b.nbytes)
         prog = self._plan(
             algs.broadcast,
@@ -692,7 +711,7 @@ class Communicator:
     ) -> Any:
         """Reduce ``sendbuf`` of every rank into ``recvbuf`` of ``root`` (in place without it; other ranks
         may pass None)."""
-        self._root(root)
+        root = self._root(root)
         s = _as_array(sendbuf, "sendbuf")
         if self.rank == root:
             s, r = self._pair(sendbuf, recvbuf)
@@ -725,14 +744,14 @@ class Communicator:
     def send(self, buf: Any, peer: int) -> None:
         """``buf`` to rank ``peer``, which calls `recv` with as many elements."""
         b = _as_array(buf, "buf")
-        self._peer(peer)
+        peer = self._peer(peer)
         d = self._direct_min(b.dtype, p2p=True)
         self._run(self._plan(algs.send, peer, b.size, self._chunk(b.dtype), direct_min=d), [b, b])
 
     def recv(self, buf: Any, peer: int) -> Any:
         """Fill ``buf`` with what rank ``peer`` sends."""
         b = _as_array(buf, "buf", writable=True)
-        self._peer(peer)
+        peer = self._peer(peer)
         d = self._direct_min(b.dtype, p2p=True)
         self._run(self._plan(algs.recv, peer, b.size, self._chunk(b.dtype), direct_min=d), [b, b])
         return buf
@@ -740,8 +759,7 @@ class Communicator:
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> Any:
         """``sendbuf`` to rank ``dest`` while ``recvbuf`` fills from rank ``source`` (both at once)."""
         s, r = self._pair(sendbuf, recvbuf)
-        self._peer(dest)
-        self._peer(source)
+        dest, source = self._peer(dest, "dest"), self._peer(source, "source")
         if np.shares_memory(s, r):
             raise ValueError("sendrecv: sendbuf and recvbuf overlap")
         prog = self._plan(
@@ -756,14 +774,21 @@ class Communicator:
         self._run(prog, [s, r])
         return recvbuf
 
-    def _root(self, root: int) -> None:
-        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.size:
-            raise ValueError(f"root: {root!r} outside 0..{self.size - 1}")
+    def _root(self, root: int, what: str = "root") -> int:
+        """``root`` (any integer, numpy's too) as an int, checked against the ranks; ``what`` names it."""
+        try:
+            r = operator.index(root) if not isinstance(root, bool) else None
+        except TypeError:
+            r = None
+        if r is None or not 0 <= r < self.size:
+            raise ValueError(f"{what}: {root!r} outside 0..{self.size - 1}")
+        return r
 
-    def _peer(self, peer: int) -> None:
-        self._root(peer)
-        if peer == self.rank:
-            raise ValueError(f"peer {peer}: this rank itself")
+    def _peer(self, peer: int, what: str = "peer") -> int:
+        p = self._root(peer, what)
+        if p == self.rank:
+            raise ValueError(f"{what} {p}: this rank itself")
+        return p
 
     # -- end -------------------------------------------------------------------------------------------------
     def abort(self, reason: str = "aborted") -> None:

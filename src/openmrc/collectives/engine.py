@@ -34,7 +34,9 @@ Immediates: bits 31-30 the kind (00 a data piece, 01 credits, 10 a notice, 11 an
 bits 29-19 the slots it gives back, bit 18 set for a direct piece, bit 17 for a direct message's first,
 and 16-0 its piece number (mod 2^17); credits' bits 29-15 the direct credits and 14-0 the slots given
 back; a notice's bits 29-0 BYE (the peer is closing) or ADVERT (an advert is in the mailbox); an abort's
-bits 29-0 the rank that failed.
+bits 29-28 why and 27-0 which rank: FAILED (it failed or stopped answering; all ones: unknown), DISAGREED
+(it found that the ranks are not running the same collective), TIMED_OUT (it gave up waiting, its
+communicator's ``timeout``) or CLOSED (it closed its communicator while others wait for it).
 
 Failures. A send to a dead peer ends with RETRY_EXC_ERR once the QP's retries run out (the QP attributes
 give the time, `openmrc.transport.Qp.time_to_error`); a rank that only waits for a dead peer learns it by
@@ -43,7 +45,10 @@ the ping whatever its program is doing, a dead one's does not. A ping is a zero-
 an immediate: it takes none of the peer's posted receives, so a peer away from the library for long
 (a checkpoint, an evaluation) is pinged as long as it takes, not failed. The rank that finds a dead peer
 tells every peer it has a QP with (an abort naming that rank), and they tell theirs, so every surviving
-rank stops with the same `CollectiveError` however far it is from the dead one.
+rank stops with the same `CollectiveError` however far it is from the dead one. A rank that finds a live
+peer disagreeing (a piece of the wrong size or kind: the ranks are not running the same collective), that
+gives up waiting, or that waits for a peer that said goodbye stops the same way, and tells that peer too,
+which would otherwise wait for it.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import numpy as np
 
@@ -72,6 +77,18 @@ BYE: Final = 1
 ADVERT: Final = 2
 ABORT: Final = 3
 LOW: Final = (1 << KIND_SHIFT) - 1
+WHY_SHIFT: Final = 28  # an abort's bits 29-28: why; 27-0: which rank
+WHO: Final = (1 << WHY_SHIFT) - 1  # (all ones: the rank is not known)
+FAILED: Final = 0
+DISAGREED: Final = 1
+TIMED_OUT: Final = 2
+CLOSED: Final = 3
+_ABORT_TEXT: Final = (
+    "{who} failed",
+    "{who} found that the ranks are not running the same collective",
+    "{who} gave up waiting for this collective (its timeout)",
+    "{who} closed its communicator while ranks wait for it",
+)
 CREDIT_SHIFT: Final = 19  # a data piece's bits 29-19: the slots it gives back
 DIRECT: Final = 1 << 18  # a data piece written into the receiver's buffer, not a slot
 FIRST: Final = 1 << 17  # ... the first of its message
@@ -95,7 +112,8 @@ REG_CACHE_BYTES: Final = 1 << 20  # ... each at most this big (beyond, registeri
 
 
 class CollectiveError(RuntimeError):
-    """A collective cannot complete: ``rank`` (if known) is the rank that failed or stopped answering."""
+    """A collective cannot complete: ``rank`` (if known) is the rank that failed or stopped answering, or
+    that this rank disagrees with, or that stopped the collective."""
 
     def __init__(self, message: str, rank: int | None = None) -> None:
         super().__init__(message)
@@ -359,24 +377,20 @@ class Engine:
         if kind == PING:
             if low == ADVERT:
                 if len(link.adverts) >= MAILBOX:  # (it may not have more untaken than the mailbox holds)
-                    self._fail(
-                        CollectiveError(
-                            f"rank {self.rank}: rank {link.peer} sent more adverts than its mailbox here "
-                            "holds (a protocol violation)",
-                            link.peer,
-                        )
+                    self._disagree(
+                        link,
+                        f"rank {link.peer} sent more adverts than its mailbox here "
+                        "holds (a protocol violation)",
                     )
                 at = self._mailbox() + (link.adverts_in % MAILBOX) * ADVERT_BYTES
                 link.adverts_in += 1
                 addr, rkey, room, grant = _ADVERT.unpack_from(link.slots, at)
                 if grant:
                     if link.dlimit or grant > DIRECT_CREDITS[1]:
-                        self._fail(
-                            CollectiveError(
-                                f"rank {self.rank}: rank {link.peer} granted {grant} direct credit(s) "
-                                f"after {link.dlimit} (a protocol violation)",
-                                link.peer,
-                            )
+                        self._disagree(
+                            link,
+                            f"rank {link.peer} granted {grant} direct credit(s) "
+                            f"after {link.dlimit} (a protocol violation)",
                         )
                     link.dcredits = link.dlimit = grant
                     self._post_receives(link, grant)  # (for the credit Writes that give them back)
@@ -384,18 +398,17 @@ class Engine:
             link.bye = link.bye or low == BYE
             return
         if kind == ABORT:
-            who = low if low < LOW else None  # (LOW: the peer did not know which rank failed)
-            named = f"rank {who} failed" if who is not None else "a rank failed"
-            self._fail(CollectiveError(f"{named} (reported to rank {self.rank} by rank {link.peer})", who))
+            why, who = low >> WHY_SHIFT, low & WHO
+            rank = who if who < WHO else None  # (WHO: the peer did not know which rank failed)
+            named = _ABORT_TEXT[why].format(who=f"rank {who}" if rank is not None else "a rank")
+            err = CollectiveError(f"{named} (reported to rank {self.rank} by rank {link.peer})", rank)
+            self._fail(err, why)
         if low >> CREDIT_SHIFT:
             self._credit(link, low >> CREDIT_SHIFT, 0)  # slots it gives back, riding on the piece
         if low & SEQ_MASK != link.recv_seq & SEQ_MASK:
-            self._fail(
-                CollectiveError(
-                    f"rank {self.rank}: piece {low & SEQ_MASK} from rank {link.peer}, expected "
-                    f"{link.recv_seq & SEQ_MASK}",
-                    link.peer,
-                )
+            self._disagree(
+                link,
+                f"piece {low & SEQ_MASK} from rank {link.peer}, expected {link.recv_seq & SEQ_MASK}",
             )
         link.recv_seq += 1
         self.stats["pieces_received"] += 1
@@ -404,22 +417,18 @@ class Engine:
         if low & DIRECT:
             if low & FIRST:  # (the peer took an advert: room for one more in its mailbox)
                 if link.begun >= link.adverts_out:
-                    self._fail(
-                        CollectiveError(
-                            f"rank {self.rank}: rank {link.peer} began a direct message this rank never "
-                            "advertised (a protocol violation)",
-                            link.peer,
-                        )
+                    self._disagree(
+                        link,
+                        f"rank {link.peer} began a direct message this rank never "
+                        "advertised (a protocol violation)",
                     )
                 link.begun += 1
                 self._flush_adverts(link)
             if early:  # (it had this rank's advert: it cannot be a collective ahead)
-                self._fail(
-                    CollectiveError(
-                        f"rank {self.rank}: a direct piece from rank {link.peer} that no receive of this "
-                        "collective expects (the ranks are not running the same collective)",
-                        link.peer,
-                    )
+                self._disagree(
+                    link,
+                    f"a direct piece from rank {link.peer} that no receive of this "
+                    "collective expects (the ranks are not running the same collective)",
                 )
             assert sched is not None
             link.dfreed += 1  # (its receive is posted again: the credit it spent goes back)
@@ -441,19 +450,17 @@ class Engine:
         try:
             sched.arrived(link.peer, data, token)
         except ScheduleError as exc:
-            self._fail(CollectiveError(f"rank {self.rank}: {exc}", link.peer))
+            self._disagree(link, str(exc))
 
     def _credit(self, link: Link, n: int, d: int) -> None:
         """``n`` slots of the peer's ring and ``d`` direct credits given back."""
         # a peer can only give back slots this rank has filled: more would let it overwrite unread ones
         if (n == 0 and d == 0) or link.credits + n > self.nslots or link.dcredits + d > link.dlimit:
-            self._fail(
-                CollectiveError(
-                    f"rank {self.rank}: rank {link.peer} gave back {n} slot(s) with {link.credits} of "
-                    f"{self.nslots} free and {d} direct credit(s) with {link.dcredits} of {link.dlimit} "
-                    "(the ranks disagree: a protocol violation)",
-                    link.peer,
-                )
+            self._disagree(
+                link,
+                f"rank {link.peer} gave back {n} slot(s) with {link.credits} of "
+                f"{self.nslots} free and {d} direct credit(s) with {link.dcredits} of {link.dlimit} "
+                "(the ranks disagree: a protocol violation)",
             )
         link.credits += n
         link.dcredits += d
@@ -506,12 +513,10 @@ class Engine:
             addr, rkey, room = link.target or (0, 0, 0)
             at = op.remote * self.itemsize
             if at + nbytes > room:
-                self._fail(
-                    CollectiveError(
-                        f"rank {self.rank}: rank {link.peer} advertised {room} B, a direct piece goes to "
-                        f"[{at}, {at + nbytes}) (the ranks are not running the same collective)",
-                        link.peer,
-                    )
+                self._disagree(
+                    link,
+                    f"rank {link.peer} advertised {room} B, a direct piece goes to "
+                    f"[{at}, {at + nbytes}) (the ranks are not running the same collective)",
                 )
             remote, flag = addr + at, DIRECT if op.remote else DIRECT | FIRST
             self.stats["pieces_direct"] += 1
@@ -609,18 +614,28 @@ class Engine:
         """Ping the peers the schedule waits for that have been silent for ``ping_s``: those it expects
         pieces from, and those its sends wait for (a slot, or the advert of a direct message: nothing in
         flight to them would fail)."""
-        sched = self.schedule
-        if sched is None:
-            return
         now = self.clock()
-        waits = set(sched.expects_from())
-        waits.update(p for p, link in self.links.items() if link.pending)
-        for p in waits:
+        for p in self._waits_for():
             link = self.links.get(p)
+            if link is not None and link.bye:  # (it said goodbye: nothing more comes from it)
+                err = CollectiveError(
+                    f"rank {self.rank}: rank {p} closed its communicator while this rank waits for it", p
+                )
+                self._fail(err, CLOSED)
             if link is not None and now >= link.ping_at:
                 link.ping_at = now + self.ping_s
                 self.stats["pings"] += 1
                 self._ping(link)
+
+    def _waits_for(self) -> list[int]:
+        """The peers the schedule waits for: those it expects pieces from, and those its sends wait for (a
+        slot, or the advert of a direct message)."""
+        sched = self.schedule
+        if sched is None:
+            return []
+        waits = set(sched.expects_from())
+        waits.update(p for p, link in self.links.items() if link.pending)
+        return sorted(waits)
 
     def _ping(self, link: Link) -> None:
         """A zero-length RDMA Write without an immediate: the peer's NIC acknowledges it (or, dead, does
@@ -628,17 +643,45 @@ class Engine:
         op, flags = verbs.WrOpcode.RDMA_WRITE, verbs.SendFlags.NONE
         self._post(link, verbs.SendWR(_CTRL_WR, op, [], link.remote_addr, link.remote_rkey, None, flags))
 
-    def _fail(self, err: CollectiveError) -> None:
-        """Stop: tell every other peer (once) which rank failed, then raise ``err``."""
+    def _fail(self, err: CollectiveError, why: int = FAILED, who: int | None = None) -> NoReturn:
+        """Stop: tell the peers (once) which rank stopped the collective and ``why`` (an abort), then raise
+        ``err``. FAILED (the default): ``err.rank`` failed, and is not told; otherwise ``who`` (default
+        ``err.rank``) is the rank that stopped it, and every peer is told: one that disagrees, or that
+        closed, is alive and would wait for this rank."""
         if self.failed is None:
             self.failed = err
-            who = err.rank if err.rank is not None else LOW
+            if who is None:
+                who = err.rank
+            code = why << WHY_SHIFT | (who if who is not None else WHO)
+            # (not told: a failed rank; the rank that stopped the collective, when this rank forwards it,
+            # except one that closed, which may still wait for this rank's goodbye)
+            skip = err.rank if why == FAILED else who if why != CLOSED else None
             for link in self.links.values():
-                if link.peer != err.rank and link.qp.state == verbs.QpState.RTS:
+                if link.peer != skip and link.qp.state == verbs.QpState.RTS:
                     with contextlib.suppress(verbs.VerbsError):
-                        verbs.post_send(link.qp, self._control_wr(link, ABORT, who, _ABORT_WR))
+                        verbs.post_send(link.qp, self._control_wr(link, ABORT, code, _ABORT_WR))
                         self._aborts += 1
         raise self.failed
+
+    def _disagree(self, link: Link, text: str) -> NoReturn:
+        """Stop: ``link``'s peer is alive, but this rank and it are not running the same collective (or it
+        broke the protocol); both it and the other peers are told."""
+        self._fail(CollectiveError(f"rank {self.rank}: {text}", link.peer), DISAGREED, self.rank)
+
+    def give_up(self, what: str, timeout: float) -> NoReturn:
+        """Stop: the collective did not complete within ``timeout`` s (its communicator's); every peer is
+        told, so that none waits for this rank in turn."""
+        waits = self._waits_for()
+        on = f", waiting for rank{'s' * (len(waits) > 1)} {', '.join(map(str, waits))}" if waits else ""
+        self._fail(
+            CollectiveError(
+                f"rank {self.rank}: {what} did not complete within {timeout:g} s{on} (a rank away from the "
+                "library, or ranks not running the same collective)",
+                waits[0] if len(waits) == 1 else None,
+            ),
+            TIMED_OUT,
+            self.rank,
+        )
 
     def goodbye(self, timeout: float) -> None:
         """Before the QPs go: wait until what this rank sent is acknowledged, tell every peer so (BYE), and

@@ -9,11 +9,14 @@ return value back; `run_local` returns them in rank order. A rank that raises ma
 `RankFailed` with every rank's outcome once the others have finished or failed (they do: a dead rank is
 reported to the survivors by the communicator); ``timeout`` bounds the whole run, after which every rank
 still running is killed. The ranks ignore Ctrl-C: the parent gets it, stops every rank and raises
-KeyboardInterrupt.
+KeyboardInterrupt; SIGTERM (a scheduler's cancel, ``timeout``, ``kill``) stops them too and exits with 143,
+and a rank whose parent dies (SIGKILL) is killed by the kernel with it (Linux), not left running.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import pickle
 import runpy
@@ -21,11 +24,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from openmrc.collectives.bootstrap import TCPStore
 
@@ -37,7 +41,11 @@ class RankFailed(RuntimeError):
     reason)`` for rank r."""
 
     def __init__(self, outcomes: list[tuple[str, Any]]) -> None:
-        bad = [f"rank {r}: {o[1]}".rstrip() for r, o in enumerate(outcomes) if o[0] != "ok"]
+        bad = [
+            (str(o[1]) if str(o[1]).startswith(f"rank {r}: ") else f"rank {r}: {o[1]}").rstrip()
+            for r, o in enumerate(outcomes)
+            if o[0] != "ok"
+        ]
         super().__init__("; ".join(line.splitlines()[-1] if line else line for line in bad))
         self.outcomes = outcomes
 
@@ -54,10 +62,23 @@ def _resolve(spec: dict[str, Any]) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent dies (Linux's PR_SET_PDEATHSIG), and exit now if
+    it already has: a rank whose launcher is gone has no one to report to."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _rank_main() -> None:
     """One rank (``python -m openmrc.collectives.launch``): its spec on stdin, its outcome to a file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops every rank
     spec = pickle.load(sys.stdin.buffer)
+    _die_with_parent(spec["parent"])
     try:
         from openmrc.collectives.communicator import Communicator
 
@@ -92,6 +113,35 @@ def _fn_spec(fn: Callable[..., Any]) -> tuple[Any, str | None]:
         raise ValueError(f"run_local: fn must be a module-level function ({exc})") from None
 
 
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) inside (on the main thread, where no handler of the caller's is
+    set), so that what ``run_local`` started is stopped and cleaned up, as after Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGTERM)
+    if old is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run_local(
     n: int,
     fn: Callable[..., Any],
@@ -107,7 +157,7 @@ def run_local(
     fn_ref, main = _fn_spec(fn)
     server = TCPStore("127.0.0.1", 0, is_master=True, timeout=60)
     procs: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryDirectory(prefix="openmrc-ranks-") as tmp:
+    with _terminate_as_exit(), tempfile.TemporaryDirectory(prefix="openmrc-ranks-") as tmp:
         outs = [os.path.join(tmp, f"rank{r}.pickle") for r in range(n)]
         outcomes: list[tuple[str, Any] | None] = [None] * n
         try:
@@ -124,6 +174,7 @@ def run_local(
                     "args": args,
                     "kwargs": dict(comm_kwargs or {}),
                     "out": outs[r],
+                    "parent": os.getpid(),
                 }
                 assert p.stdin is not None
                 p.stdin.write(pickle.dumps(spec))
@@ -140,6 +191,8 @@ def run_local(
                 elif os.path.exists(outs[r]):
                     with open(outs[r], "rb") as f:
                         outcomes[r] = pickle.load(f)
+                elif p.returncode < 0:
+                    outcomes[r] = ("lost", f"killed by {_signal_name(-p.returncode)} without a result")
                 else:
                     outcomes[r] = ("lost", f"exited with code {p.returncode} without a result")
         finally:
