@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import time
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -59,18 +60,39 @@ def main() -> int:
     args = ap.parse_args()
     if not 1 <= args.steps <= 1_000_000 or not 1 <= args.batch <= 65536 or not 1 <= args.width <= 16384:
         ap.error("--steps 1..1e6, --batch 1..65536, --width 1..16384")
+
+    def refuse(why: str) -> NoReturn:
+        """A --fail-plane that cannot be: one line on stderr (from every rank), exit status 2, no training."""
+        print(f"{ap.prog}: error: --fail-plane {args.fail_plane}: {why}", file=sys.stderr)
+        sys.exit(2)
+
     fail = None
     if args.fail_plane:
         m = re.fullmatch(r"(\d+)@(\d+)(?:\+(\d+))?", args.fail_plane)
-        if not m or args.backend != "mrc":
-            ap.error("--fail-plane: PLANE@STEP[+STEPS], with --backend mrc")
+        if not m:
+            refuse("expected PLANE@STEP[+STEPS], e.g. 2@10 or 2@10+5")
+        if args.backend != "mrc":
+            refuse("it blackholes a plane of MRC's device: only with --backend mrc")
         fail = (int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) else None)
+        if fail[1] >= args.steps:
+            refuse(f"step {fail[1]} is not one of the {args.steps} steps (0..{args.steps - 1})")
+        if fail[2] == 0:
+            refuse("+0 steps fails nothing (give +1 or more, or no +STEPS: for good)")
     if "RANK" not in os.environ:
         ap.error("run me with torchrun (e.g. torchrun --nproc-per-node 4 examples/train_ddp.py)")
     if args.backend == "mrc":
         import openmrc.torch  # noqa: F401 (registers the backend)
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
+    if fail is not None:  # the planes of this process's device are known once the group has made it
+        from openmrc import torch as mrc_torch
+
+        planes = mrc_torch.device().num_ports
+        if not 1 <= fail[0] <= planes or planes == 1:
+            dist.destroy_process_group()
+            if planes == 1:  # (+STEPS or not: the step that would heal it never ends)
+                refuse("blackholing the only plane cuts the ranks apart (give OPENMRC_PLANES=2 or more)")
+            refuse(f"plane {fail[0]} outside 1..{planes} (the planes of this rank's MRC device)")
     torch.manual_seed(0)
     teacher = model(args.width)
     torch.manual_seed(1)

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from openmrc.collectives import LOOPBACK_MTU
+
 CMD = [sys.executable, "-m", "openmrc.cli.main", "collective", "run"]
 
 
@@ -34,7 +36,9 @@ def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         (["--loss", "150%"], "loss rate"),
         (["--fail-plane", "3@1s"], "plane 3 outside 1..2"),
         (["--fail-plane", "soon"], "PLANE@TIME"),
-        (["-f", "1"], "--stepfactor"),
+        (["-p", "1", "--fail-plane", "1@1s"], "--fail-plane 1@1s: blackholing the only plane cuts the ranks"),
+        (["-f", "1"], "--stepfactor 1: at least 2"),
+        (["-b", "0", "-e", "0"], "--minbytes 0: a geometric sweep (--stepfactor) needs --minbytes > 0"),
         (["--root", "5", "-n", "2"], "--root 5"),
         (["--chunk", "100"], "--chunk"),
         (["--encrypt"], "--encrypt needs --secure"),
@@ -61,6 +65,12 @@ def test_table_as_nccl_tests_prints_it() -> None:
         f = r.split()
         assert f[2:5] == ["float", "sum", "-1"] and f[8] == "0" and f[12] == "0", r
     assert int(rows[2].split()[1]) == 32768 // 4
+    devices = [
+        re.match(r"#  Rank +(\d+) Group  0 Pid +(\d+) on +\S+ device  0 \[mrc\] (.*)$", x) for x in lines
+    ]
+    seen = [m.groups() for m in devices if m]  # one line per rank, as nccl-tests prints them
+    assert [int(r) for r, _, _ in seen] == [0, 1, 2] and len({pid for _, pid, _ in seen}) == 3, p.stdout
+    assert all(len(ends.split()) == 2 for _, _, ends in seen) and len({e for _, _, e in seen}) == 3
     assert re.search(r"# Out of bounds values : 0 OK", p.stdout)
     assert re.search(r"# Avg bus bandwidth    : [\d.e+-]+", p.stdout)
 
@@ -91,15 +101,70 @@ def test_every_op_checks_out_in_json(op: str) -> None:
     assert out["op"] == op and out["ranks"] == 3 and out["out_of_bounds"] == 0
     assert out["results"][0]["size"] <= 1024 and len(out["results"]) == 3
     assert all(r["type"] == "bfloat16" and r["in_place"]["busbw"] > 0 for r in out["results"])
+    conf = out["config"]  # as the rows say it, with what the run used: the defaults, as resolved
+    assert all((r["redop"], r["root"]) == (conf["redop"], conf["root"]) for r in out["results"]), conf
+    assert conf["redop"] == ("sum" if op in ("reduce_scatter", "reduce") else "none")
+    assert (conf["planes"], conf["mtu"], conf["chunk_bytes"]) == (2, LOOPBACK_MTU, 1 << 20)
 
 
-def test_under_faults_the_results_stay_right() -> None:
+def test_json_config_has_the_planes_mtu_and_chunk_given() -> None:
     p = _run(
-        "-n", "2", "-b", "4M", "-e", "4M", "--iters", "4", "--loss", "1%", "--fail-plane", "2@0.05s", "--json"
+        "-n",
+        "2",
+        "-p",
+        "3",
+        "--mtu",
+        "1K",
+        "--chunk",
+        "64K",
+        "-b",
+        "256K",
+        "-e",
+        "256K",
+        "--iters",
+        "2",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    conf = json.loads(p.stdout)["config"]
+    assert (conf["planes"], conf["mtu"], conf["chunk_bytes"], conf["redop"]) == (3, 1024, 65536, "sum")
+
+
+def test_the_only_plane_may_fail_for_a_while() -> None:
+    """For good it would cut the ranks apart (refused above); for 0.3 s the transport rides it out."""
+    p = _run(
+        "-n", "2", "-p", "1", "-b", "4M", "-e", "4M", "--iters", "4", "--fail-plane", "1@0.05s+0.3s", "--json"
     )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["out_of_bounds"] == 0 and out["results"][0]["retransmits"] > 0
+
+
+def _help(*args: str) -> list[str]:
+    """``openmrc ARGS --help`` on a terminal wide enough for any help text on one line."""
+    env = {**os.environ, "COLUMNS": "1000", "NO_COLOR": "1"}
+    p = subprocess.run(
+        [sys.executable, "-m", "openmrc.cli.main", *args, "--help"], capture_output=True, text=True, env=env
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+@pytest.mark.parametrize("args", [[], ["collective"]])
+def test_help_lists_each_command_on_one_line(args: list[str]) -> None:
+    """No line break of a docstring's survives into the commands list (typer's rich mode keeps them)."""
+    lines = _help(*args)
+    start = next(i for i, x in enumerate(lines) if "Commands" in x)
+    entries = [x.rstrip("│ ") for x in lines[start + 1 :] if x.startswith("│")]
+    assert entries and all(x[2] != " " for x in entries), "\n".join(entries)  # (no continuation line)
+
+
+def test_help_of_run_is_one_paragraph_on_one_line() -> None:
+    lines = _help("collective", "run")
+    usage = next(i for i, x in enumerate(lines) if "Usage:" in x)
+    panel = next(i for i, x in enumerate(lines) if "╭" in x)
+    text = [x.strip() for x in lines[usage + 1 : panel] if x.strip()]
+    assert len(text) == 1 and "under torchrun or mpiexec each process is one rank instead" in text[0], text
 
 
 def test_ctrl_c_stops_every_rank() -> None:

@@ -55,6 +55,10 @@ def _fail_plane(text: str, planes: int) -> tuple[int, float, float | None]:
         _fail(f"--fail-plane {text!r}: plane {plane} outside 1..{planes}")
     at = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
     heal = None if m.group(4) is None else float(m.group(4)) / (1000 if m.group(5) == "ms" else 1)
+    if planes == 1 and heal is None:  # (for a while, with +DURATION, the transport rides it out)
+        _fail(
+            f"--fail-plane {text}: blackholing the only plane cuts the ranks apart (give --planes 2 or more)"
+        )
     return plane, at, heal
 
 
@@ -70,13 +74,13 @@ def _launched() -> str | None:
 _CLOSED = "output closed"
 
 
-def _rank_job(comm: Communicator, cfg: BenchConfig) -> list[Row] | str:
-    """One rank's benchmark; rank 0 prints the table. When the table's reader goes away (``| head``) rank 0
-    stops the job at once: its peers get an abort rather than waiting for it."""
-    from openmrc.collectives.bench import OutputClosed, bench
+def _rank_job(comm: Communicator, cfg: BenchConfig) -> tuple[list[Row], dict[str, int]] | str:
+    """One rank's benchmark and what it used (`settings`); rank 0 prints the table. When the table's reader
+    goes away (``| head``) rank 0 stops the job at once: its peers get an abort rather than waiting for it."""
+    from openmrc.collectives.bench import OutputClosed, bench, settings
 
     try:
-        return bench(comm, cfg, sys.stdout)
+        return bench(comm, cfg, sys.stdout), settings(comm)
     except OutputClosed:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nothing more to print there)
@@ -84,7 +88,12 @@ def _rank_job(comm: Communicator, cfg: BenchConfig) -> list[Row] | str:
         return _CLOSED
 
 
-@app.command()
+# (typer's rich help keeps a docstring's line breaks in the commands list and after its first paragraph, so
+# the docstring is one paragraph, and the list shows a short_help of one line)
+@app.command(
+    short_help="Time a collective from --minbytes to --maxbytes, out of place and in place, as nccl-tests "
+    "does."
+)
 def run(
     ranks: Annotated[
         int, typer.Option("--ranks", "-n", help="local ranks to start (ignored under a launcher)")
@@ -129,12 +138,10 @@ def run(
     ] = None,
     encrypt: Annotated[bool, typer.Option(help="with --secure: encrypt payloads too")] = False,
 ) -> None:
-    """Time a collective from --minbytes to --maxbytes, out of place and in place, as nccl-tests does.
-
-    Starts --ranks local ranks, each a software MRC NIC with --planes loopback endpoints; under torchrun or
-    mpiexec each process is one rank instead. Prints nccl-tests' table: size, count, type, redop, root, then
-    time (us), algbw and busbw (GB/s) and #wrong, out of place and in place, and the average bus bandwidth.
-    """
+    """Time a collective from --minbytes to --maxbytes, out of place and in place, as nccl-tests does. Starts
+    --ranks local ranks, each a software MRC NIC with --planes loopback endpoints; under torchrun or mpiexec
+    each process is one rank instead. Prints nccl-tests' table: size, count, type, redop, root, then time
+    (us), algbw and busbw (GB/s) and #wrong, out of place and in place, and the average bus bandwidth."""
     from openmrc.collectives.algorithms import ALGORITHMS
     from openmrc.collectives.bench import BenchConfig, as_json
     from openmrc.collectives.ops import DTYPES, OPS, dtype_of
@@ -147,8 +154,10 @@ def run(
     step = _size("--stepbytes", stepbytes) if stepbytes is not None else 0
     if stepbytes is not None and step < 1:
         _fail("--stepbytes: at least 1")
-    if step == 0 and (stepfactor < 2 or lo == 0):
-        _fail(f"--stepfactor {stepfactor}: at least 2, with --minbytes > 0 (or give --stepbytes)")
+    if step == 0 and stepfactor < 2:
+        _fail(f"--stepfactor {stepfactor}: at least 2 (or give --stepbytes)")
+    if step == 0 and lo == 0:
+        _fail("--minbytes 0: a geometric sweep (--stepfactor) needs --minbytes > 0 (or give --stepbytes)")
     if not 1 <= ranks <= 64:
         _fail(f"--ranks {ranks}: 1..64 local ranks")
     if not 1 <= iters <= 100_000 or not 0 <= warmup <= 100_000:
@@ -218,9 +227,9 @@ def run(
         comm_kwargs["encrypt"] = encrypt
     if mtu_bytes is not None:
         comm_kwargs["mtu"] = mtu_bytes
-    rows, n = _execute(launcher, ranks, cfg, comm_kwargs, timeout, fabric)
+    rows, used, n = _execute(launcher, ranks, cfg, comm_kwargs, timeout, fabric)
     if rows is not None and json_out:
-        json.dump(as_json(rows, cfg, n), sys.stdout, indent=2)
+        json.dump(as_json(rows, cfg, n, used), sys.stdout, indent=2)
         sys.stdout.write("\n")
     if rows is not None and any((r.out_of_place.wrong or 0) + (r.in_place.wrong or 0) for r in rows):
         raise typer.Exit(1)
@@ -240,8 +249,9 @@ def _execute(
     comm_kwargs: dict[str, Any],
     timeout: float,
     fabric: str | None = None,
-) -> tuple[list[Row] | None, int]:
-    """Run the benchmark; rank 0's rows (None on other ranks of a launched job) and the world size."""
+) -> tuple[list[Row] | None, dict[str, int], int]:
+    """Run the benchmark; rank 0's rows (None on other ranks of a launched job), what the run used
+    (`settings`) and the world size."""
     from openmrc.collectives import CollectiveError, Communicator
     from openmrc.collectives.launch import RankFailed, run_local
     from openmrc.provider.perf import PerfError
@@ -249,7 +259,10 @@ def _execute(
     try:
         if launcher is None:
             results = run_local(ranks, _rank_job, cfg, timeout=timeout, comm_kwargs=comm_kwargs)
-            return (None if results[0] == _CLOSED else results[0]), ranks
+            if results[0] == _CLOSED:
+                return None, {}, ranks
+            rows, used = results[0]
+            return rows, used, ranks
         if fabric is not None:
             from openmrc.collectives.fabric import fabric_device
 
@@ -265,10 +278,11 @@ def _execute(
         else:
             comm = Communicator.from_mpi(**comm_kwargs)
         with comm:
-            rows = _rank_job(comm, cfg)
-            if isinstance(rows, str):
-                return None, comm.size
-            return (rows if comm.rank == 0 else None), comm.size
+            done = _rank_job(comm, cfg)
+            if isinstance(done, str):
+                return None, {}, comm.size
+            rows, used = done
+            return (rows if comm.rank == 0 else None), used, comm.size
     except RankFailed as exc:
         if exc.outcomes[0] == ("ok", _CLOSED):  # `| head` had what it wanted: stop quietly
             raise typer.Exit(0) from None

@@ -104,7 +104,10 @@ def pcap(
     console.print(f"decode: tshark -X lua_script:$(openmrc wireshark-plugin) -r {file} -V")
 
 
-@app.command()
+# (typer's rich help keeps a docstring's line breaks in the commands list: there, a short_help of one line)
+@app.command(
+    short_help="Decode one MRC packet (a UDP payload, or a whole frame with --frame / --ip) or a capture."
+)
 def decode(
     data: Annotated[
         str | None,
@@ -187,7 +190,10 @@ def decode(
     print_table(console, packet_table(pkt))
 
 
-@app.command()
+@app.command(
+    short_help="The main job: a bandwidth-bound permutation on a 4-plane, 64-host Clos while a T0-T1 link "
+    "fails, MRC vs RoCEv2."
+)
 def demo(
     out: Annotated[Path, typer.Option(help="where results.json, CSVs and the PNG plots go")] = Path(
         "openmrc-demo"

@@ -134,7 +134,7 @@ def _domain(path: Path | None) -> SecurityDomain | None:
         raise typer.BadParameter(f"--secure {exc}") from None
 
 
-@app.command()
+@app.command(short_help="Write a new security domain (an identifier and a random key) for `perf --secure`.")
 def keygen(
     path: Annotated[Path, typer.Argument(help="the key file to write (readable by its owner only)")],
     sdi: Annotated[int, typer.Option(help="the security domain's identifier, 1 .. 4294967295")] = 1,
@@ -166,7 +166,7 @@ def _locate(fabric: str | None, bind: list[str] | None) -> PerfFabric | None:
         raise typer.BadParameter(f"--fabric: {exc}") from None
 
 
-@app.command()
+@app.command(short_help="Wait for perf clients (default: 4 planes on 127.0.1.1-4; --bind or --fabric).")
 def server(
     planes: PlanesOpt = 4,
     bind: BindOpt = None,

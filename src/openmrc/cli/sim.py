@@ -545,7 +545,7 @@ def run(
             print_written(out, written)
 
 
-@app.command("sweep")
+@app.command("sweep", short_help="Run every point of a scenario's \\[sweep] grid, each in a worker process.")
 def sweep_cmd(
     scenario: Annotated[str, typer.Argument(help="a built-in scenario name or a TOML file")],
     set_: Annotated[

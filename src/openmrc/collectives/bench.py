@@ -12,6 +12,7 @@ reduction order gives an exact expected value.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -24,7 +25,18 @@ import numpy as np
 from openmrc.collectives.communicator import Communicator
 from openmrc.collectives.ops import dtype_of, finish_avg, ufunc_of
 
-__all__ = ["BENCH_OPS", "BenchConfig", "Row", "bench", "busbw_factor", "format_header", "format_row", "sizes"]
+__all__ = [
+    "BENCH_OPS",
+    "BenchConfig",
+    "Row",
+    "bench",
+    "busbw_factor",
+    "devices",
+    "format_header",
+    "format_row",
+    "settings",
+    "sizes",
+]
 
 BENCH_OPS: Final = (
     "all_reduce",
@@ -258,6 +270,12 @@ def _faults(comm: Communicator, cfg: BenchConfig) -> None:
         timer.start()
 
 
+def _redop_root(cfg: BenchConfig) -> tuple[str, int]:
+    """The redop and root as nccl-tests shows them: "none" for an operation that reduces nothing, -1 for one
+    without a root."""
+    return (cfg.redop if cfg.op in _REDUCING else "none"), (cfg.root if cfg.op in _ROOTED else -1)
+
+
 class OutputClosed(Exception):
     """The table's reader went away (``openmrc collective run … | head``)."""
 
@@ -273,9 +291,10 @@ def _emit(out: TextIO, text: str) -> None:
 def bench(comm: Communicator, cfg: BenchConfig, out: TextIO | None = None) -> list[Row]:
     """Run ``cfg`` on this rank (every rank calls it); rank 0 writes the table to ``out`` row by row."""
     show = out is not None and comm.rank == 0 and not cfg.json
+    ranks = None if cfg.json else devices(comm)  # (every rank or none: it is a collective)
     if show:
         assert out is not None
-        _emit(out, format_header(comm, cfg))
+        _emit(out, format_header(comm, cfg, ranks))
     _faults(comm, cfg)
     rows: list[Row] = []
     for size in sizes(cfg.minbytes, cfg.maxbytes, cfg.stepfactor, cfg.stepbytes):
@@ -288,8 +307,7 @@ def bench(comm: Communicator, cfg: BenchConfig, out: TextIO | None = None) -> li
             case.size,
             case.count,
             _TYPE_NAMES.get(cfg.dtype, cfg.dtype),
-            cfg.redop if cfg.op in _REDUCING else "none",
-            cfg.root if cfg.op in _ROOTED else -1,
+            *_redop_root(cfg),
             oop,
             inp,
             _sum_over_ranks(comm, retx),
@@ -323,20 +341,50 @@ def format_row(row: Row) -> str:
     return pre + _cell(row.out_of_place) + _cell(row.in_place)
 
 
-def format_header(comm: Communicator, cfg: BenchConfig) -> str:
-    step = f"{cfg.stepbytes}(bytes)" if cfg.stepbytes else f"{cfg.stepfactor}(factor)"
-    ends = " ".join(
+def _device(comm: Communicator) -> dict[str, Any]:
+    """This rank's line of the header's "Using devices": its process, host and endpoints."""
+    ends = [
         f"{ip}:{port}" if ":" not in ip else f"[{ip}]:{port}"
         for ip, port in getattr(comm.device, "endpoints", list)()
-    )
+    ]
+    return {"rank": comm.rank, "pid": os.getpid(), "host": socket.gethostname(), "endpoints": ends}
+
+
+def devices(comm: Communicator) -> list[dict[str, Any]]:
+    """Every rank's `_device`, in rank order (a collective: every rank calls it)."""
+    mine = np.frombuffer(json.dumps(_device(comm)).encode(), np.uint8)
+    width = np.array([mine.size], np.int64)
+    comm.all_reduce(width, op="max")
+    padded = np.full(int(width[0]), ord(" "), np.uint8)  # (blanks after JSON are whitespace to it)
+    padded[: mine.size] = mine
+    every = np.empty(comm.size * padded.size, np.uint8)
+    comm.all_gather(padded, every)
+    return [json.loads(row.tobytes()) for row in every.reshape(comm.size, -1)]
+
+
+def settings(comm: Communicator) -> dict[str, int]:
+    """What the run used, as resolved (defaults and a fabric's included): planes, packet payload, chunk."""
+    return {
+        "planes": len(getattr(comm.device, "endpoints", list)()),
+        "mtu": comm.mtu,
+        "chunk_bytes": comm.chunk_bytes,
+    }
+
+
+def format_header(comm: Communicator, cfg: BenchConfig, ranks: list[dict[str, Any]] | None = None) -> str:
+    """nccl-tests' header; "Using devices" lists ``ranks`` (`devices`), or without them this rank alone."""
+    step = f"{cfg.stepbytes}(bytes)" if cfg.stepbytes else f"{cfg.stepfactor}(factor)"
     lines = [
         f"# openmrc collective: {cfg.op} over MRC ({comm.size} ranks)",
         f"# nThread 1 nGpus 1 minBytes {cfg.minbytes} maxBytes {cfg.maxbytes} step: {step} warmup iters: "
         f"{cfg.warmup} iters: {cfg.iters} agg iters: 1 validation: {int(cfg.check)} graph: 0",
         "#",
         "# Using devices",
-        f"#  Rank {comm.rank:>2d} Group  0 Pid {os.getpid():>6d} on {socket.gethostname():>10s} device  0 "
-        f"[mrc] {ends}",
+    ]
+    lines += [
+        f"#  Rank {d['rank']:>2d} Group  0 Pid {d['pid']:>6d} on {d['host']:>10s} device  0 "
+        f"[mrc] {' '.join(d['endpoints'])}"
+        for d in (ranks if ranks is not None else [_device(comm)])
     ]
     if cfg.loss or cfg.fail_plane:
         what = []
@@ -378,11 +426,17 @@ def format_footer(rows: list[Row], cfg: BenchConfig) -> str:
     )
 
 
-def as_json(rows: list[Row], cfg: BenchConfig, ranks: int) -> dict[str, Any]:
+def as_json(
+    rows: list[Row], cfg: BenchConfig, ranks: int, used: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The run as JSON: ``config`` is ``cfg`` with its redop and root as the rows show them (`_redop_root`)
+    and what the run ``used`` (`settings`)."""
+    config = {k: v for k, v in asdict(cfg).items() if k != "json"}
+    config["redop"], config["root"] = _redop_root(cfg)
     return {
         "op": cfg.op,
         "ranks": ranks,
-        "config": {k: v for k, v in asdict(cfg).items() if k != "json"},
+        "config": {**config, **(used or {})},
         "results": [asdict(r) for r in rows],
         "out_of_bounds": wrong_total(rows),
         "average_bus_bandwidth": avg_busbw(rows),
