@@ -379,6 +379,22 @@ def test_a_rank_that_stops_a_collective_tells_its_live_peers(case: str) -> None:
     assert time.monotonic() - t0 < 15.0  # (the closing rank did not wait out its 10-s goodbye)
 
 
+def _late_reduce(comm: Communicator) -> float:
+    comm.all_reduce(np.ones(10, np.float32))  # (the QPs are made)
+    if comm.rank == 1:
+        time.sleep(0.05)
+    x = np.full(1000, comm.rank + 1, np.float32)
+    comm.reduce(x, root=0, algo="tree")  # rank 2's pieces wait at the root for rank 1's, rank 2 closes
+    return float(x[0])
+
+
+def test_a_peer_that_closes_after_its_part_is_not_taken_for_one_that_left_early() -> None:
+    """The last rank of a tree reduce sends, is acknowledged, returns and closes while the root still
+    waits for another rank before it takes that rank's pieces: nothing more is missing from it, and its
+    goodbye is no error (a root that took it for one failed the job)."""
+    assert run_local(3, _late_reduce, timeout=60)[0] == 6.0
+
+
 def _ranks_of(pid: int) -> list[int]:
     """The live processes ``pid`` started (its children, as /proc tells them)."""
     out: list[int] = []

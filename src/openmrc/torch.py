@@ -122,7 +122,8 @@ class MrcProcessGroup(dist.ProcessGroup):
         self._rank, self._size = rank, size
         global_rank = int(os.environ.get("RANK", rank))
         dev, profile_for = _shared_device(global_rank)
-        limit = None if timeout is None else timeout.total_seconds()  # (init_process_group's, as gloo's)
+        # (init_process_group's timeout, as gloo's; one of days, "no limit" in effect, is none)
+        limit = None if timeout is None or timeout.total_seconds() > 1e6 else timeout.total_seconds()
         self.comm = Communicator(rank, size, store, device=dev, ev_profile=profile_for, timeout=limit)
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], torch.futures.Future[Any]] | None] = (
             queue.SimpleQueue()

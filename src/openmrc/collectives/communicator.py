@@ -464,8 +464,8 @@ class Communicator:
         with self._lock:
             self._connect(prog.peers)
             sched = Schedule(prog, bufs, ufunc_of(op) if op else None, self.size if op == "avg" else 1)
-            eng.begin(sched, bufs)
             try:
+                eng.begin(sched, bufs)  # (it may find a disagreeing piece that waited: told as any other)
                 limit = self.timeout
                 eng.settle(lambda: sched.done, None if limit is None else eng.clock() + limit)
                 if not sched.done:

@@ -617,7 +617,7 @@ class Engine:
         now = self.clock()
         for p in self._waits_for():
             link = self.links.get(p)
-            if link is not None and link.bye:  # (it said goodbye: nothing more comes from it)
+            if link is not None and link.bye and self._missing(p):  # (nothing more comes from it)
                 err = CollectiveError(
                     f"rank {self.rank}: rank {p} closed its communicator while this rank waits for it", p
                 )
@@ -636,6 +636,15 @@ class Engine:
         waits = set(sched.expects_from())
         waits.update(p for p, link in self.links.items() if link.pending)
         return sorted(waits)
+
+    def _missing(self, peer: int) -> bool:
+        """Whether this rank waits for something ``peer`` has not done yet: a piece of a receive that has
+        none from it so far, or a slot or an advert for a send to it. (A receive whose pieces are all in,
+        waiting on another of the program's steps, waits for nothing more from the peer, which may well
+        have finished and closed: the last rank of a tree reduce.)"""
+        link = self.links.get(peer)
+        sched = self.schedule
+        return bool(link is not None and link.pending) or (sched is not None and sched.wants(peer))
 
     def _ping(self, link: Link) -> None:
         """A zero-length RDMA Write without an immediate: the peer's NIC acknowledges it (or, dead, does
@@ -671,7 +680,7 @@ class Engine:
     def give_up(self, what: str, timeout: float) -> NoReturn:
         """Stop: the collective did not complete within ``timeout`` s (its communicator's); every peer is
         told, so that none waits for this rank in turn."""
-        waits = self._waits_for()
+        waits = [p for p in self._waits_for() if self._missing(p)] or self._waits_for()
         on = f", waiting for rank{'s' * (len(waits) > 1)} {', '.join(map(str, waits))}" if waits else ""
         self._fail(
             CollectiveError(

@@ -216,10 +216,9 @@ class _MrcShared:
         """Every flow QP's security domain (``security`` "auth" / "encrypt"; its key from the seed)."""
         if mode != "none":
             key = random.Random(env.config.seed ^ 0x5EC).randbytes(32)
-            # (header tags exactly when switches trim: a simulation knows its fabric, no QP need find out)
-            self.security = QpSecurity(
-                SecurityDomain(1, key), encrypt=mode == "encrypt", header_tag=bool(env.config.trimming)
-            )
+            # (header tags exactly when switches trim, not under PFC: a simulation knows its fabric)
+            trims = bool(env.config.trimming) and not env.config.pfc
+            self.security = QpSecurity(SecurityDomain(1, key), encrypt=mode == "encrypt", header_tag=trims)
         self.ready: list[CompletionQueue] = []  # flow CQs that got completions since the last drain
         self.buf = bytearray(1 << 20)  # every flow writes from and into this one buffer (only zeros)
         self.zeros = ZeroBuffer(self.buf)  # so their packets carry a shared zero payload

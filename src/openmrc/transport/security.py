@@ -449,7 +449,7 @@ class SealState:
         if trimmed and not has_htag:
             # (no header tag: a trimmed packet cannot be verified; what this QP seals asks for them, which
             # costs the peer an AES-GCM call per packet at worst, whoever trimmed or forged this one)
-            if self.windows is None:  # (a QP's; an endpoint's packets are never trimmed)
+            if data and self.windows is None:  # (a QP's data; control packets are never trimmed)
                 self.wants_header_tag = True
             self.refused = REFUSED_UNSEALED
             return None
