@@ -252,8 +252,10 @@ def test_an_authenticated_and_encrypted_all_reduce_checks_out(tmp_path: pytest.T
     from openmrc.transport import SecurityDomain
 
     key = os.path.join(str(tmp_path), "k")
+    dom = SecurityDomain.generate(3)
     with open(key, "w") as f:
-        f.write(SecurityDomain.generate(3).spec())
+        f.write(dom.spec())
+    os.chmod(key, 0o644)  # (taken, with a warning: a domain key is a secret)
     p = _run(
         "-n",
         "3",
@@ -274,3 +276,9 @@ def test_an_authenticated_and_encrypted_all_reduce_checks_out(tmp_path: pytest.T
     out = json.loads(p.stdout)
     assert out["ranks"] == 3 and out["out_of_bounds"] == 0 and len(out["results"]) == 3
     assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r in out["results"])
+    assert out["config"]["security"] == {"sdi": 3, "fingerprint": dom.fingerprint(), "encrypt": True}
+    assert p.stderr.count("others may read this key file") == 1, p.stderr  # (one line, from the launcher)
+    os.chmod(key, 0o600)
+    p = _run("-n", "2", "-b", "64K", "-e", "64K", "--secure", key)  # the table says so too
+    assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+    assert f"# Security: every packet authenticated, domain 3 (key {dom.fingerprint()})" in p.stdout

@@ -155,7 +155,7 @@ def test_decode_shows_a_sealed_packets_trailer_and_verifies_it_with_the_key(tmp_
     good = runner.invoke(app, ["decode", hexed, "--key", str(tmp_path / "k"), "--src-qpn", qpn])
     assert good.exit_code == 0 and "tags verify" in good.output and "300 B" in good.output
     bad = runner.invoke(app, ["decode", hexed, "--key", str(tmp_path / "wrong"), "--src-qpn", qpn])
-    assert bad.exit_code == 0 and "do NOT verify" in bad.output
+    assert bad.exit_code == 1 and "do NOT verify" in bad.output  # (a forgery, or the wrong key)
     usage = runner.invoke(app, ["decode", hexed, "--key", str(tmp_path / "k")])
     assert usage.exit_code == 2
     # as a whole frame and in a capture: the packet inside its trailer, the trailer shown

@@ -508,18 +508,21 @@ def test_ranks_on_loopback_send_jumbo_packets_and_all_ranks_must_agree() -> None
             Communicator(0, 1, store, mtu=bad)
     with pytest.raises(ValueError, match="given device"):
         Communicator(0, 1, store, device=object(), mtu=4096)
-    domain = SecurityDomain.generate(5)
+    domain, other = SecurityDomain.generate(5), SecurityDomain.generate(5)  # (the same SDI, two keys)
     for what, told in (
         ("mtu", ("4096 B", "8192 B")),
         ("chunk_bytes", ("of 4096 B", "of 8192 B")),
         ("direct_bytes", ("direct_bytes=", "8192")),
         ("security", ("in security domain 5", "unauthenticated")),
+        ("key", (domain.fingerprint(), other.fingerprint())),  # (named by their fingerprints)
     ):
         errors: list[str] = []
 
         def rank(r: int, what: str = what, errors: list[str] = errors) -> None:
             try:
-                kw = {what: (4096 if r else 8192) if what != "security" else (domain if r else None)}
+                kw: dict[str, Any] = {what: 4096 if r else 8192}
+                if what in ("security", "key"):
+                    kw = {"security": domain if r else (None if what == "security" else other)}
                 with Communicator(r, 2, store, prefix=f"{what}-two", **kw) as comm:
                     comm.all_reduce(np.ones(16, np.float32))
             except CollectiveError as exc:

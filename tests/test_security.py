@@ -5,8 +5,10 @@ the same NICs, key rotation and revocation, and the attribute on the verbs mirro
 
 from __future__ import annotations
 
+import os
 import random
 import struct
+import warnings
 from pathlib import Path
 
 import pytest
@@ -718,6 +720,49 @@ def test_perf_keygen_writes_a_secret_domain_and_perf_checks_its_options(tmp_path
     assert key.stat().st_mode & 0o777 == 0o600 and SecurityDomain.from_spec(key.read_text()).sdi == 1
     for args in (["--encrypt"], ["--no-header-tag"], ["--header-tag"], ["--secure", str(tmp_path / "none")]):
         assert runner.invoke(app, ["perf", "client", "127.0.0.1", *args]).exit_code == 2, args
+    # a symbolic link is never written through: refused as existing (dangling or not), replaced by --force
+    target, link = tmp_path / "target", tmp_path / "link.key"
+    link.symlink_to(target)
+    assert runner.invoke(app, ["perf", "keygen", str(link)]).exit_code == 2 and not target.exists()
+    target.write_text("precious\n")
+    assert runner.invoke(app, ["perf", "keygen", str(link), "--force"]).exit_code == 0
+    assert target.read_text() == "precious\n" and not link.is_symlink()
+    assert SecurityDomain.load(link).sdi == 1
+    for bad in ("", str(tmp_path)):
+        out = runner.invoke(app, ["perf", "keygen", bad])
+        assert out.exit_code == 2 and "a directory" in " ".join(out.output.replace("│", " ").split()), bad
+
+
+def test_a_key_file_is_read_with_care(tmp_path: Path) -> None:
+    """`SecurityDomain.load` refuses what is not a key file before reading much of it (a FIFO would block,
+    /dev/zero would never end, a binary file is no key) and takes a key file others may read with a
+    warning: a domain key is a secret."""
+    from openmrc.transport import KeyFileWarning
+
+    spec = SecurityDomain.generate(4).spec() + "\n"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    binary, big, shared, private = (tmp_path / n for n in ("binary", "big", "shared", "private"))
+    binary.write_bytes(bytes(range(256)))
+    big.write_text(spec * 100)
+    for path, why in (
+        (fifo, "not a regular file"),
+        (Path("/dev/zero"), "not a regular file"),
+        (binary, "not a key file"),
+        (big, "larger than a key file"),
+        (tmp_path, "not a regular file|Is a directory"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            SecurityDomain.load(path)
+    shared.write_text(spec)
+    shared.chmod(0o644)
+    with pytest.warns(KeyFileWarning, match="others may read this key file"):
+        assert SecurityDomain.load(shared).sdi == 4
+    private.write_text(spec)
+    private.chmod(0o600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert SecurityDomain.load(private).sdi == 4
 
 
 def test_a_sealed_transmit_is_counted_and_refused_on_a_port_that_is_down() -> None:

@@ -21,7 +21,7 @@ from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.flows import Flow
 from openmrc.sim.network import Host
 from openmrc.sim.pcap import SimCapture, host_address, parse_capture_point, parse_flow_ids
-from openmrc.wire import parse_frame
+from openmrc.wire import WireError, parse_frame
 from openmrc.wire.constants import is_data_opcode
 from openmrc.wire.framing import Frame
 from openmrc.wire.icrc import compute_icrc
@@ -106,6 +106,42 @@ def test_a_capture_point_sees_both_directions_of_one_port(tmp_path: Path) -> Non
         assert fr.srv6 is not None
         usids = int(ipaddress.IPv6Address(fr.srv6.dst)) >> 80 & 0xFFFF
         assert usids == sim.plan.host_usid(0, 1)
+
+
+def test_an_authenticated_run_is_captured_sealed_and_every_packet_verifies(tmp_path: Path) -> None:
+    """**[openmrc]** ``[fabric] security = "auth"``: each frame is the sealed packet that crossed the wire (S
+    set, its security trailer; a trimmed one its headers and trailer), and `openmrc decode` with the run's
+    key verifies every one, each flow's under its QP: an incast seen at its receiver, full buffers trim."""
+    sim = FabricSim.clos(FabricSimConfig(**SMALL, security="auth"))  # type: ignore[arg-type]
+    flows = [sim.add_flow(s, 0, 64_000) for s in range(1, 9)]
+    path = tmp_path / "auth.pcap"
+    with open(path, "wb") as f:
+        cap = SimCapture(sim, f, at=(0, None))
+        sim.run(until=10**9)
+        cap.detach()
+    assert all(fl.finish is not None for fl in flows)
+    _, records = read_pcap(path)
+    for _, frame in records:
+        try:
+            fr = parse_frame(frame, ether=True)
+        except WireError:
+            fr = parse_frame(frame, ether=True, trimmed=True)
+        assert fr.sealed is not None and len(fr.sealed) in (32, 48)  # (48: with a header tag)
+    qp = flows[0].qp
+    assert qp is not None and qp.attr.security is not None
+    key = tmp_path / "domain.key"
+    key.write_text(qp.attr.security.domain.spec())
+    key.chmod(0o600)
+    verified = trimmed = 0
+    for fl in flows:
+        assert fl.qp is not None
+        res = runner.invoke(
+            app, ["decode", "--pcap", str(path), "--key", str(key), "--src-qpn", hex(fl.qp.qp_num)]
+        )
+        assert res.exit_code == 0 and "do NOT verify" not in res.output, res.output
+        verified += res.output.count("tags verify")
+        trimmed += res.output.count("header tag verifies (trimmed packet)")
+    assert verified + trimmed == len(records) and trimmed > 0
 
 
 def test_capture_errors() -> None:

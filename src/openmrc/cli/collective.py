@@ -74,7 +74,7 @@ def _launched() -> str | None:
 _CLOSED = "output closed"
 
 
-def _rank_job(comm: Communicator, cfg: BenchConfig) -> tuple[list[Row], dict[str, int]] | str:
+def _rank_job(comm: Communicator, cfg: BenchConfig) -> tuple[list[Row], dict[str, Any]] | str:
     """One rank's benchmark and what it used (`settings`); rank 0 prints the table. When the table's reader
     goes away (``| head``) rank 0 stops the job at once: its peers get an abort rather than waiting for it."""
     from openmrc.collectives.bench import OutputClosed, bench, settings
@@ -249,7 +249,7 @@ def _execute(
     comm_kwargs: dict[str, Any],
     timeout: float,
     fabric: str | None = None,
-) -> tuple[list[Row] | None, dict[str, int], int]:
+) -> tuple[list[Row] | None, dict[str, Any], int]:
     """Run the benchmark; rank 0's rows (None on other ranks of a launched job), what the run used
     (`settings`) and the world size."""
     from openmrc.collectives import CollectiveError, Communicator

@@ -20,12 +20,13 @@ from rich.table import Table
 
 from openmrc import __version__
 from openmrc.cli.collective import app as collective_app
+from openmrc.cli.decode import decode
 from openmrc.cli.perf import app as perf_app
 from openmrc.cli.render import make_console, opcode_name, packet_table, print_table
 from openmrc.cli.sim import app as sim_app
 from openmrc.cli.testbed import app as testbed_app
 from openmrc.cli.topo import app as topo_app
-from openmrc.wire import MRC_UDP_PORT, WireError, parse, parse_frame
+from openmrc.wire import MRC_UDP_PORT
 from openmrc.wire.examples import ExampleFrame, example_conversation
 from openmrc.wire.framing import encapsulate
 from openmrc.wire.pcap import write_pcap
@@ -105,89 +106,9 @@ def pcap(
 
 
 # (typer's rich help keeps a docstring's line breaks in the commands list: there, a short_help of one line)
-@app.command(
+app.command(
     short_help="Decode one MRC packet (a UDP payload, or a whole frame with --frame / --ip) or a capture."
-)
-def decode(
-    data: Annotated[
-        str | None,
-        typer.Argument(help="hex bytes (0x prefixes and separators allowed), or - to read them from stdin"),
-    ] = None,
-    frame: Annotated[bool, typer.Option(help="the bytes start at an Ethernet header")] = False,
-    ip: Annotated[bool, typer.Option(help="the bytes start at an IP header")] = False,
-    pcap_file: Annotated[
-        Path | None, typer.Option("--pcap", help="decode every MRC packet of this capture instead")
-    ] = None,
-    port: Annotated[
-        int, typer.Option(min=1, max=65535, help="UDP destination port of the MRC packets")
-    ] = MRC_UDP_PORT,
-    key: Annotated[
-        Path | None,
-        typer.Option(
-            help="a sealed packet's security domain key file (openmrc perf keygen): verify its tags"
-        ),
-    ] = None,
-    src_qpn: Annotated[
-        int | None, typer.Option(min=0, max=0xFFFFFF, help="with --key: the QP number that sent the packet")
-    ] = None,
-) -> None:
-    """Decode one MRC packet (a UDP payload, or a whole frame with --frame / --ip) or a capture. A sealed
-    packet (an authenticated QP's) shows its security trailer; with --key and --src-qpn its tags are
-    verified and an encrypted payload decrypted."""
-    from openmrc.cli.decode import decode_pcap, frame_lines, hex_bytes, read_hex, unseal
-
-    if frame and ip:
-        raise typer.BadParameter("give --frame (Ethernet) or --ip (IP header first), not both")
-    if (pcap_file is None) == (data is None):
-        raise typer.BadParameter("give hex bytes (- for stdin) or --pcap FILE", param_hint="DATA")
-    if pcap_file is not None:
-        try:
-            mrc, other = decode_pcap(console, pcap_file, port)
-        except (OSError, ValueError) as exc:
-            console.print(f"error: {exc}", markup=False, emoji=False)
-            raise typer.Exit(1) from None
-        console.print(f"{mrc} MRC packet(s), {other} other frame(s)")
-        return
-    assert data is not None
-    if key is not None and src_qpn is None:
-        raise typer.BadParameter("--key needs --src-qpn, the sending QP's number (in the tags' nonce)")
-    domain = None
-    if key is not None:
-        from openmrc.transport import SecurityDomain
-
-        try:
-            domain = SecurityDomain.load(key)
-        except ValueError as exc:
-            raise typer.BadParameter(f"--key {exc}") from None
-    try:
-        raw = hex_bytes(read_hex(data))
-    except ValueError as exc:
-        raise typer.BadParameter(f"not hex: {exc}", param_hint="DATA") from None
-    if not (frame or ip):
-        try:
-            raw, lines = unseal(raw, domain, src_qpn)
-        except ValueError as exc:
-            console.print(f"malformed: {exc}", markup=False, emoji=False, style="red")
-            raise typer.Exit(2) from None
-        for line in lines:
-            console.print(line, markup=False, emoji=False, highlight=False)
-    try:
-        if frame or ip:
-            fr = parse_frame(raw, ether=frame, udp_port=port)
-            for line in frame_lines(fr):
-                console.print(line, markup=False, emoji=False, highlight=False)
-            pkt = fr.packet
-            if fr.sealed is not None:
-                inner, lines = unseal(fr.udp_payload(), domain, src_qpn)
-                for line in lines:
-                    console.print(line, markup=False, emoji=False, highlight=False)
-                pkt = parse(inner)
-        else:
-            pkt = parse(raw)
-    except WireError as exc:
-        console.print(f"malformed: {exc}", markup=False, emoji=False, style="red")
-        raise typer.Exit(2) from None
-    print_table(console, packet_table(pkt))
+)(decode)
 
 
 @app.command(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -144,12 +145,17 @@ def keygen(
     file to the other host out of band (it is a secret)."""
     if not 1 <= sdi <= 0xFFFFFFFF:
         raise typer.BadParameter(f"--sdi {sdi}: 1 .. 4294967295")
-    if path.exists() and not force:
+    if not str(path) or path == Path(".") or path.is_dir():
+        raise typer.BadParameter(f"{str(path)!r}: a directory, not a key file's name")
+    if os.path.lexists(path) and not force:  # (a symbolic link too, dangling or not)
         raise typer.BadParameter(f"{path} exists (--force replaces it)")
     dom = SecurityDomain.generate(sdi)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # (a file replaced with --force keeps its mode otherwise)
+        if force:  # replaced, never written through: a link is removed, not followed to its target
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # (whatever the umask)
         with os.fdopen(fd, "w") as f:
             f.write(dom.spec() + "\n")
     except OSError as exc:

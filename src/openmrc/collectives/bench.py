@@ -362,13 +362,22 @@ def devices(comm: Communicator) -> list[dict[str, Any]]:
     return [json.loads(row.tobytes()) for row in every.reshape(comm.size, -1)]
 
 
-def settings(comm: Communicator) -> dict[str, int]:
-    """What the run used, as resolved (defaults and a fabric's included): planes, packet payload, chunk."""
+def settings(comm: Communicator) -> dict[str, Any]:
+    """What the run used, as resolved (defaults and a fabric's included): planes, packet payload, chunk,
+    and the security domain (its identifier and key fingerprint, never the key; None: unauthenticated)."""
     return {
         "planes": len(getattr(comm.device, "endpoints", list)()),
         "mtu": comm.mtu,
         "chunk_bytes": comm.chunk_bytes,
+        "security": _security(comm),
     }
+
+
+def _security(comm: Communicator) -> dict[str, Any] | None:
+    dom = comm.security
+    if dom is None:
+        return None
+    return {"sdi": dom.sdi, "fingerprint": dom.fingerprint(), "encrypt": comm.encrypt}
 
 
 def format_header(comm: Communicator, cfg: BenchConfig, ranks: list[dict[str, Any]] | None = None) -> str:
@@ -386,6 +395,10 @@ def format_header(comm: Communicator, cfg: BenchConfig, ranks: list[dict[str, An
         f"[mrc] {' '.join(d['endpoints'])}"
         for d in (ranks if ranks is not None else [_device(comm)])
     ]
+    sec = _security(comm)
+    if sec is not None:
+        how = "authenticated and encrypted" if sec["encrypt"] else "authenticated"
+        lines.append(f"# Security: every packet {how}, domain {sec['sdi']} (key {sec['fingerprint']})")
     if cfg.loss or cfg.fail_plane:
         what = []
         if cfg.loss:
@@ -427,7 +440,7 @@ def format_footer(rows: list[Row], cfg: BenchConfig) -> str:
 
 
 def as_json(
-    rows: list[Row], cfg: BenchConfig, ranks: int, used: dict[str, int] | None = None
+    rows: list[Row], cfg: BenchConfig, ranks: int, used: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The run as JSON: ``config`` is ``cfg`` with its redop and root as the rows show them (`_redop_root`)
     and what the run ``used`` (`settings`)."""

@@ -163,7 +163,8 @@ def _domain_from_env(kwargs: dict[str, Any]) -> None:
 def _secure_text(info: Any) -> str:
     if not isinstance(info, dict):
         return "unauthenticated"
-    return f"in security domain {info.get('sdi')} ({'encrypted' if info.get('encrypt') else 'authenticated'})"
+    how = "encrypted" if info.get("encrypt") else "authenticated"
+    return f"in security domain {info.get('sdi')} with key {info.get('fingerprint')} ({how})"
 
 
 _MUST_AGREE: tuple[tuple[tuple[str, ...], Callable[..., str], str], ...] = (

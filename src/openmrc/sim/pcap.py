@@ -18,6 +18,9 @@ sees into the frame a real NIC would send or receive:
   responder echoes); traffic class ECT(0), CE once a switch marked the packet.
 * The ICRC is computed over the inner packet (`openmrc.wire.framing.encapsulate`), so a capture checks out
   like one from a wire; a packet a switch trimmed is captured as its headers (with an ICRC over them).
+* **[openmrc]** A packet of an authenticated QP (``[fabric] security``) is captured sealed, as it crosses
+  the wire: its bytes from BTH through the security trailer (`Transmit.body`), S set in BTH; trimmed, its
+  headers and trailer (`openmrc.wire.datagram.trim_datagram`).
 * Timestamps are simulated nanoseconds: when the NIC hands the packet to its port (leaving), or when its
   last bit arrives (arriving), as a host-side capture would see them.
 
@@ -37,6 +40,7 @@ from openmrc.sim.fabric_sim import FabricSim
 from openmrc.sim.network import Host
 from openmrc.transport import Transmit
 from openmrc.wire.constants import MRC_UDP_PORT
+from openmrc.wire.datagram import trim_datagram
 from openmrc.wire.framing import SRv6Encap, encapsulate
 from openmrc.wire.packet import ICRC_SIZE
 from openmrc.wire.pcap import PcapWriter
@@ -152,9 +156,14 @@ class SimCapture:
 
     def frame(self, p: Transmit, outgoing: bool) -> bytes:
         """The Ethernet frame of ``p`` as it leaves its sender (``outgoing``) or arrives at its receiver."""
-        pkt = p.packet
-        # what is left of a data packet a switch trimmed: its headers
-        raw = pkt.encode_headers(trimmed=True) + _NO_ICRC if p.trim and not outgoing else pkt.encode()
+        trimmed = p.trim and not outgoing
+        if p.body is not None:  # sealed (an authenticated QP's): BTH through the security trailer
+            raw = bytes(p.body) + _NO_ICRC
+            if trimmed:  # its headers and trailer
+                raw = trim_datagram(raw)
+        else:  # what is left of a data packet a switch trimmed: its headers
+            pkt = p.packet
+            raw = pkt.encode_headers(trimmed=True) + _NO_ICRC if trimmed else pkt.encode()
         src, dst = self._address(p.src, p.port), self._address(cast(int, p.peer), p.port)
         tc = _CE if p.ecn and not outgoing else _ECT0
         sport, label = p.entropy & 0xFFFF, (p.entropy >> 16) & 0xFFFF

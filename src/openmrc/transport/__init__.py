@@ -10,7 +10,7 @@ from openmrc.transport.nic import Arrival, Nic
 from openmrc.transport.nscc import Nscc, NsccConfig
 from openmrc.transport.profiles import EvProfileBinding, ProfileTable
 from openmrc.transport.qp import TRANSITIONS, Qp, QpAttr, QpInitAttr
-from openmrc.transport.security import QpSecurity, SealState, SecurityDomain
+from openmrc.transport.security import KeyFileWarning, QpSecurity, SealState, SecurityDomain
 from openmrc.transport.stats import NicStats
 from openmrc.transport.types import (
     Access,
@@ -47,6 +47,7 @@ __all__ = [
     "EvProfileBinding",
     "EvStatus",
     "EvTable",
+    "KeyFileWarning",
     "LocalProtocolError",
     "MemoryRegion",
     "Nic",

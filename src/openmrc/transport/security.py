@@ -41,7 +41,9 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 import struct
+import warnings
 from typing import Final
 
 from cryptography.exceptions import InvalidTag
@@ -66,12 +68,19 @@ from openmrc.wire.security import (
     TAG_SIZE,
 )
 
-__all__ = ["REPLAY_WINDOW", "QpSecurity", "SealState", "SecurityDomain"]
+__all__ = ["REPLAY_WINDOW", "KeyFileWarning", "QpSecurity", "SealState", "SecurityDomain"]
 
 REPLAY_WINDOW: Final = 1 << 16
 """Counters a receiving QP remembers behind the highest one verified (a QP has at most 255·128 PSNs in
 flight, each sealed once per transmission: reordering across paths stays well inside)."""
 DOMAIN_KEY_BYTES: Final = 32
+_KEY_FILE_MAX: Final = 4096  # bytes: a key file is one line of about 80
+
+
+class KeyFileWarning(UserWarning):
+    """A key file that others than its owner may read (`SecurityDomain.load` takes it, and warns)."""
+
+
 _EPOCH_SALT: Final = b"openmrc-sd"
 _EPOCH_INFO: Final = b"openmrc auth v1"
 _HEADER_INFO: Final = b"header"
@@ -157,16 +166,37 @@ class SecurityDomain:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SecurityDomain:
         """The domain a key file holds (its `spec`, as ``openmrc perf keygen`` writes it); ValueError
-        ``"PATH: why"`` when the file cannot be read or holds no domain."""
+        ``"PATH: why"`` when the file cannot be read or holds no domain (not a regular file, larger than a
+        key file is, not text). A file that others than its owner may read is taken, with a
+        `KeyFileWarning`: a domain key is a secret."""
+        name = os.fspath(path)
         try:
-            with open(path) as f:
-                text = f.read()
+            # (without blocking: opening a FIFO for reading would wait for a writer; it is refused below)
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise ValueError(f"{name}: not a regular file (a key file is)")
+                data = f.read(_KEY_FILE_MAX + 1)
         except OSError as exc:
-            raise ValueError(f"{os.fspath(path)}: {exc.strerror or exc}") from None
+            raise ValueError(f"{name}: {exc.strerror or exc}") from None
+        if len(data) > _KEY_FILE_MAX:
+            raise ValueError(f"{name}: larger than a key file ({_KEY_FILE_MAX} bytes at most)")
         try:
-            return cls.from_spec(text)
+            text = data.decode("ascii")
+        except UnicodeDecodeError:
+            raise ValueError(f"{name}: not a key file (SDI:KEY[:EPOCH] as text)") from None
+        try:
+            dom = cls.from_spec(text)
         except ValueError as exc:
-            raise ValueError(f"{os.fspath(path)}: {exc}") from None
+            raise ValueError(f"{name}: {exc}") from None
+        if st.st_mode & 0o077:
+            warnings.warn(
+                f"{name}: others may read this key file (mode {stat.S_IMODE(st.st_mode):03o}): a domain key "
+                "is a secret (chmod 600)",
+                KeyFileWarning,
+                stacklevel=2,
+            )
+        return dom
 
     def spec(self) -> str:
         """``"SDI:KEY:EPOCH"``: everything another member needs (a secret: hand it out of band only)."""
