@@ -99,48 +99,71 @@ def _gather(ranks: int) -> dict[str, Any]:
     return out
 
 
-def loopback(ranks: int) -> dict[str, Any]:
-    _log(f"loopback: mrc all_reduce on {ranks} ranks ...")
+def _have_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _mrc_all_reduce(ranks: int, runs: int) -> dict[str, Any]:
+    """mrc's all_reduce bus bandwidth at 1 MiB and 64 MiB, and the median of ``runs`` 8-byte latencies."""
     big = _mrc_rows(ranks, minbytes=1 << 20, maxbytes=64 << 20, stepfactor=64, iters=5, warmup=1)
     # (a small all_reduce of 4 ranks on 2 cores is CPU-bound and one run's time varies by a third: the
     # median of three, both sides, each run's beside it)
     lat = [
         round(_mrc_rows(ranks, minbytes=8, maxbytes=8, iters=200, warmup=5)[0].out_of_place.time_us, 1)
-        for _ in range(3)
+        for _ in range(runs)
     ]
-    mrc = {
+    return {
         "busbw_GBps_1MiB": round(big[0].out_of_place.busbw, 4),
         "busbw_GBps_64MiB": round(big[1].out_of_place.busbw, 4),
         "latency_us_8B": statistics.median(lat),
         "latency_us_8B_runs": lat,
     }
+
+
+def _gloo_all_reduce(ranks: int, runs: int) -> dict[str, Any] | None:
+    """The same of gloo's (None if it did not finish)."""
+    g = _gloo(ranks, [(8, 200), (1 << 20, 20), (64 << 20, 5)])
+    if g is None:
+        return None
+    lat = [round(g[8][0], 1)]
+    for _ in range(runs - 1):
+        more = _gloo(ranks, [(8, 200)])
+        if more is not None:
+            lat.append(round(more[8][0], 1))
+    return {
+        "busbw_GBps_1MiB": round(g[1 << 20][1], 4),
+        "busbw_GBps_64MiB": round(g[64 << 20][1], 4),
+        "latency_us_8B": statistics.median(lat),
+        "latency_us_8B_runs": lat,
+    }
+
+
+def _ratios(mrc: dict[str, Any], gloo: dict[str, Any]) -> dict[str, float]:
+    return {
+        "ratio_mrc_over_gloo_1MiB": round(mrc["busbw_GBps_1MiB"] / gloo["busbw_GBps_1MiB"], 3),
+        "ratio_mrc_over_gloo_64MiB": round(mrc["busbw_GBps_64MiB"] / gloo["busbw_GBps_64MiB"], 3),
+        "latency_ratio_mrc_over_gloo_8B": round(mrc["latency_us_8B"] / gloo["latency_us_8B"], 3),
+    }
+
+
+def loopback(ranks: int) -> dict[str, Any]:
+    _log(f"loopback: mrc all_reduce on {ranks} ranks ...")
+    mrc = _mrc_all_reduce(ranks, 3)
     out: dict[str, Any] = {"ranks": ranks, "planes": 2, "dtype": "float32", "mrc": mrc}
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if not _have_torch():
         out["gloo"] = None
         out["note"] = "gloo: torch is not installed (make EXTRAS=dev,torch)"
         return out
     _log(f"loopback: gloo all_reduce on {ranks} ranks ...")
-    g = _gloo(ranks, [(8, 200), (1 << 20, 20), (64 << 20, 5)])
-    if g is None:
-        out["gloo"] = None
+    out["gloo"] = gloo = _gloo_all_reduce(ranks, 3)
+    if gloo is None:
         out["note"] = "gloo did not finish"
         return out
-    glat = [round(g[8][0], 1)]
-    for _ in range(2):
-        more = _gloo(ranks, [(8, 200)])
-        if more is not None:
-            glat.append(round(more[8][0], 1))
-    out["gloo"] = {
-        "busbw_GBps_1MiB": round(g[1 << 20][1], 4),
-        "busbw_GBps_64MiB": round(g[64 << 20][1], 4),
-        "latency_us_8B": statistics.median(glat),
-        "latency_us_8B_runs": glat,
-    }
-    out["ratio_mrc_over_gloo_1MiB"] = round(mrc["busbw_GBps_1MiB"] / out["gloo"]["busbw_GBps_1MiB"], 3)
-    out["ratio_mrc_over_gloo_64MiB"] = round(mrc["busbw_GBps_64MiB"] / out["gloo"]["busbw_GBps_64MiB"], 3)
-    out["latency_ratio_mrc_over_gloo_8B"] = round(mrc["latency_us_8B"] / out["gloo"]["latency_us_8B"], 3)
+    out.update(_ratios(mrc, gloo))
     out["all_gather"] = _gather(ranks)
     return out
 
@@ -152,32 +175,13 @@ def contended(ranks: int) -> dict[str, Any]:
     out: dict[str, Any] = {"ranks": ranks, "planes": 2, "dtype": "float32", "beside": "one busy process"}
     with busy_process():
         _log(f"contended: mrc all_reduce on {ranks} ranks beside a busy process ...")
-        big = _mrc_rows(ranks, minbytes=1 << 20, maxbytes=64 << 20, stepfactor=64, iters=5, warmup=1)
-        lat = _mrc_rows(ranks, minbytes=8, maxbytes=8, iters=200, warmup=5)[0]
-        out["mrc"] = {
-            "busbw_GBps_1MiB": round(big[0].out_of_place.busbw, 4),
-            "busbw_GBps_64MiB": round(big[1].out_of_place.busbw, 4),
-            "latency_us_8B": round(lat.out_of_place.time_us, 1),
-        }
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            out["gloo"] = None
-            return out
-        _log(f"contended: gloo all_reduce on {ranks} ranks beside a busy process ...")
-        g = _gloo(ranks, [(8, 200), (1 << 20, 20), (64 << 20, 5)])
-    if g is None:
-        out["gloo"] = None
-        return out
-    out["gloo"] = {
-        "busbw_GBps_1MiB": round(g[1 << 20][1], 4),
-        "busbw_GBps_64MiB": round(g[64 << 20][1], 4),
-        "latency_us_8B": round(g[8][0], 1),
-    }
-    m, o = out["mrc"], out["gloo"]
-    out["ratio_mrc_over_gloo_1MiB"] = round(m["busbw_GBps_1MiB"] / o["busbw_GBps_1MiB"], 3)
-    out["ratio_mrc_over_gloo_64MiB"] = round(m["busbw_GBps_64MiB"] / o["busbw_GBps_64MiB"], 3)
-    out["latency_ratio_mrc_over_gloo_8B"] = round(m["latency_us_8B"] / o["latency_us_8B"], 3)
+        out["mrc"] = mrc = _mrc_all_reduce(ranks, 1)
+        out["gloo"] = gloo = None
+        if _have_torch():
+            _log(f"contended: gloo all_reduce on {ranks} ranks beside a busy process ...")
+            out["gloo"] = gloo = _gloo_all_reduce(ranks, 1)
+    if gloo is not None:
+        out.update(_ratios(mrc, gloo))
     return out
 
 
@@ -206,9 +210,7 @@ GLOO_LOSS_RUNS = 3
 def gloo_under_loss(ranks: int, size: int) -> dict[str, Any]:
     """gloo clean and with 1 % of the packets dropped (the loopback of a namespace, nftables): the median
     of `GLOO_LOSS_RUNS` lossy runs, and each run's fraction."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if not _have_torch():
         return {"skipped": "torch is not installed"}
     if os.geteuid() != 0 or not shutil.which("nft") or not shutil.which("ip"):
         return {"skipped": "needs root, ip and nft (a namespace whose loopback drops 1 %)"}
@@ -271,9 +273,7 @@ def faults(ranks: int, size: int) -> dict[str, Any]:
 
 
 def testbed(steps: int) -> dict[str, Any]:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if not _have_torch():
         return {"skipped": "torch is not installed"}
     from openmrc.testbed.netns import missing
 

@@ -23,14 +23,13 @@ from openmrc.cli.render import make_console, packet_table, print_table
 from openmrc.wire import MRC_UDP_PORT, WireError, parse, parse_frame
 from openmrc.wire.constants import MRC_OPCODE_RANGE
 from openmrc.wire.datagram import Addressing, icrc_ok
-from openmrc.wire.framing import IPPROTO_IPV6, IPPROTO_ROUTING, Frame, udp_header
+from openmrc.wire.framing import Frame
 from openmrc.wire.pcap import LINKTYPE_ETHERNET, LINKTYPE_RAW, read_pcap
 from openmrc.wire.security import BTH_SEALED
 
 __all__ = [
     "Decoder",
     "decode",
-    "decode_pcap",
     "endpoint",
     "frame_lines",
     "gso_segment",
@@ -38,7 +37,6 @@ __all__ = [
     "open_sealed",
     "parse_qpn",
     "read_hex",
-    "unseal",
 ]
 
 _SEPARATORS = re.compile(r"[\s:,.-]+")
@@ -112,18 +110,6 @@ def gso_segment(payload: bytes, addr: Addressing) -> int:
     return 0
 
 
-def _udp(raw: bytes, ether: bool) -> tuple[int, int]:
-    """Where the UDP header of a frame `parse_frame` took starts, and its UDP length."""
-    off = (18 if raw[12:14] == b"\x81\x00" else 14) if ether else 0
-    if raw[off] >> 4 == 6 and raw[off + 6] in (IPPROTO_IPV6, IPPROTO_ROUTING):  # an SRv6 outer header
-        routing = raw[off + 6] == IPPROTO_ROUTING
-        off += 40
-        if routing:
-            off += 8 + raw[off + 1] * 8
-    u = off + (raw[off] & 0xF) * 4 if raw[off] >> 4 == 4 else off + 40
-    return u, int.from_bytes(raw[u + 4 : u + 6], "big")
-
-
 @dataclass(slots=True)
 class _Datagram:
     raw: bytes
@@ -138,15 +124,17 @@ class _Split:
     trimmed: bool
     datagrams: list[_Datagram] = field(default_factory=list)
     segment: int = 0  # GSO segment size, 0 for one datagram
-    udp_ok: bool = True  # the UDP checksum is absent or right
 
 
 def open_sealed(
     raw: bytes, domain: object | None, src_qpn: int | None, why: str = ""
 ) -> tuple[bytes, list[str], bool | None]:
-    """`unseal`, and whether the tags verify: True, False (they do not under this key, or the packet is of
-    another domain), None (not checked: a plain packet, or no key or sending QP; ``why`` then says why not,
-    instead of the hint to give them). Raises ValueError when the trailer cannot be there."""
+    """**[openmrc]** A sealed packet (BTH's S bit; `openmrc.wire.security`) as the MRC packet inside it
+    (an encrypted payload decrypted when its tags verify), lines about its security trailer, and whether
+    its tags verify under ``domain`` (a `SecurityDomain`) and the sending QP ``src_qpn``: True, False (they
+    do not under this key, or the packet is of another domain), None (not checked: a plain packet, which
+    comes back as it is with no lines, or no key or sending QP; ``why`` then says why not, instead of the
+    hint to give them). Raises ValueError when the trailer cannot be there."""
     from openmrc.transport import NicStats, QpSecurity, SealState, SecurityDomain
     from openmrc.wire.constants import is_data_opcode
     from openmrc.wire.datagram import data_header_length
@@ -200,15 +188,6 @@ def open_sealed(
     if trimmed:
         return inner, lines, True
     return out[:-4] + raw[-4:], lines, True
-
-
-def unseal(raw: bytes, domain: object | None, src_qpn: int | None) -> tuple[bytes, list[str]]:
-    """**[openmrc]** A sealed packet (BTH's S bit; `openmrc.wire.security`) as the MRC packet inside it, and
-    lines about its security trailer: its fields, and with ``domain`` (a `SecurityDomain`) and the sending
-    QP's number whether its tags verify (an encrypted payload comes back decrypted). Any other packet comes
-    back as it is, with no lines. Raises ValueError when the trailer cannot be there."""
-    inner, lines, _ = open_sealed(raw, domain, src_qpn)
-    return inner, lines
 
 
 def _print(console: Console, head: str, lines: list[str]) -> None:
@@ -269,13 +248,9 @@ class Decoder:
                 trimmed = True
             except WireError:
                 raise exc from None
-        u, ulen = _udp(raw, ether)
-        payload = raw[u + 8 : u + ulen]
+        payload = fr.udp_data
         addr = Addressing(fr.src, fr.dst, fr.sport, fr.dport)
-        csum = raw[u + 6 : u + 8]
         out = _Split(fr, trimmed)
-        if csum != b"\x00\x00":
-            out.udp_ok = udp_header(fr.sport, fr.dport, payload, addr.src, addr.dst)[6:8] == csum
         # (an IPv4 header's identification is in the frame's ICRC; a socket's ICRC counts it as 0)
         ok = fr.icrc_ok or icrc_ok(payload, addr)
         s = 0 if ok else gso_segment(payload, addr)
@@ -296,7 +271,7 @@ class Decoder:
         lines = frame_lines(fr)
         if f.trimmed:
             head += "trimmed  "
-        if not f.udp_ok:
+        if not fr.udp_ok:
             self.partial_udp += 1
         n = len(f.datagrams)
         if f.segment:
@@ -421,16 +396,6 @@ class Decoder:
         if self.failed:
             out.append(f"{self.failed} sealed packet(s) whose tags do NOT verify")
         return out
-
-
-def decode_pcap(
-    console: Console, path: Path, udp_port: int, domain: object | None = None, src_qpn: int | None = None
-) -> tuple[int, int]:
-    """Print every MRC packet of a capture; returns (MRC packets, other frames). Raises ValueError when
-    the file is not a classic pcap of Ethernet or raw-IP frames."""
-    d = Decoder(console, udp_port, domain, src_qpn)
-    d.pcap(path)
-    return d.packets, d.other
 
 
 def _fail(msg: str) -> NoReturn:

@@ -250,6 +250,10 @@ class Frame:
     sealed: bytes | None = None
     """**[openmrc]** a sealed packet's security trailer (`openmrc.wire.security`; ``packet`` is the MRC
     packet inside it), None for a plain one."""
+    udp_data: bytes = b""
+    """The UDP payload as it was captured (trailer and ICRC included; a GSO batch's every datagram)."""
+    udp_ok: bool = True
+    """The UDP checksum is absent or right (with ``check_udp`` False, a capture's may be unfinished)."""
 
     def udp_payload(self) -> bytes:
         """The MRC UDP payload as it was on the wire (a sealed packet's trailer back in place)."""
@@ -379,7 +383,8 @@ def _parse_frame(
     if udp_port is not None and dport != udp_port:
         raise WireError("UDP", "dport", u + 2, f"destination port {dport} is not the MRC port {udp_port}")
     payload = b[u + 8 : u + ulen]
-    if check_udp and ucsum and udp_header(sport, dport, payload, s, d)[6:8] != ucsum.to_bytes(2, "big"):
+    udp_ok = not ucsum or udp_header(sport, dport, payload, s, d)[6:8] == ucsum.to_bytes(2, "big")
+    if check_udp and not udp_ok:
         raise WireError("UDP", "checksum", u + 6, "bad UDP checksum")
     inner, sealed = payload, None
     if len(payload) >= BTH.SIZE + SEAL_OVERHEAD + ICRC_SIZE and payload[8] & BTH_SEALED:
@@ -391,4 +396,4 @@ def _parse_frame(
     icrc_ok = compute_icrc(b[off : u + ulen - ICRC_SIZE]) == pkt.icrc
     if check_icrc and not icrc_ok and not trimmed:
         raise WireError("ICRC", "icrc", u + ulen - ICRC_SIZE, "ICRC mismatch")
-    return Frame(src, dst, sport, dport, tc, fl, pkt, encap, icrc_ok, seg_left, sealed)
+    return Frame(src, dst, sport, dport, tc, fl, pkt, encap, icrc_ok, seg_left, sealed, payload, udp_ok)
